@@ -1,0 +1,1 @@
+"""pytest plugin of the crash harness (entry point ``pytest11``)."""

@@ -1,0 +1,76 @@
+"""The catalogue of labelled points on the crash timeline — the one place labels live.
+
+Chapter 8's crash timeline for O-1001 (t0 … t7), refined into dotted sub-labels so that
+every moment where a crash changes what recovery must do has a name. ``shopops.failpoints``
+accepts only these labels; ``shopops-chaos points`` prints this table; the harness learns
+which of them a run actually passes through from a trace run, so adding a label here and a
+``failpoint()`` call in the loop is all it takes to add a kill point.
+
+``side`` says who reaches the point: ``worker`` (a ``failpoint()`` call in the loop, where
+the harness SIGKILLs the worker), ``gateway`` (the harness-owned mock gateway reaches it and
+the harness kills the sender), ``queue`` (the human's action through the approval queue,
+not a kill point).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Label:
+    """One labelled point: ``name`` (``"t6.gateway_accepted"``), ``moment`` (one line of
+    prose), ``side`` (``"worker"``, ``"gateway"`` or ``"queue"``)."""
+
+    name: str
+    moment: str
+    side: str = "worker"
+
+    @property
+    def timeline(self) -> str:
+        """The chapter's timeline slot, ``"t0"`` … ``"t7"``, or ``"ckpt"``."""
+        return self.name.split(".", 1)[0]
+
+
+CATALOGUE: tuple[Label, ...] = (
+    Label("t0.case_started", "case started: state initialised, before any tool"),
+    Label("t1.get_customer", "Intake read the customer (in memory, not yet checkpointed)"),
+    Label("t1.get_order", "Intake read the order (in memory, not yet checkpointed)"),
+    Label("t1.draft_email", "draft written (in memory, not yet checkpointed)"),
+    Label("t2.send_proposed", "send proposed, phase awaiting_approval in memory, not durable"),
+    Label("t3.checkpoint_saved", "the awaiting_approval checkpoint is committed"),
+    Label("t4.parked", "worker parked: idle after the park, about to exit"),
+    Label("t5.approved", "a human approved: the queue issued a ticket", side="queue"),
+    Label("t6.checkpoint_loaded", "resume: the latest checkpoint was loaded"),
+    Label("t6.approval_granted", "resume: grant_approval accepted the server-issued ticket"),
+    Label("t6.send_key_persisted", "resume: phase sending and the idempotency key committed"),
+    Label("t6.request_leaving", "resume: the send request is about to leave the worker"),
+    Label(
+        "t6.gateway_accepted",
+        "the gateway delivered the email; its reply has not reached the worker",
+        side="gateway",
+    ),
+    Label("t6.reply_received", "the gateway's reply arrived; not yet checkpointed"),
+    Label("t7.completed_saved", "the completed checkpoint is committed"),
+    Label(
+        "ckpt.before_commit",
+        "inside CheckpointStore.save: the row is written, the transaction not committed",
+    ),
+)
+
+BY_NAME: dict[str, Label] = {label.name: label for label in CATALOGUE}
+WORKER_LABELS: frozenset[str] = frozenset(l.name for l in CATALOGUE if l.side == "worker")
+
+
+def get(name: str) -> Label:
+    """Look a label up by name.
+
+    Raises:
+        KeyError: not in the catalogue; the message lists the known labels.
+    """
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown label {name!r}; known labels: {', '.join(BY_NAME)}"
+        ) from None

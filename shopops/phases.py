@@ -1,0 +1,82 @@
+"""The case's phase FSM.
+
+Phases, in story order (DESIGN.md, Chapter 8's crash timeline for O-1001)::
+
+    intake ──> drafting ──> awaiting_approval ──> approved ──> sending ──> completed
+                                     └──────────> rejected
+
+``intake``: reading the customer and the order. ``drafting``: the draft is being written.
+``awaiting_approval``: the send is proposed and the case is parked until a human approves
+(Chapter 29's queue issues the ticket). ``approved``: a server-issued ticket was granted.
+``sending``: the idempotency key is durable and the send may have left. ``completed`` and
+``rejected`` are terminal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from shopops.errors import IllegalTransition
+
+
+class Phase(StrEnum):
+    """A case phase; the string value is what checkpoints store."""
+
+    INTAKE = "intake"
+    DRAFTING = "drafting"
+    AWAITING_APPROVAL = "awaiting_approval"
+    APPROVED = "approved"
+    SENDING = "sending"
+    COMPLETED = "completed"
+    REJECTED = "rejected"
+
+
+ALLOWED: dict[Phase, frozenset[Phase]] = {
+    Phase.INTAKE: frozenset({Phase.DRAFTING}),
+    Phase.DRAFTING: frozenset({Phase.AWAITING_APPROVAL}),
+    Phase.AWAITING_APPROVAL: frozenset({Phase.APPROVED, Phase.REJECTED}),
+    Phase.APPROVED: frozenset({Phase.SENDING}),
+    Phase.SENDING: frozenset({Phase.COMPLETED}),
+    Phase.COMPLETED: frozenset(),
+    Phase.REJECTED: frozenset(),
+}
+
+#: Phases in which nothing may have been sent and no ticket may be held.
+PRE_APPROVAL: frozenset[Phase] = frozenset(
+    {Phase.INTAKE, Phase.DRAFTING, Phase.AWAITING_APPROVAL, Phase.REJECTED}
+)
+TERMINAL: frozenset[Phase] = frozenset({Phase.COMPLETED, Phase.REJECTED})
+
+
+def check_transition(source: str, target: str) -> Phase:
+    """Validate ``source → target`` and return the target phase.
+
+    Args:
+        source: the current phase value (e.g. ``"drafting"``).
+        target: the requested phase value.
+
+    Returns:
+        ``Phase(target)``.
+
+    Raises:
+        IllegalTransition: either value is not a phase, or the FSM above has no such edge
+            (self-transitions included).
+    """
+    try:
+        src, dst = Phase(source), Phase(target)
+    except ValueError as exc:
+        raise IllegalTransition(
+            f"unknown phase in transition {source!r} -> {target!r}; allowed phases: "
+            f"{', '.join(p.value for p in Phase)}",
+            source=source,
+            target=target,
+        ) from exc
+    if dst not in ALLOWED[src]:
+        allowed = ", ".join(sorted(p.value for p in ALLOWED[src])) or "none (terminal)"
+        raise IllegalTransition(
+            f"illegal phase transition {src.value} -> {dst.value}; from {src.value} allowed: "
+            f"{allowed}",
+            source=source,
+            target=target,
+        )
+    return dst

@@ -1,0 +1,217 @@
+"""The case ``State``: what a checkpoint holds, and its exact JSON form.
+
+Chapter 8, "What belongs in the snapshot": phase, drafts, tickets, counters, flags, plus
+snapshot metadata (policy version, tool schema hash, model route id). Never secrets, raw
+HTTP bodies or full CRM dumps: the Intake facts are the few fields the draft needs.
+
+Schema versions: v1 is the chapter's teaching schema; v2 adds ``preferred_channel``
+(exercise 2, default ``"email"``). ``State.from_dict`` reads only the current version; older
+rows go through the explicit migration in ``shopops.checkpoint``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from shopops.errors import StateInvalid
+from shopops.phases import Phase, check_transition
+
+SCHEMA_VERSION = 2
+DEFAULT_MAX_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Draft:
+    """An email draft: recipient address, subject line, body text (all ``str``)."""
+
+    to: str
+    subject: str
+    body: str
+
+    def digest(self) -> str:
+        """SHA-256 hex digest of the draft's canonical JSON; approvals bind to it."""
+        blob = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class State:
+    """One case's durable state (schema v2).
+
+    Fields:
+        case_id, order_id: identity of the case (``"case-O-1001"``, ``"O-1001"``).
+        phase: a ``Phase`` value (``str``).
+        step: tool calls made so far in this run; continues across resume (checklist 4).
+        max_steps: ``run_loop`` stops when ``step >= max_steps``.
+        done: true when the loop stopped by design (parked, completed, rejected).
+        customer, order: the Intake facts, small ``dict[str, Any]`` records or ``None``.
+        draft: the ``Draft`` or ``None``.
+        approval_request_id: the queue's request id once the send was proposed.
+        approval_ticket: a ticket id granted by ``grant_approval``; never trusted by itself.
+        send_idempotency_key: the key of the one logical send, durable before it leaves.
+        email_sent: true only once the gateway confirmed the delivery.
+        delivery_id: the gateway's delivery id.
+        preferred_channel: v2 field (exercise 2), ``"email"``.
+        schema_version, policy_version, tool_schema_hash, model_route_id: snapshot metadata.
+    """
+
+    case_id: str
+    order_id: str
+    phase: str = Phase.INTAKE.value
+    step: int = 0
+    max_steps: int = DEFAULT_MAX_STEPS
+    done: bool = False
+    customer: dict[str, Any] | None = None
+    order: dict[str, Any] | None = None
+    draft: Draft | None = None
+    approval_request_id: str | None = None
+    approval_ticket: str | None = None
+    send_idempotency_key: str | None = None
+    email_sent: bool = False
+    delivery_id: str | None = None
+    preferred_channel: str = "email"
+    schema_version: int = SCHEMA_VERSION
+    policy_version: str = ""
+    tool_schema_hash: str = ""
+    model_route_id: str = ""
+
+    def transition(self, target: Phase | str) -> None:
+        """Move to ``target`` after checking the FSM.
+
+        Raises:
+            IllegalTransition: the edge is not in ``shopops.phases.ALLOWED``.
+        """
+        self.phase = check_transition(self.phase, str(target)).value
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict (``draft`` nested as a dict). Inverse of ``from_dict``."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = asdict(value) if isinstance(value, Draft) else value
+        return out
+
+    def to_json(self) -> str:
+        """Canonical JSON text (sorted keys): ``State.from_json(s.to_json()) == s``."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Any) -> State:
+        """Build a ``State`` from a decoded JSON object, checking every field strictly.
+
+        Missing required fields, unknown fields, wrong types and unknown phases are errors:
+        nothing is filled with a default (Chapter 8: never "best effort" defaults).
+
+        Raises:
+            StateInvalid: with ``field`` and ``reason`` naming the problem.
+        """
+        if not isinstance(data, dict):
+            raise StateInvalid(
+                f"state must be a JSON object, got {type(data).__name__}",
+                field="<root>",
+                reason="not an object",
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise StateInvalid(
+                f"unknown state field(s): {', '.join(unknown)}", field=unknown[0], reason="unknown"
+            )
+        missing = sorted(known - set(data))
+        if missing:
+            raise StateInvalid(
+                f"missing state field(s): {', '.join(missing)}", field=missing[0], reason="missing"
+            )
+        for name, expected in _FIELD_TYPES.items():
+            value = data[name]
+            if not _type_ok(value, expected):
+                raise StateInvalid(
+                    f"state field {name!r} must be {_type_name(expected)}, got "
+                    f"{type(value).__name__} {value!r:.60}",
+                    field=name,
+                    reason="wrong type",
+                )
+        if data["phase"] not in {p.value for p in Phase}:
+            raise StateInvalid(
+                f"state field 'phase' is {data['phase']!r}; allowed: "
+                f"{', '.join(p.value for p in Phase)}",
+                field="phase",
+                reason="unknown phase",
+            )
+        if data["schema_version"] != SCHEMA_VERSION:
+            raise StateInvalid(
+                f"state schema_version is {data['schema_version']!r}; this code reads "
+                f"{SCHEMA_VERSION}",
+                field="schema_version",
+                reason="unsupported version",
+            )
+        draft = data["draft"]
+        if draft is not None:
+            if set(draft) != {"to", "subject", "body"} or not all(
+                isinstance(v, str) for v in draft.values()
+            ):
+                raise StateInvalid(
+                    "state field 'draft' must be null or an object with string fields "
+                    "to, subject, body",
+                    field="draft",
+                    reason="wrong shape",
+                )
+            draft = Draft(**draft)
+        kwargs = dict(data)
+        kwargs["draft"] = draft
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls, text: str) -> State:
+        """Parse canonical JSON text.
+
+        Raises:
+            StateInvalid: invalid JSON or an invalid state (see ``from_dict``).
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise StateInvalid(
+                f"state_json is not valid JSON: {exc}", field="<root>", reason="invalid json"
+            ) from exc
+        return cls.from_dict(data)
+
+
+_OPT_STR = (str, type(None))
+_OPT_DICT = (dict, type(None))
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "case_id": (str,),
+    "order_id": (str,),
+    "phase": (str,),
+    "step": (int,),
+    "max_steps": (int,),
+    "done": (bool,),
+    "customer": _OPT_DICT,
+    "order": _OPT_DICT,
+    "draft": _OPT_DICT,
+    "approval_request_id": _OPT_STR,
+    "approval_ticket": _OPT_STR,
+    "send_idempotency_key": _OPT_STR,
+    "email_sent": (bool,),
+    "delivery_id": _OPT_STR,
+    "preferred_channel": (str,),
+    "schema_version": (int,),
+    "policy_version": (str,),
+    "tool_schema_hash": (str,),
+    "model_route_id": (str,),
+}
+
+
+def _type_ok(value: Any, expected: tuple[type, ...]) -> bool:
+    # bool is an int subclass: an int field must not accept True/False.
+    if isinstance(value, bool) and bool not in expected:
+        return False
+    return isinstance(value, expected)
+
+
+def _type_name(expected: tuple[type, ...]) -> str:
+    names = ["null" if t is type(None) else t.__name__ for t in expected]
+    return " or ".join(names)
