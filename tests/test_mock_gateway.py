@@ -1,0 +1,252 @@
+"""The mock email gateway over real HTTP on loopback, and the client against it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import requests
+
+from harness.mock_gateway import Delivery, FaultSpec, MockGateway, read_log
+from shopops.errors import GatewayUnavailable
+from shopops.gateway_client import EmailGatewayClient
+
+MESSAGE = {"case_id": "case-O-1001", "to": "jordan@example.com", "subject": "Your order O-1001",
+           "body": "Hi Jordan, your refund is on its way."}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "gateway.db"
+
+
+@pytest.fixture
+def gateway(db: Path) -> Iterator[MockGateway]:
+    gw = MockGateway(db).start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+@pytest.fixture
+def http() -> Iterator[requests.Session]:
+    with requests.Session() as session:
+        yield session
+
+
+def post(http: requests.Session, gw: MockGateway, key: str | None = None,
+         **overrides: object) -> requests.Response:
+    headers = {} if key is None else {"Idempotency-Key": key}
+    return http.post(gw.url + "/v1/messages", json={**MESSAGE, **overrides}, headers=headers,
+                     timeout=(2, 5))
+
+
+def client(gw: MockGateway, **kwargs: object) -> EmailGatewayClient:
+    return EmailGatewayClient(gw.url, backoff_s=0.0, **kwargs)  # type: ignore[arg-type]
+
+
+def test_same_key_same_body_delivers_once(gateway: MockGateway, http: requests.Session,
+                                          db: Path) -> None:
+    first, second = post(http, gateway, "k-1"), post(http, gateway, "k-1")
+    assert first.status_code == 201 and first.json()["duplicate"] is False
+    assert second.status_code == 200 and second.json()["duplicate"] is True
+    assert second.json()["delivery_id"] == first.json()["delivery_id"] == "dlv-000001"
+    log = read_log(db)
+    assert [d.delivery_id for d in log.deliveries] == ["dlv-000001"]
+    assert [(r.status, r.duplicate) for r in log.requests] == [(201, False), (200, True)]
+
+
+def test_same_key_other_body_is_409_without_delivery(gateway: MockGateway,
+                                                     http: requests.Session, db: Path) -> None:
+    post(http, gateway, "k-1")
+    reused = post(http, gateway, "k-1", body="a different text")
+    assert reused.status_code == 409
+    assert reused.json()["error"] == "idempotency_key_reused"
+    assert len(read_log(db).deliveries) == 1
+
+
+def test_no_key_delivers_every_time(gateway: MockGateway, http: requests.Session,
+                                    db: Path) -> None:
+    ids = {post(http, gateway).json()["delivery_id"] for _ in range(2)}
+    assert ids == {"dlv-000001", "dlv-000002"}
+    assert [d.idempotency_key for d in read_log(db).deliveries] == [None, None]
+
+
+@pytest.mark.parametrize(("overrides", "field"),
+                         [({"to": 7}, "to"), ({"subject": None}, "subject")])
+def test_mistyped_field_is_400_naming_it(gateway: MockGateway, http: requests.Session, db: Path,
+                                         overrides: dict[str, object], field: str) -> None:
+    reply = post(http, gateway, "k-1", **overrides)
+    assert reply.status_code == 400 and reply.json()["field"] == field
+    missing = http.post(gateway.url + "/v1/messages", json={"case_id": "c"}, timeout=5)
+    assert missing.status_code == 400 and missing.json()["field"] == "to"
+    log = read_log(db)
+    assert log.deliveries == () and [r.status for r in log.requests] == [400, 400]
+
+
+@pytest.mark.parametrize(("use_keys", "expected"), [(False, 2), (True, 1)],
+                         ids=["keys-off-duplicates", "keys-on-single"])
+def test_exercise_3_double_resume(gateway: MockGateway, db: Path, use_keys: bool,
+                                  expected: int) -> None:
+    """Chapter 8 exercise 3: two resumes re-issue the send; only keys keep it single."""
+    for _resume in range(2):
+        with client(gateway, use_idempotency_keys=use_keys) as resumed:
+            resumed.send(**MESSAGE, idempotency_key="case-O-1001:send_email:1")
+    assert len(read_log(db).deliveries_for("case-O-1001")) == expected
+
+
+def test_error_fault_then_retry_delivers_once(gateway: MockGateway, db: Path) -> None:
+    gateway.set_faults([{"kind": "error", "status": 503}])
+    with client(gateway) as sender:
+        result = sender.send(**MESSAGE, idempotency_key="k-1")
+    assert (result.attempts, result.duplicate) == (2, False)
+    log = read_log(db)
+    assert [(r.status, r.fault) for r in log.requests] == [(503, "error:503"), (201, None)]
+    assert len(log.deliveries) == 1
+
+
+def test_drop_after_accept_converges_to_one_delivery(gateway: MockGateway, db: Path) -> None:
+    gateway.set_faults([{"kind": "drop_after_accept"}])
+    with client(gateway) as sender:
+        result = sender.send(**MESSAGE, idempotency_key="k-1")
+    assert (result.attempts, result.duplicate, result.delivery_id) == (2, True, "dlv-000001")
+    log = read_log(db)
+    assert len(log.deliveries) == 1
+    assert [r.fault for r in log.requests] == ["drop_after_accept", None]
+    assert {r.idempotency_key for r in log.requests} == {"k-1"}
+
+
+def test_drop_after_accept_is_a_connection_error(gateway: MockGateway,
+                                                 http: requests.Session) -> None:
+    gateway.set_faults([FaultSpec("drop_after_accept")])
+    with pytest.raises(requests.ConnectionError):
+        post(http, gateway, "k-1")
+
+
+def test_latency_fault_delays_the_reply(gateway: MockGateway, http: requests.Session) -> None:
+    gateway.set_faults([{"kind": "latency", "ms": 150}])
+    started = time.monotonic()
+    assert post(http, gateway, "k-1").status_code == 201
+    assert time.monotonic() - started >= 0.150
+    assert gateway.pending_faults() == ()
+
+
+def test_on_accepted_called_once_with_the_delivery(db: Path, http: requests.Session) -> None:
+    seen: list[tuple[Delivery, int]] = []
+    gw = MockGateway(db, on_accepted=lambda d: seen.append((d, len(read_log(db).deliveries))))
+    gw.set_faults([{"kind": "pause_after_accept"}])
+    with gw:
+        post(http, gw, "k-1")
+        post(http, gw, "k-1")
+    assert len(seen) == 1
+    delivery, committed = seen[0]
+    assert (delivery.delivery_id, delivery.idempotency_key, delivery.body) == (
+        "dlv-000001", "k-1", MESSAGE["body"])
+    assert committed == 1  # already in the durable log when the hook ran
+
+
+def test_log_over_http_and_from_the_file_after_stop(db: Path, http: requests.Session) -> None:
+    with MockGateway(db) as gw:
+        http.post(gw.url + "/v1/messages", json=MESSAGE,
+                  headers={"Idempotency-Key": "k-1", "X-ShopOps-Worker-Pid": "777"}, timeout=5)
+        requests_log = http.get(gw.url + "/_log/requests", timeout=5).json()
+        deliveries = http.get(gw.url + "/_log/deliveries", timeout=5).json()
+    assert [(r["worker_pid"], r["status"]) for r in requests_log] == [(777, 201)]
+    assert deliveries[0]["delivery_id"] == "dlv-000001" and deliveries[0]["to"] == MESSAGE["to"]
+    log = read_log(db)
+    record = log.requests[0]
+    assert (record.seq, record.worker_pid, record.case_id) == (1, 777, "case-O-1001")
+    assert record.received_at.endswith("+00:00") and record.received_epoch > 0
+    assert isinstance(record.remote_port, int) and len(record.body_sha256) == 64
+    assert log.deliveries[0].request_seq == 1
+    gw.stop()  # idempotent
+
+
+def test_concurrent_same_key_requests_deliver_once(gateway: MockGateway, db: Path) -> None:
+    barrier = threading.Barrier(6)
+
+    def send(_: int) -> tuple[int, str]:
+        with requests.Session() as session:
+            barrier.wait(timeout=5)
+            reply = post(session, gateway, "k-race")
+            return reply.status_code, reply.json()["delivery_id"]
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(send, range(6)))
+    assert sorted(status for status, _ in results) == [200] * 5 + [201]
+    assert {delivery_id for _, delivery_id in results} == {"dlv-000001"}
+    assert len(read_log(db).deliveries) == 1
+
+
+@pytest.mark.parametrize(("faults", "field"), [
+    ([{"kind": "explode"}], "fault.kind"),
+    ([{"kind": "error", "status": 404}], "fault.status"),
+    ([{"kind": "latency", "ms": "5"}], "fault.ms"),
+    ([{"kind": "latency", "ms": 5, "status": 500}], "fault.status"),
+    ({"kind": "error"}, "faults"),
+])
+def test_bad_control_input_is_400(gateway: MockGateway, http: requests.Session,
+                                  faults: object, field: str) -> None:
+    gateway.set_faults([{"kind": "latency", "ms": 1}])
+    reply = http.post(gateway.url + "/_control/faults", json=faults, timeout=5)
+    assert reply.status_code == 400 and reply.json()["field"] == field
+    assert gateway.pending_faults() == (FaultSpec("latency", ms=1),)  # plan untouched
+
+
+def test_control_endpoint_sets_the_plan_in_order(gateway: MockGateway,
+                                                 http: requests.Session) -> None:
+    plan = [{"kind": "error", "status": 500}, {"kind": "error", "status": 502}]
+    assert http.post(gateway.url + "/_control/faults", json=plan, timeout=5).status_code == 200
+    assert [post(http, gateway, "k").status_code for _ in range(3)] == [500, 502, 201]
+
+
+def test_fault_spec_names_allowed_values() -> None:
+    with pytest.raises(ValueError, match="latency, error, drop_after_accept"):
+        FaultSpec.from_dict({"kind": "nope"})
+
+
+def test_serve_prints_url_and_stops_on_sigterm(db: Path) -> None:
+    code = "import sys; from harness.mock_gateway import serve; serve(sys.argv[1])"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            if not line:
+                assert proc.stderr is not None
+                pytest.fail(f"serve exited with {proc.wait()}: {proc.stderr.read()}")
+            assert line.startswith("gateway listening on http://127.0.0.1:")
+            assert line.rstrip().endswith(f"(log: {db})")
+            url = line.split()[3]
+            with requests.Session() as session:
+                reply = session.post(url + "/v1/messages", json=MESSAGE, timeout=5)
+            assert reply.status_code == 201
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=10) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert len(read_log(db).deliveries) == 1
+
+
+def test_client_against_a_stopped_gateway_is_unavailable(db: Path) -> None:
+    gw = MockGateway(db).start()
+    url = gw.url
+    gw.stop()
+    with EmailGatewayClient(url, max_attempts=2, backoff_s=0.0) as sender:
+        with pytest.raises(GatewayUnavailable) as info:
+            sender.send(**MESSAGE, idempotency_key="k-1")
+    assert info.value.fields["attempts"] == 2
+    assert "ConnectionError" in info.value.fields["last_error"]
+    assert read_log(db).requests == ()
