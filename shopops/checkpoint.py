@@ -1,0 +1,457 @@
+"""``CheckpointStore``: the case's durable, append-only checkpoint history on SQLite.
+
+Chapter 8: "case_id + run_id + schema_version are identity and safety" and "Corrupt /
+unsupported schema versions raise — do not silently guess." Every ``save`` appends one row
+(``seq`` grows); ``load`` returns the latest row's ``State`` or raises a typed error, and
+never modifies, deletes or skips a bad row. Triggers refuse UPDATE and DELETE; the only
+exception is the explicit v1→v2 migration (exercise 2), inside its own transaction.
+Leases with fencing tokens (exercise 4, Chapter 32) keep a taken-over worker from writing.
+
+Durability (SQLite docs, "Write-Ahead Logging" and "PRAGMA synchronous"): WAL journal,
+``synchronous=FULL``, and a busy timeout so concurrent writers wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from shopops.errors import (
+    CheckpointCorrupt,
+    CheckpointNotFound,
+    FencedOff,
+    LeaseHeld,
+    StateInvalid,
+    UnsupportedSchemaVersion,
+)
+from shopops.failpoints import failpoint
+from shopops.state import SCHEMA_VERSION, State
+
+MIGRATION_V1_V2 = "v1_to_v2_preferred_channel"
+_NO_UPDATE = (
+    "CREATE TRIGGER IF NOT EXISTS checkpoints_no_update BEFORE UPDATE ON checkpoints "
+    "BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only: UPDATE refused'); END"
+)
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS checkpoints(seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " case_id TEXT NOT NULL, run_id TEXT NOT NULL, schema_version INTEGER, state_json TEXT,"
+    " created_at TEXT NOT NULL, lease_owner TEXT, fence INTEGER)",
+    "CREATE INDEX IF NOT EXISTS checkpoints_case_run ON checkpoints(case_id, run_id, seq)",
+    _NO_UPDATE,
+    "CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints "
+    "BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only: DELETE refused'); END",
+    "CREATE TABLE IF NOT EXISTS leases(case_id TEXT PRIMARY KEY, owner TEXT, fence INTEGER,"
+    " expires_at REAL)",
+    "CREATE TABLE IF NOT EXISTS schema_migrations(name TEXT PRIMARY KEY, applied_at TEXT,"
+    ' "rows" INTEGER)',
+)
+# state_json is read as bytes (CAST) and decoded strictly: sqlite3's own text decoding
+# would fail with an OperationalError on invalid UTF-8 instead of a typed error.
+_ROW_SQL = (
+    "SELECT seq, case_id, run_id, schema_version, CAST(state_json AS BLOB), created_at,"
+    " lease_owner, fence FROM checkpoints"
+)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on a case (Chapter 8 exercise 4, Chapter 32).
+
+    ``fence`` is the fencing token, +1 at every change of owner; ``expires_at`` is in
+    epoch seconds (the store's clock).
+    """
+
+    case_id: str
+    owner: str
+    fence: int
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One raw ``checkpoints`` row, not parsed, so a corrupt row can still be listed.
+
+    ``state_json`` holds the stored bytes (``None`` for SQL NULL). ``db_path`` (not part of
+    equality) names the database in error messages.
+    """
+
+    seq: int
+    case_id: str
+    run_id: str
+    schema_version: int | None
+    state_json: bytes | None
+    created_at: str
+    lease_owner: str | None
+    fence: int | None
+    db_path: str = field(default="", compare=False, repr=False)
+
+    @classmethod
+    def _from_sql(cls, r: tuple[Any, ...], db_path: str) -> CheckpointRow:
+        return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], db_path)
+
+    def state(self) -> State:
+        """Parse the row with the checks of ``CheckpointStore.load`` (Chapter 8 exercise 1).
+
+        Raises:
+            UnsupportedSchemaVersion: ``schema_version`` is NULL or not the current version
+                (version 1 rows need ``shopops migrate DB``).
+            CheckpointCorrupt: ``state_json`` is NULL, not UTF-8, not JSON, not an object,
+                an invalid ``State``, or disagrees with the row's identity columns.
+        """
+        version = self.schema_version
+        if version != SCHEMA_VERSION:
+            if version == 1:
+                hint = (
+                    "version 1 rows need the explicit v1->v2 migration (Chapter 8 exercise 2):"
+                    f" run `shopops migrate {self.db_path}`"
+                )
+            else:
+                hint = "the row is left untouched; restore it from a backup or start a new run"
+            raise UnsupportedSchemaVersion(
+                f"{self._where()}: schema_version {version!r} is not supported; this code "
+                f"reads version {SCHEMA_VERSION} only; {hint}",
+                version=version,
+                reason="unsupported version",
+                **self._ids(),
+            )
+        data = self._decode()
+        for key, expected in (("case_id", self.case_id), ("schema_version", version)):
+            if key in data and data[key] != expected:
+                self._corrupt(
+                    f"state_json {key} {data[key]!r} disagrees with the row's {expected!r}",
+                    key,
+                    "mismatch",
+                )
+        try:
+            return State.from_dict(data)
+        except StateInvalid as exc:
+            self._corrupt(exc.message, exc.fields.get("field", "<root>"), exc.fields["reason"])
+
+    def _ids(self) -> dict[str, Any]:
+        return {"path": self.db_path, "case_id": self.case_id, "run_id": self.run_id,
+                "seq": self.seq}
+
+    def _where(self) -> str:
+        return (f"checkpoint {self.db_path} case_id={self.case_id!r} run_id={self.run_id!r} "
+                f"seq={self.seq}")
+
+    def _corrupt(self, what: str, field_name: str, reason: str) -> NoReturn:
+        raise CheckpointCorrupt(
+            f"{self._where()}: {what}; the row is left untouched (fail closed, Chapter 8)",
+            field=field_name,
+            reason=reason,
+            **self._ids(),
+        )
+
+    def _decode(self) -> dict[str, Any]:
+        if self.state_json is None:
+            self._corrupt("state_json is NULL", "state_json", "null")
+        try:
+            data = json.loads(self.state_json.decode("utf-8", errors="strict"))
+        except UnicodeDecodeError as exc:
+            self._corrupt(f"state_json is not valid UTF-8 ({exc})", "state_json", "invalid utf-8")
+        except json.JSONDecodeError as exc:
+            self._corrupt(f"state_json is not valid JSON ({exc})", "state_json", "invalid json")
+        if not isinstance(data, dict):
+            self._corrupt(
+                f"state_json must be a JSON object, got {type(data).__name__}",
+                "state_json",
+                "not an object",
+            )
+        return data
+
+
+def _upgrade_v1_state(row: CheckpointRow) -> str:
+    """The v2 ``state_json`` for a v1 row: adds ``preferred_channel="email"`` (exercise 2)."""
+    data = row._decode()
+    if data.get("schema_version") != 1 or data.get("case_id") != row.case_id:
+        row._corrupt("state_json identity disagrees with a v1 row", "schema_version", "mismatch")
+    if "preferred_channel" in data:
+        row._corrupt("a v1 state must not carry preferred_channel", "preferred_channel",
+                     "unexpected")
+    data["preferred_channel"], data["schema_version"] = "email", SCHEMA_VERSION
+    try:
+        return State.from_dict(data).to_json()
+    except StateInvalid as exc:
+        row._corrupt(exc.message, exc.fields.get("field", "<root>"), "invalid v1 state")
+
+
+def _utc_iso(epoch_s: float) -> str:
+    stamp = datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="milliseconds")
+    return stamp.replace("+00:00", "Z")
+
+
+def _select_rows(conn: sqlite3.Connection, path: str, case_id: str,
+                 run_id: str | None) -> list[CheckpointRow]:
+    sql, args = f"{_ROW_SQL} WHERE case_id = ?", [case_id]
+    if run_id is not None:
+        sql, args = sql + " AND run_id = ?", [case_id, run_id]
+    return [CheckpointRow._from_sql(r, path) for r in conn.execute(sql + " ORDER BY seq", args)]
+
+
+def read_history(path: str | os.PathLike[str], case_id: str,
+                 run_id: str | None = None) -> list[CheckpointRow]:
+    """Raw rows of a case, in ``seq`` order, through a read-only connection (URI ``mode=ro``).
+
+    The harness judges a run from this without any risk of writing (DESIGN.md, Grading).
+
+    Raises:
+        FileNotFoundError: no database at ``path`` (none is created).
+    """
+    db = Path(path)
+    if not db.exists():
+        raise FileNotFoundError(f"checkpoint database {db} does not exist")
+    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        return _select_rows(conn, os.fspath(path), case_id, run_id)
+    finally:
+        conn.close()
+
+
+class CheckpointStore:
+    """Append-only checkpoint history of cases on one SQLite file (Chapter 8).
+
+    Args:
+        path: the database file; created with its schema if missing.
+        busy_timeout_s: seconds a write waits for another writer's lock before
+            ``sqlite3.OperationalError("database is locked")``.
+        clock: epoch seconds, for ``created_at`` defaults and lease expiry.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = os.fspath(path)
+        self._clock = clock
+        self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = FULL")
+            with self._write():
+                for statement in _SCHEMA:
+                    self._conn.execute(statement)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def __enter__(self) -> CheckpointStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        self._conn.close()
+
+    def _write(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+    def save(self, state: State, run_id: str, created_at: str | None = None, *,
+             lease: Lease | None = None) -> int:
+        """Append ``state`` as the newest checkpoint of ``(state.case_id, run_id)``.
+
+        One ``BEGIN IMMEDIATE`` transaction: a crash (the ``ckpt.before_commit`` failpoint
+        sits after the INSERT) leaves the previous checkpoint as the latest (Chapter 8,
+        "Checkpoint too naive ... torn reads").
+
+        Args:
+            created_at: ISO-8601 UTC text; defaults to the clock, e.g.
+                ``"2026-07-19T00:00:00.000Z"``.
+            lease: if given, the case's lease row must still have this owner and fence
+                (fencing token, Chapter 8 exercise 4), checked in the same transaction.
+
+        Returns:
+            The new row's ``seq``.
+
+        Raises:
+            StateInvalid: ``state`` would not load back (nothing unreadable is written).
+            FencedOff: the case's lease now has another owner or fence (taken over);
+                nothing is written. An expired lease nobody took over may still write.
+            sqlite3.OperationalError: the database stayed locked past ``busy_timeout_s``.
+        """
+        text = state.to_json()
+        State.from_json(text)
+        stamp = created_at if created_at is not None else _utc_iso(self._clock())
+        with self._write():
+            if lease is not None:
+                self._check_lease(lease, state.case_id, run_id)
+            cur = self._conn.execute(
+                "INSERT INTO checkpoints(case_id, run_id, schema_version, state_json, created_at,"
+                " lease_owner, fence) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (state.case_id, run_id, state.schema_version, text, stamp,
+                 lease.owner if lease else None, lease.fence if lease else None),
+            )
+            failpoint("ckpt.before_commit")
+        assert cur.lastrowid is not None
+        return cur.lastrowid
+
+    def find(self, case_id: str, run_id: str) -> State | None:
+        """The latest checkpoint's ``State``, or ``None`` only if the run has no row at all.
+
+        Raises:
+            UnsupportedSchemaVersion, CheckpointCorrupt: as ``load`` — a bad row is never
+                "no checkpoint yet" (Chapter 8: fail closed).
+        """
+        row = self._conn.execute(
+            f"{_ROW_SQL} WHERE case_id = ? AND run_id = ? ORDER BY seq DESC LIMIT 1",
+            (case_id, run_id),
+        ).fetchone()
+        return None if row is None else CheckpointRow._from_sql(row, self.path).state()
+
+    def load(self, case_id: str, run_id: str) -> State:
+        """The latest (highest ``seq``) checkpoint's ``State``; the row is never modified.
+
+        Raises:
+            CheckpointNotFound: no row at all for ``(case_id, run_id)``.
+            UnsupportedSchemaVersion: NULL or unknown ``schema_version`` (v1: run the
+                migration, Chapter 8 exercise 2).
+            CheckpointCorrupt: see ``CheckpointRow.state`` (Chapter 8 exercise 1).
+        """
+        state = self.find(case_id, run_id)
+        if state is None:
+            raise CheckpointNotFound(
+                f"checkpoint {self.path}: no row for case_id={case_id!r} run_id={run_id!r}",
+                path=self.path, case_id=case_id, run_id=run_id, seq=None,
+            )
+        return state
+
+    def history(self, case_id: str, run_id: str | None = None) -> list[CheckpointRow]:
+        """Raw rows of a case (one run, or all runs if ``run_id`` is None), in ``seq`` order."""
+        return _select_rows(self._conn, self.path, case_id, run_id)
+
+    def migrate_v1_to_v2(self) -> int:
+        """Migrate every v1 row to v2 (Chapter 8 exercise 2): ``preferred_channel="email"``.
+
+        Explicit, never done by ``load``. One ``BEGIN IMMEDIATE`` transaction: a kill leaves
+        all rows v1 or all v2. Recorded in ``schema_migrations``; running it again migrates 0.
+
+        Returns:
+            The number of rows migrated.
+
+        Raises:
+            CheckpointCorrupt: a v1 row cannot be read; it is named and nothing is migrated.
+        """
+        with self._write():
+            rows = [CheckpointRow._from_sql(r, self.path) for r in self._conn.execute(
+                f"{_ROW_SQL} WHERE schema_version = 1 ORDER BY seq")]
+            if rows:
+                self._conn.execute("DROP TRIGGER checkpoints_no_update")
+            for row in rows:
+                self._conn.execute(
+                    "UPDATE checkpoints SET schema_version = ?, state_json = ? WHERE seq = ?",
+                    (SCHEMA_VERSION, _upgrade_v1_state(row), row.seq),
+                )
+            self._conn.execute(_NO_UPDATE)
+            self._conn.execute(
+                'INSERT INTO schema_migrations(name, applied_at, "rows") VALUES (?, ?, ?) ON '
+                'CONFLICT(name) DO UPDATE SET "rows" = "rows" + excluded."rows" '
+                'WHERE excluded."rows" > 0',
+                (MIGRATION_V1_V2, _utc_iso(self._clock()), len(rows)),
+            )
+        return len(rows)
+
+    def current_lease(self, case_id: str, *, include_expired: bool = False) -> Lease | None:
+        """The case's live lease (or the last one, if ``include_expired``), else ``None``."""
+        row = self._conn.execute(
+            "SELECT case_id, owner, fence, expires_at FROM leases WHERE case_id = ?", (case_id,)
+        ).fetchone()
+        if row is None or (not include_expired and row[3] <= self._clock()):
+            return None
+        return Lease(*row)
+
+    def acquire_lease(self, case_id: str, owner: str, ttl_s: float) -> Lease:
+        """Take or extend the case's lease for ``ttl_s`` seconds (Chapter 8 ex. 4, Ch 32).
+
+        The same owner extends its lease (same fence); a new owner gets fence + 1 (1 first).
+
+        Raises:
+            LeaseHeld: another owner's lease is live (``expires_at > clock()``).
+        """
+        with self._write():
+            now, old = self._clock(), self.current_lease(case_id, include_expired=True)
+            if old is not None and old.owner != owner and old.expires_at > now:
+                raise LeaseHeld(
+                    f"checkpoint {self.path}: case_id={case_id!r} is leased by {old.owner!r} "
+                    f"(fence {old.fence}) until {old.expires_at:.3f}; {owner!r} may take it "
+                    "after expiry or release",
+                    path=self.path, case_id=case_id, owner=owner, holder=old.owner,
+                    expires_at=old.expires_at,
+                )
+            if old is not None and old.owner == owner:
+                fence = old.fence
+            else:
+                fence = (old.fence if old is not None else 0) + 1
+            lease = Lease(case_id, owner, fence, now + ttl_s)
+            self._conn.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)",
+                               (case_id, owner, fence, lease.expires_at))
+        return lease
+
+    def renew_lease(self, lease: Lease, ttl_s: float) -> Lease:
+        """Extend ``lease`` to ``clock() + ttl_s`` seconds.
+
+        Raises:
+            FencedOff: the lease was taken over by another owner (or released and retaken).
+        """
+        with self._write():
+            self._check_lease(lease, lease.case_id, None)
+            renewed = Lease(lease.case_id, lease.owner, lease.fence, self._clock() + ttl_s)
+            self._conn.execute("UPDATE leases SET expires_at = ? WHERE case_id = ?",
+                               (renewed.expires_at, lease.case_id))
+        return renewed
+
+    def release_lease(self, lease: Lease) -> bool:
+        """Expire ``lease`` now, keeping its fence so the next owner gets fence + 1.
+
+        Returns:
+            False if the lease was no longer held (nothing changed), else True.
+        """
+        with self._write():
+            cur = self._conn.execute(
+                "UPDATE leases SET expires_at = 0 WHERE case_id = ? AND owner = ? AND fence = ?",
+                (lease.case_id, lease.owner, lease.fence))
+        return cur.rowcount == 1
+
+    def _check_lease(self, lease: Lease, case_id: str, run_id: str | None) -> None:
+        current = self.current_lease(case_id, include_expired=True)
+        if current is None or lease.case_id != case_id or (current.owner, current.fence) != (
+                lease.owner, lease.fence):
+            held = f"owner {current.owner!r} fence {current.fence}" if current else "no lease"
+            raise FencedOff(
+                f"checkpoint {self.path} case_id={case_id!r} run_id={run_id!r} seq=None: lease "
+                f"of {lease.owner!r} (case {lease.case_id!r}, fence {lease.fence}) is fenced "
+                f"off; the current lease is {held}; nothing was written",
+                path=self.path, case_id=case_id, run_id=run_id, seq=None, owner=lease.owner,
+                fence=lease.fence, current_fence=current.fence if current else None,
+            )
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` on any exception."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except BaseException:
+                self._rollback()
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
