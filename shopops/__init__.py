@@ -1,5 +1,7 @@
 """ShopOps: the reference Chapter 8 loop (checkpointing and resumability) under test."""
 
+from shopops.approvals import ApprovalQueue, grant_approval
+from shopops.checkpoint import CheckpointStore
 from shopops.errors import (
     ApprovalRefused,
     CheckpointCorrupt,
@@ -11,10 +13,16 @@ from shopops.errors import (
     ShopOpsError,
     UnsupportedSchemaVersion,
 )
+from shopops.loop import LoopResult, run_loop
 from shopops.phases import Phase
 from shopops.state import Draft, State
 
 __all__ = [
+    "ApprovalQueue",
+    "CheckpointStore",
+    "LoopResult",
+    "grant_approval",
+    "run_loop",
     "ApprovalRefused",
     "CheckpointCorrupt",
     "CheckpointError",

@@ -1,0 +1,338 @@
+"""The human approval queue: tickets are server-side facts (Chapter 8, Chapter 29).
+
+The queue, not the worker, creates tickets. A worker proposes a send (``request``); a human
+approves it (``approve``), which issues a ticket bound to the case and to the SHA-256 digest
+of the exact draft approved; ``grant_approval`` accepts only such a ticket; the send
+consumes it under the send's idempotency key, so a resumed worker re-sending the same
+logical email passes the re-check and any other use of the ticket is refused. The chapter's
+failure mode "Forged approval on resume: model writes approval_ticket into state" is what
+this module exists to refuse.
+
+Records live in their own SQLite file (WAL, synchronous=FULL), separate from checkpoints:
+the worker can read and consume tickets but the harness reads them as evidence.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from shopops.errors import ApprovalRefused
+from shopops.failpoints import failpoint
+from shopops.phases import Phase
+from shopops.state import State
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS approval_requests (
+    request_id TEXT PRIMARY KEY,
+    case_id TEXT NOT NULL,
+    draft_digest TEXT NOT NULL,
+    requested_at TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'rejected'))
+);
+CREATE TABLE IF NOT EXISTS tickets (
+    ticket_id TEXT PRIMARY KEY,
+    request_id TEXT NOT NULL REFERENCES approval_requests(request_id),
+    case_id TEXT NOT NULL,
+    draft_digest TEXT NOT NULL,
+    approver TEXT NOT NULL,
+    issued_at TEXT NOT NULL,
+    issued_at_epoch REAL NOT NULL,
+    consumed_by_key TEXT,
+    consumed_at TEXT
+);
+"""
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A proposed send awaiting a human: ``request_id``, ``case_id``, ``draft_digest`` (hex
+    SHA-256 of the draft), ``requested_at`` (ISO-8601 UTC), ``status`` (pending / approved /
+    rejected)."""
+
+    request_id: str
+    case_id: str
+    draft_digest: str
+    requested_at: str
+    status: str
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A server-issued approval: ``ticket_id`` (``"apr-desk-9"``), the ``request_id``,
+    ``case_id`` and ``draft_digest`` it is bound to, ``approver``, ``issued_at`` (ISO-8601
+    UTC) and ``issued_at_epoch`` (seconds), and ``consumed_by_key`` (the idempotency key of
+    the send that used it, or ``None``)."""
+
+    ticket_id: str
+    request_id: str
+    case_id: str
+    draft_digest: str
+    approver: str
+    issued_at: str
+    issued_at_epoch: float
+    consumed_by_key: str | None
+    consumed_at: str | None
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class ApprovalQueue:
+    """The approval queue on SQLite.
+
+    Args:
+        path: the queue database file (created if missing).
+        busy_timeout_s: seconds a writer waits for a lock before failing.
+        clock: epoch seconds, injectable for late-approval scenarios.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.clock = clock
+        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=FULL")
+        self._conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._conn.close()
+
+    def __enter__(self) -> ApprovalQueue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the worker's side ------------------------------------------------------------
+    def request(self, case_id: str, draft_digest: str) -> str:
+        """Propose a send for approval; idempotent for the same case and draft.
+
+        Returns:
+            the request id, ``"req-<case_id>-<digest[:12]>"``.
+        """
+        request_id = f"req-{case_id}-{draft_digest[:12]}"
+        self._conn.execute(
+            "INSERT OR IGNORE INTO approval_requests VALUES (?, ?, ?, ?, 'pending')",
+            (request_id, case_id, draft_digest, _iso(self.clock())),
+        )
+        return request_id
+
+    def ticket_for(self, case_id: str) -> Ticket | None:
+        """The newest ticket issued for ``case_id`` and not consumed, or ``None``."""
+        row = self._conn.execute(
+            "SELECT * FROM tickets WHERE case_id = ? AND consumed_by_key IS NULL "
+            "ORDER BY issued_at_epoch DESC, ticket_id DESC LIMIT 1",
+            (case_id,),
+        ).fetchone()
+        return Ticket(*row) if row else None
+
+    def is_rejected(self, case_id: str) -> bool:
+        """True if the case's newest request was rejected by a human."""
+        row = self._conn.execute(
+            "SELECT status FROM approval_requests WHERE case_id = ? "
+            "ORDER BY requested_at DESC, rowid DESC LIMIT 1",
+            (case_id,),
+        ).fetchone()
+        return bool(row and row[0] == "rejected")
+
+    def verify(self, ticket_id: str, case_id: str, draft_digest: str) -> Ticket:
+        """Check that ``ticket_id`` was issued by this queue for this case and this draft,
+        and is not consumed.
+
+        Raises:
+            ApprovalRefused: reason ``unknown_ticket``, ``wrong_case``, ``stale_draft`` or
+                ``consumed``.
+        """
+        ticket = self._get(ticket_id, case_id)
+        self._check_binding(ticket, case_id, draft_digest)
+        if ticket.consumed_by_key is not None:
+            raise ApprovalRefused(
+                f"ticket {ticket_id} was already consumed by the send with key "
+                f"{ticket.consumed_by_key}",
+                ticket_id=ticket_id, case_id=case_id, reason="consumed",
+            )
+        return ticket
+
+    def consume(self, ticket_id: str, case_id: str, draft_digest: str, key: str) -> Ticket:
+        """Bind the ticket to the send with idempotency key ``key`` (the send's re-check).
+
+        Re-consuming with the same key succeeds (a resumed worker repeating the same logical
+        send); any other key is refused.
+
+        Raises:
+            ApprovalRefused: as ``verify``; ``consumed`` when another key used it.
+        """
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            ticket = self._get(ticket_id, case_id)
+            self._check_binding(ticket, case_id, draft_digest)
+            if ticket.consumed_by_key not in (None, key):
+                raise ApprovalRefused(
+                    f"ticket {ticket_id} was consumed by another send (key "
+                    f"{ticket.consumed_by_key}); refusing key {key}",
+                    ticket_id=ticket_id, case_id=case_id, reason="consumed",
+                )
+            if ticket.consumed_by_key is None:
+                self._conn.execute(
+                    "UPDATE tickets SET consumed_by_key = ?, consumed_at = ? WHERE ticket_id = ?",
+                    (key, _iso(self.clock()), ticket_id),
+                )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return self._get(ticket_id, case_id)
+
+    # -- the human's side -------------------------------------------------------------
+    def approve(self, case_id: str, *, approver: str, ticket_id: str | None = None) -> Ticket:
+        """A human approves the case's pending request: the queue issues the ticket (t5).
+
+        Args:
+            case_id: the case.
+            approver: who approved (``"maya"``).
+            ticket_id: an explicit id (``"apr-desk-9"``); default ``apr-desk-<n>``.
+
+        Raises:
+            ApprovalRefused: reason ``no_request`` (nothing pending for the case) or
+                ``duplicate_ticket`` (the id is taken).
+        """
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            req = self._pending(case_id)
+            now = self.clock()
+            if ticket_id is None:
+                (count,) = self._conn.execute("SELECT COUNT(*) FROM tickets").fetchone()
+                ticket_id = f"apr-desk-{count + 1}"
+            try:
+                self._conn.execute(
+                    "INSERT INTO tickets VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
+                    (ticket_id, req.request_id, case_id, req.draft_digest, approver,
+                     _iso(now), now),
+                )
+            except sqlite3.IntegrityError:
+                raise ApprovalRefused(
+                    f"ticket id {ticket_id} already exists", ticket_id=ticket_id,
+                    case_id=case_id, reason="duplicate_ticket",
+                ) from None
+            self._conn.execute(
+                "UPDATE approval_requests SET status = 'approved' WHERE request_id = ?",
+                (req.request_id,),
+            )
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        return self._get(ticket_id, case_id)
+
+    def reject(self, case_id: str, *, approver: str) -> ApprovalRequest:
+        """A human rejects the case's pending request; the case must never send.
+
+        Raises:
+            ApprovalRefused: reason ``no_request``.
+        """
+        req = self._pending(case_id)
+        self._conn.execute(
+            "UPDATE approval_requests SET status = 'rejected' WHERE request_id = ?",
+            (req.request_id,),
+        )
+        return ApprovalRequest(req.request_id, req.case_id, req.draft_digest,
+                               req.requested_at, "rejected")
+
+    # -- evidence ---------------------------------------------------------------------
+    def requests(self, case_id: str | None = None) -> list[ApprovalRequest]:
+        """All requests (of one case), oldest first."""
+        sql, args = "SELECT * FROM approval_requests", ()
+        if case_id is not None:
+            sql, args = sql + " WHERE case_id = ?", (case_id,)
+        return [ApprovalRequest(*r) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
+
+    def tickets(self, case_id: str | None = None) -> list[Ticket]:
+        """All tickets (of one case), in issue order."""
+        sql, args = "SELECT * FROM tickets", ()
+        if case_id is not None:
+            sql, args = sql + " WHERE case_id = ?", (case_id,)
+        return [Ticket(*r) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
+
+    def _pending(self, case_id: str) -> ApprovalRequest:
+        row = self._conn.execute(
+            "SELECT * FROM approval_requests WHERE case_id = ? AND status = 'pending' "
+            "ORDER BY rowid DESC LIMIT 1",
+            (case_id,),
+        ).fetchone()
+        if row is None:
+            raise ApprovalRefused(
+                f"no pending approval request for {case_id} in {self.path}",
+                case_id=case_id, ticket_id=None, reason="no_request",
+            )
+        return ApprovalRequest(*row)
+
+    def _get(self, ticket_id: str, case_id: str) -> Ticket:
+        row = self._conn.execute("SELECT * FROM tickets WHERE ticket_id = ?", (ticket_id,))
+        found = row.fetchone()
+        if found is None:
+            raise ApprovalRefused(
+                f"ticket {ticket_id!r} was not issued by the approval queue ({self.path}); "
+                "tickets are server-side facts and one written into the state is refused",
+                ticket_id=ticket_id, case_id=case_id, reason="unknown_ticket",
+            )
+        return Ticket(*found)
+
+    @staticmethod
+    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
+        if ticket.case_id != case_id:
+            raise ApprovalRefused(
+                f"ticket {ticket.ticket_id} was issued for {ticket.case_id}, not {case_id}",
+                ticket_id=ticket.ticket_id, case_id=case_id, reason="wrong_case",
+            )
+        if ticket.draft_digest != draft_digest:
+            raise ApprovalRefused(
+                f"ticket {ticket.ticket_id} approved draft {ticket.draft_digest[:12]}, but "
+                f"the draft is now {draft_digest[:12]}: a stale approval",
+                ticket_id=ticket.ticket_id, case_id=case_id, reason="stale_draft",
+            )
+
+
+def grant_approval(state: State, ticket_id: str, *, queue: ApprovalQueue | None = None) -> None:
+    """Grant a server-issued ticket to a parked case: ``awaiting_approval → approved``.
+
+    Args:
+        state: the case, in ``awaiting_approval`` with a draft.
+        ticket_id: the ticket the human's approval produced (``"apr-desk-9"``).
+        queue: the approval queue; default the one configured by ``shopops.runtime``.
+
+    Raises:
+        ApprovalRefused: wrong phase, no draft, or any ``ApprovalQueue.verify`` refusal —
+            a ticket merely written into the state, for another case, for a stale draft, or
+            consumed.
+    """
+    if queue is None:
+        from shopops.runtime import default_services
+
+        queue = default_services().approvals
+    if state.phase != Phase.AWAITING_APPROVAL:
+        raise ApprovalRefused(
+            f"grant_approval needs phase awaiting_approval, {state.case_id} is {state.phase}",
+            ticket_id=ticket_id, case_id=state.case_id, reason="wrong_phase",
+        )
+    if state.draft is None:
+        raise ApprovalRefused(
+            f"{state.case_id} has no draft to approve", ticket_id=ticket_id,
+            case_id=state.case_id, reason="no_draft",
+        )
+    queue.verify(ticket_id, state.case_id, state.draft.digest())
+    state.approval_ticket = ticket_id
+    state.transition(Phase.APPROVED)
+    failpoint("t6.approval_granted")

@@ -1,0 +1,146 @@
+"""``shopops``: run, approve, reject, resume and inspect ShopOps cases; serve the gateway.
+
+Exit status: 0 success; 1 the system refused (bad ticket, lease held, corrupt or
+unsupported checkpoint, gateway error); 2 bad usage. Errors go to stderr, one line, naming
+the file and field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from shopops.errors import ShopOpsError
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default="shopops.db", help="checkpoint database (SQLite file)")
+    p.add_argument("--approvals", default=None,
+                   help="approval queue database (default $SHOPOPS_APPROVALS_DB or "
+                        "shopops-approvals.db)")
+
+
+def _case(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--case", default="case-O-1001", help="case id")
+    p.add_argument("--run-id", default="run-1", help="checkpoint run id")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (``shopops --help``)."""
+    parser = argparse.ArgumentParser(prog="shopops", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, helptext in (("run", "start a case, or continue it from its checkpoint"),
+                           ("resume", "continue a case from its checkpoint (must exist)")):
+        p = sub.add_parser(name, help=helptext)
+        _common(p)
+        _case(p)
+        p.add_argument("--order", default=None, help="order id (default: from the case id)")
+        p.add_argument("--gateway", default=None, help="gateway URL ($SHOPOPS_GATEWAY_URL)")
+        p.add_argument("--keys", choices=("on", "off"), default=None,
+                       help="idempotency keys ($SHOPOPS_IDEMPOTENCY_KEYS, default on)")
+        p.add_argument("--policy", choices=("deterministic", "varying"), default=None)
+        p.add_argument("--owner", default=None, help="take a lease as this owner")
+        p.add_argument("--lease-ttl", type=float, default=60.0, help="lease seconds")
+        p.add_argument("--ticket", default=None, help="ticket to grant (default: the queue's)")
+    p = sub.add_parser("approve", help="a human approves the case's pending send (t5)")
+    _common(p)
+    p.add_argument("--case", default="case-O-1001")
+    p.add_argument("--approver", default="maya")
+    p.add_argument("--ticket", default=None, help="ticket id to issue (default apr-desk-N)")
+    p = sub.add_parser("reject", help="a human rejects the case's pending send")
+    _common(p)
+    p.add_argument("--case", default="case-O-1001")
+    p.add_argument("--approver", default="maya")
+    p = sub.add_parser("history", help="print a case's checkpoint history as JSON lines")
+    _common(p)
+    p.add_argument("--case", default="case-O-1001")
+    p.add_argument("--run-id", default=None)
+    p = sub.add_parser("migrate", help="apply the explicit v1->v2 checkpoint migration")
+    p.add_argument("db", help="checkpoint database")
+    p = sub.add_parser("gateway", help="the mock email gateway")
+    gsub = p.add_subparsers(dest="gateway_command", required=True)
+    g = gsub.add_parser("serve", help="serve the mock gateway on loopback until interrupted")
+    g.add_argument("--db", default="gateway.db", help="the gateway's durable log")
+    g.add_argument("--port", type=int, default=0, help="port (default: ephemeral)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``shopops``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except ShopOpsError as exc:
+        print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from shopops.approvals import ApprovalQueue
+    from shopops.checkpoint import CheckpointStore
+
+    approvals = args.approvals if "approvals" in args else None
+    approvals = approvals or os.environ.get("SHOPOPS_APPROVALS_DB", "shopops-approvals.db")
+    if args.command in ("run", "resume"):
+        return _work(args, approvals)
+    if args.command == "approve":
+        with ApprovalQueue(approvals) as queue:
+            t = queue.approve(args.case, approver=args.approver, ticket_id=args.ticket)
+        print(json.dumps({"ticket_id": t.ticket_id, "case_id": t.case_id,
+                          "draft_digest": t.draft_digest, "issued_at": t.issued_at}))
+        return 0
+    if args.command == "reject":
+        with ApprovalQueue(approvals) as queue:
+            r = queue.reject(args.case, approver=args.approver)
+        print(json.dumps({"request_id": r.request_id, "status": r.status}))
+        return 0
+    if args.command == "history":
+        from shopops.checkpoint import read_history
+
+        for row in read_history(args.db, args.case, args.run_id):
+            text = row.state_json.decode("utf-8", "replace") if row.state_json else None
+            print(json.dumps({"seq": row.seq, "run_id": row.run_id,
+                              "schema_version": row.schema_version,
+                              "created_at": row.created_at, "state_json": text}))
+        return 0
+    if args.command == "migrate":
+        with CheckpointStore(args.db) as store:
+            print(json.dumps({"migrated_rows": store.migrate_v1_to_v2()}))
+        return 0
+    if args.command == "gateway":
+        from harness.mock_gateway import serve
+
+        serve(args.db, port=args.port)
+        return 0
+    raise AssertionError(args.command)  # pragma: no cover
+
+
+def _work(args: argparse.Namespace, approvals: str) -> int:
+    from shopops.checkpoint import CheckpointStore
+    from shopops.runtime import services_from_env, set_default_services
+    from shopops.worker import work
+
+    env = dict(os.environ, SHOPOPS_APPROVALS_DB=approvals)
+    for flag, var in ((args.gateway, "SHOPOPS_GATEWAY_URL"), (args.keys,
+                      "SHOPOPS_IDEMPOTENCY_KEYS"), (args.policy, "SHOPOPS_POLICY")):
+        if flag is not None:
+            env[var] = flag
+    services = services_from_env(env)
+    set_default_services(services)
+    order = args.order or args.case.removeprefix("case-")
+    with CheckpointStore(args.db) as store:
+        result = work(args.case, order, store=store, services=services, run_id=args.run_id,
+                      owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,
+                      require_checkpoint=args.command == "resume")
+    s = result.state
+    print(json.dumps({"stopped": result.stopped, "phase": s.phase, "step": s.step,
+                      "email_sent": s.email_sent, "delivery_id": s.delivery_id,
+                      "idempotency_key": s.send_idempotency_key}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""``run_loop``: the ShopOps agent loop with Chapter 8 checkpoints.
+
+One tool call per step, chosen by the policy. With a store, the loop checkpoints at every
+phase change and before and after each side effect (Chapter 8, "Production
+considerations"): after Intake (→ drafting), after the draft (before the approval request),
+after the park (t3), after the approval (before the send), when the send key is durable
+(t6.send_key_persisted, before the request leaves) and after the send (t7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shopops import tools
+from shopops.checkpoint import CheckpointStore, Lease
+from shopops.failpoints import failpoint
+from shopops.phases import TERMINAL, Phase
+from shopops.runtime import TOOL_SCHEMA_HASH, Services, default_services
+from shopops.state import State
+
+DEFAULT_RUN_ID = "run-1"
+
+
+@dataclass
+class LoopResult:
+    """What ``run_loop`` returns.
+
+    Attributes:
+        state: the (mutated) state.
+        stopped: why it stopped — ``parked`` (awaiting approval, no ticket), ``completed``,
+            ``rejected``, ``max_steps``, or ``done`` (called with ``state.done`` true).
+        steps: tool calls made by this call.
+    """
+
+    state: State
+    stopped: str
+    steps: int
+
+
+def run_loop(
+    state: State,
+    *,
+    store: CheckpointStore | None = None,
+    run_id: str = DEFAULT_RUN_ID,
+    services: Services | None = None,
+    lease: Lease | None = None,
+) -> LoopResult:
+    """Run the case until it parks, completes, is rejected, or reaches ``max_steps``.
+
+    Args:
+        state: the case; mutated in place and returned in the result.
+        store: checkpoint store; without one nothing is saved (the chapter's first call).
+        run_id: the checkpoint run id; ``step`` continues within a run.
+        services: approval queue, gateway, policy, records; default from the environment.
+        lease: the caller's lease; every save is fenced by it.
+
+    Returns:
+        ``LoopResult``.
+
+    Raises:
+        shopops.errors.ApprovalRefused, shopops.errors.GatewayError,
+        shopops.errors.FencedOff, shopops.errors.IllegalTransition: from the tools and store.
+    """
+    svc = services or default_services()
+    policy = svc.policy
+    if not state.policy_version:
+        state.policy_version = policy.version
+        state.model_route_id = policy.model_route_id
+        state.tool_schema_hash = TOOL_SCHEMA_HASH
+
+    def save() -> None:
+        if store is not None:
+            store.save(state, run_id=run_id, lease=lease)
+
+    if state.done:
+        return LoopResult(state, "done", 0)
+    if state.phase == Phase.INTAKE and state.step == 0 and state.customer is None:
+        failpoint("t0.case_started")
+    start = state.step
+    while True:
+        phase = Phase(state.phase)
+        if phase in TERMINAL:
+            state.done = True
+            return LoopResult(state, phase.value, state.step - start)
+        tool = policy.next_tool(state)
+        if tool is None:  # awaiting approval without a ticket: park
+            state.done = True
+            failpoint("t4.parked")
+            return LoopResult(state, "parked", state.step - start)
+        if state.step >= state.max_steps:
+            return LoopResult(state, "max_steps", state.step - start)
+        state.step += 1
+        if tool == "get_customer":
+            tools.get_customer(state, svc)
+        elif tool == "get_order":
+            tools.get_order(state, svc)
+            state.transition(Phase.DRAFTING)
+            save()
+        elif tool == "draft_email":
+            tools.draft_email(state, svc)
+            save()  # the draft is durable before the approval request (a side effect)
+        elif tool == "propose_send":
+            tools.propose_send(state, svc)
+            save()
+            failpoint("t3.checkpoint_saved")
+        elif tool == "send_email":
+            if phase is Phase.APPROVED:
+                save()  # "approval is a state transition recorded before consequential send"
+                state.send_idempotency_key = tools.send_key(state)
+                state.transition(Phase.SENDING)
+                save()
+                failpoint("t6.send_key_persisted")
+            tools.send_email(state, svc)
+            state.transition(Phase.COMPLETED)
+            save()
+            failpoint("t7.completed_saved")
+        else:  # pragma: no cover - a policy naming a tool that does not exist
+            raise ValueError(f"policy chose unknown tool {tool!r}")

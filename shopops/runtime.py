@@ -1,0 +1,111 @@
+"""Wiring: the services a loop talks to, built explicitly or from the environment.
+
+The chapter's usage calls ``run_loop(state)`` and ``grant_approval(state, ticket)`` with no
+wiring, so a process-wide default is built on first use from these variables:
+
+==========================  ===============================================  ==========
+variable                    meaning                                          default
+==========================  ===============================================  ==========
+``SHOPOPS_APPROVALS_DB``    the approval queue's SQLite file                 ``shopops-approvals.db``
+``SHOPOPS_GATEWAY_URL``     base URL of the email gateway                    (none: sending fails)
+``SHOPOPS_IDEMPOTENCY_KEYS`` ``on`` or ``off`` (exercise 3 demonstration)    ``on``
+``SHOPOPS_POLICY``          ``deterministic`` or ``varying``                 ``deterministic``
+``SHOPOPS_FIXTURES``        folder with ``customers.json``/``orders.json``   ``fixtures/``
+==========================  ===============================================  ==========
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+from shopops.approvals import ApprovalQueue
+from shopops.errors import ShopOpsError
+from shopops.gateway_client import EmailGatewayClient
+from shopops.policy import Policy, make_policy
+from shopops.records import Records
+
+TOOL_NAMES = ("get_customer", "get_order", "draft_email", "propose_send", "send_email")
+#: Hash of the tool names and their argument shapes: snapshot metadata (Chapter 8).
+TOOL_SCHEMA_HASH = hashlib.sha256(",".join(TOOL_NAMES).encode()).hexdigest()[:16]
+
+
+class ConfigError(ShopOpsError, ValueError):
+    """A bad setting (fields: ``variable``, ``value``, ``allowed``)."""
+
+
+@dataclass
+class Services:
+    """What the loop's tools talk to.
+
+    Attributes:
+        approvals: the approval queue (server-side tickets).
+        gateway: the email gateway client, or ``None`` (a send then raises ``ConfigError``).
+        policy: the model stand-in.
+        records: the CRM records.
+    """
+
+    approvals: ApprovalQueue
+    gateway: EmailGatewayClient | None
+    policy: Policy
+    records: Records
+
+    def require_gateway(self) -> EmailGatewayClient:
+        """The gateway client. Raises ``ConfigError`` when none is configured."""
+        if self.gateway is None:
+            raise ConfigError(
+                "no email gateway configured: set SHOPOPS_GATEWAY_URL (e.g. the URL printed "
+                "by `shopops gateway serve`)",
+                variable="SHOPOPS_GATEWAY_URL", value=None, allowed="an http:// URL",
+            )
+        return self.gateway
+
+
+def services_from_env(env: dict[str, str] | None = None) -> Services:
+    """Build ``Services`` from environment variables (table above).
+
+    Raises:
+        ConfigError: ``SHOPOPS_IDEMPOTENCY_KEYS`` or ``SHOPOPS_POLICY`` has a value not allowed.
+    """
+    env = dict(os.environ if env is None else env)
+    keys = env.get("SHOPOPS_IDEMPOTENCY_KEYS", "on")
+    if keys not in ("on", "off"):
+        raise ConfigError(
+            f"SHOPOPS_IDEMPOTENCY_KEYS={keys!r}; allowed: on, off",
+            variable="SHOPOPS_IDEMPOTENCY_KEYS", value=keys, allowed="on, off",
+        )
+    policy_name = env.get("SHOPOPS_POLICY", "deterministic")
+    try:
+        policy = make_policy(policy_name)
+    except ValueError as exc:
+        raise ConfigError(
+            f"SHOPOPS_POLICY: {exc}", variable="SHOPOPS_POLICY", value=policy_name,
+            allowed="deterministic, varying",
+        ) from None
+    url = env.get("SHOPOPS_GATEWAY_URL")
+    gateway = EmailGatewayClient(url, use_idempotency_keys=keys == "on") if url else None
+    return Services(
+        approvals=ApprovalQueue(env.get("SHOPOPS_APPROVALS_DB", "shopops-approvals.db")),
+        gateway=gateway,
+        policy=policy,
+        records=Records.load(env.get("SHOPOPS_FIXTURES") or None),
+    )
+
+
+_default: Services | None = None
+
+
+def default_services() -> Services:
+    """The process-wide ``Services``, built from the environment on first use."""
+    global _default
+    if _default is None:
+        _default = services_from_env()
+    return _default
+
+
+def set_default_services(services: Services | None) -> None:
+    """Replace (or with ``None`` drop) the process-wide default; used by the CLI and by a
+    fork server so that no connection leaks from one execution into the next."""
+    global _default
+    _default = services

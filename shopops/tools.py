@@ -1,0 +1,94 @@
+"""The loop's tools. Each takes the ``State`` and the ``Services`` and updates the state.
+
+Intake reads (``get_customer``, ``get_order``) and ``draft_email`` only change memory;
+``propose_send`` writes an approval request (a side effect on the queue) and parks the
+case; ``send_email`` is the consequential side effect, guarded by the ticket re-check and
+an idempotency key that is durable before the request leaves (Chapter 6 + Chapter 8).
+"""
+
+from __future__ import annotations
+
+from shopops.errors import ApprovalRefused, IllegalTransition
+from shopops.failpoints import failpoint
+from shopops.phases import Phase
+from shopops.runtime import Services
+from shopops.state import Draft, State
+
+
+def get_customer(state: State, svc: Services) -> None:
+    """Intake: read the customer who placed ``state.order_id`` into ``state.customer``."""
+    state.customer = svc.records.customer_for_order(state.order_id)
+    failpoint("t1.get_customer")
+
+
+def get_order(state: State, svc: Services) -> None:
+    """Intake: read the order into ``state.order``."""
+    state.order = svc.records.order(state.order_id)
+    failpoint("t1.get_order")
+
+
+def draft_email(state: State, svc: Services) -> None:
+    """Ask the policy for the draft. Never called once a draft exists (the loop's policy
+    only picks it in ``drafting`` without a draft).
+
+    Raises:
+        IllegalTransition: a draft already exists (re-drafting would void the approval).
+    """
+    if state.draft is not None:
+        raise IllegalTransition(
+            f"{state.case_id} already has a draft; re-drafting is not allowed",
+            source=state.phase, target=state.phase,
+        )
+    assert state.customer is not None and state.order is not None
+    state.draft = svc.policy.draft(state.customer, state.order)
+    failpoint("t1.draft_email")
+
+
+def propose_send(state: State, svc: Services) -> None:
+    """Ask a human to approve the send of the current draft; park (→ awaiting_approval)."""
+    draft = _require_draft(state)
+    state.approval_request_id = svc.approvals.request(state.case_id, draft.digest())
+    state.transition(Phase.AWAITING_APPROVAL)
+    failpoint("t2.send_proposed")
+
+
+def send_key(state: State) -> str:
+    """The idempotency key of the case's one logical send, derived from durable facts (the
+    case and the approved draft's digest) so it is the same before and after any crash."""
+    return f"{state.case_id}:send_email:{_require_draft(state).digest()[:16]}"
+
+
+def send_email(state: State, svc: Services) -> None:
+    """Send the approved draft through the gateway, once.
+
+    Requires phase ``sending`` with the idempotency key and the ticket already in the
+    (checkpointed) state. Re-checks the ticket with the queue and binds it to the key, then
+    sends; a retry or a resumed worker reuses the same key, so the gateway dedupes.
+
+    Raises:
+        ApprovalRefused: no ticket, or the queue refuses it.
+        shopops.errors.GatewayError: the gateway refused or stayed unreachable.
+    """
+    draft = _require_draft(state)
+    if state.approval_ticket is None or state.send_idempotency_key is None:
+        raise ApprovalRefused(
+            f"{state.case_id}: refusing to send without a ticket and a durable key",
+            ticket_id=state.approval_ticket, case_id=state.case_id, reason="no_ticket",
+        )
+    svc.approvals.consume(
+        state.approval_ticket, state.case_id, draft.digest(), state.send_idempotency_key
+    )
+    result = svc.require_gateway().send(
+        case_id=state.case_id, to=draft.to, subject=draft.subject, body=draft.body,
+        idempotency_key=state.send_idempotency_key,
+    )
+    state.email_sent = True
+    state.delivery_id = result.delivery_id
+
+
+def _require_draft(state: State) -> Draft:
+    if state.draft is None:
+        raise IllegalTransition(
+            f"{state.case_id} has no draft", source=state.phase, target=state.phase
+        )
+    return state.draft
