@@ -1,0 +1,98 @@
+"""The harness end of the failpoint channel (``shopops.failpoints``, ``SHOPOPS_FAILPOINT_CHANNEL``).
+
+A Unix stream socket server (``socketserver.ThreadingUnixStreamServer``): each worker
+connects once and, at every labelled point, sends one JSON line and blocks for the reply.
+The ``on_hit`` callback decides: it returns a reply (the worker continues) or ``None``
+after it has SIGKILLed the worker, which then never reads a reply. The socket lives in a
+short private directory under the system temp dir (AF_UNIX paths are limited to 108 bytes)
+that ``close()`` removes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socketserver
+import tempfile
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A failpoint hit as the worker reported it: ``label``, ``pid``, ``occurrence`` (within
+    that process, from 1) and the local ``action`` its spec chose (``off`` when none)."""
+
+    label: str
+    pid: int
+    occurrence: int
+    action: str
+
+
+OnHit = Callable[[Hit], "dict[str, object] | None"]
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        for line in self.rfile:
+            try:
+                data = json.loads(line)
+                hit = Hit(str(data["label"]), int(data["pid"]), int(data["occurrence"]),
+                          str(data.get("action", "off")))
+            except (ValueError, KeyError, TypeError):
+                return  # a malformed line: drop the connection; the worker fails loudly
+            reply = self.server.on_hit(hit)
+            if reply is None:
+                return  # the worker was killed at this point
+            try:
+                self.wfile.write(json.dumps(reply).encode() + b"\n")
+                self.wfile.flush()
+            except OSError:
+                return
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, path: str, on_hit: OnHit) -> None:
+        self.on_hit = on_hit
+        super().__init__(path, _Handler)
+
+
+class FailpointChannel:
+    """Listen for failpoint hits; ``path`` goes into the worker's
+    ``SHOPOPS_FAILPOINT_CHANNEL``.
+
+    Args:
+        on_hit: called in a server thread for every hit; returns the reply dict
+            (``{"do": "continue"}``) or ``None`` if it killed the worker.
+    """
+
+    def __init__(self, on_hit: OnHit) -> None:
+        self._dir = tempfile.mkdtemp(prefix="shopops-ctl-")
+        self.path = os.path.join(self._dir, "fp.sock")
+        self._server = _Server(self.path, on_hit)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.01},
+            name="failpoint-channel", daemon=True,
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop serving and remove the socket directory. Idempotent."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join()
+        self._server.server_close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> FailpointChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,256 @@
+"""The kill-resume checklist as pure functions over ``Evidence``.
+
+The first five are Chapter 8's "Kill-resume checklist for O-1001"; the rest are DESIGN.md's
+"beyond the five". Each returns a ``CheckResult`` with the evidence lines a human needs to
+see why. None of them reads a file or asks the loop anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harness.evidence import Evidence
+from shopops.errors import ShopOpsError
+from shopops.phases import PRE_APPROVAL, Phase
+from shopops.state import Draft, State
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """``check_id``, ``passed``, ``detail`` (one line) and ``evidence`` (lines)."""
+
+    check_id: str
+    passed: bool
+    detail: str
+    evidence: tuple[str, ...] = ()
+
+
+class CheckFailed(AssertionError):
+    """Raised by the pytest plugin for a failing execution (an ``AssertionError``, so pytest
+    shows a failure, not an error)."""
+
+
+def _states(ev: Evidence) -> tuple[list[tuple[int, State]], list[str]]:
+    parsed, problems = [], []
+    for row in ev.checkpoints:
+        try:
+            parsed.append((row.seq, row.state()))
+        except ShopOpsError as exc:
+            problems.append(f"checkpoint seq {row.seq}: {exc}")
+    return parsed, problems
+
+
+def _digest(to: str, subject: str, body: str) -> str:
+    return Draft(to, subject, body).digest()
+
+
+def draft_identical(ev: Evidence) -> CheckResult:
+    """1. The draft after resume is identical to the pre-crash (checkpointed) draft, to the
+    draft the human approved, and to what the gateway delivered."""
+    states, problems = _states(ev)
+    drafts = [(seq, s.draft) for seq, s in states if s.draft is not None]
+    lines = [f"checkpoint seq {seq}: draft {d.digest()[:12]}" for seq, d in drafts]
+    lines += [f"ticket {t.ticket_id}: approved draft {t.draft_digest[:12]}" for t in ev.tickets]
+    delivered = [(d.delivery_id, _digest(d.to, d.subject, d.body))
+                 for d in ev.gateway.deliveries_for(ev.case_id)]
+    lines += [f"delivery {i}: body+subject+to {g[:12]}" for i, g in delivered]
+    digests = {d.digest() for _, d in drafts}
+    if problems:
+        return CheckResult("draft_identical", False, problems[0], tuple(lines + problems))
+    if len(digests) > 1:
+        return CheckResult("draft_identical", False,
+                           f"the checkpointed draft changed ({len(digests)} different drafts)",
+                           tuple(lines))
+    expected = digests | {t.draft_digest for t in ev.tickets} | {g for _, g in delivered}
+    if len(expected) > 1:
+        return CheckResult("draft_identical", False,
+                           "approved or delivered text differs from the checkpointed draft",
+                           tuple(lines))
+    return CheckResult("draft_identical", True,
+                       "one draft throughout" if digests else "no draft was checkpointed",
+                       tuple(lines))
+
+
+def parked_until_approval(ev: Evidence) -> CheckResult:
+    """2. Phase stays ``awaiting_approval`` until ``grant_approval``: no checkpoint saved
+    before the human approved is past approval, and a resume without approval parks again
+    and sends nothing."""
+    states, problems = _states(ev)
+    cut = ev.checkpoint_seq_at_approval
+    lines = [f"human approved at trace seq {ev.approval_event}; checkpoints up to seq {cut} "
+             "were saved before"] if ev.approval_event is not None else ["no approval happened"]
+    bad = [(seq, s.phase) for seq, s in states
+           if (cut is None or seq <= cut) and Phase(s.phase) not in PRE_APPROVAL]
+    lines += [f"checkpoint seq {seq}: phase {p} before the approval" for seq, p in bad]
+    rechecks = [w for w in ev.workers if w.role == "recheck" and not w.killed_by_harness]
+    for w in rechecks:
+        parked = w.phase_after == Phase.AWAITING_APPROVAL
+        sent = [e for e in ev.events if e.kind == "delivery" and e.worker == w.index]
+        lines.append(f"worker {w.index} resumed without approval: latest checkpoint "
+                     f"{w.phase_after}, {len(sent)} delivery(ies) while it ran")
+        if not parked or sent:
+            bad.append((-1, "resume without approval did not park"))
+    if problems:
+        return CheckResult("parked_until_approval", False, problems[0], tuple(lines + problems))
+    if bad:
+        return CheckResult("parked_until_approval", False,
+                           f"{len(bad)} checkpoint(s)/resume(s) moved past awaiting_approval "
+                           "before a human approved", tuple(lines))
+    return CheckResult("parked_until_approval", True,
+                       f"{len(rechecks)} resume(s) without approval parked again", tuple(lines))
+
+
+def not_sent_before_approval(ev: Evidence) -> CheckResult:
+    """3. ``email_sent`` is false until the post-approval send, and nothing is delivered
+    before the ticket exists (trace order), and no checkpoint claims a send the gateway did
+    not make."""
+    states, problems = _states(ev)
+    lines: list[str] = []
+    approval = ev.approval_event
+    early = [e for e in ev.events if e.kind == "delivery"
+             and (approval is None or e.seq < approval)]
+    lines += [f"trace seq {e.seq}: delivery {e.detail} before the approval" for e in early]
+    cut = ev.checkpoint_seq_at_approval
+    flagged = [seq for seq, s in states if s.email_sent and (cut is None or seq <= cut)]
+    lines += [f"checkpoint seq {seq}: email_sent true before the approval" for seq in flagged]
+    ids = {d.delivery_id for d in ev.gateway.deliveries_for(ev.case_id)}
+    phantom = [(seq, s.delivery_id) for seq, s in states if s.email_sent
+               and s.delivery_id not in ids]
+    lines += [f"checkpoint seq {seq}: email_sent with delivery {d} the gateway never made"
+              for seq, d in phantom]
+    if problems:
+        return CheckResult("not_sent_before_approval", False, problems[0],
+                           tuple(lines + problems))
+    if early or flagged or phantom:
+        return CheckResult("not_sent_before_approval", False,
+                           "a send was recorded or made before the approval", tuple(lines))
+    return CheckResult("not_sent_before_approval", True,
+                       "nothing sent and email_sent false until after the approval",
+                       tuple(lines))
+
+
+def step_continues(ev: Evidence) -> CheckResult:
+    """4. ``step`` continues across resume: never decreases over the run's checkpoints."""
+    states, problems = _states(ev)
+    lines = [f"checkpoint seq {seq}: step {s.step} phase {s.phase}" for seq, s in states]
+    drops = [(a, b) for (a, sa), (b, sb) in zip(states, states[1:]) if sb.step < sa.step]
+    if problems:
+        return CheckResult("step_continues", False, problems[0], tuple(lines + problems))
+    if drops:
+        a, b = drops[0]
+        return CheckResult("step_continues", False,
+                           f"step went down between checkpoint seq {a} and {b}", tuple(lines))
+    return CheckResult("step_continues", True, "step never reset", tuple(lines))
+
+
+def same_key_one_delivery(ev: Evidence) -> CheckResult:
+    """5. Side-effect tools reuse the same idempotency key before and after the crash, and
+    the gateway delivers exactly one email for it."""
+    states, _ = _states(ev)
+    durable = {s.send_idempotency_key for _, s in states if s.send_idempotency_key}
+    sends = [r for r in ev.gateway.requests if r.case_id == ev.case_id]
+    keys = {r.idempotency_key for r in sends}
+    lines = [f"gateway request {r.seq}: key {r.idempotency_key} -> {r.status}"
+             f"{' duplicate' if r.duplicate else ''}{' fault ' + r.fault if r.fault else ''}"
+             for r in sends]
+    lines += [f"checkpointed key {k}" for k in sorted(durable)]
+    if not sends:
+        return CheckResult("same_key_one_delivery", False, "no send reached the gateway",
+                           tuple(lines))
+    if None in keys:
+        return CheckResult("same_key_one_delivery", False,
+                           f"{sum(r.idempotency_key is None for r in sends)} send(s) carried "
+                           f"no Idempotency-Key; {ev.deliveries} delivered", tuple(lines))
+    if len(keys) > 1 or len(durable) > 1 or (durable and keys != durable):
+        return CheckResult("same_key_one_delivery", False,
+                           f"keys changed across the crash: {sorted(keys | durable)}",
+                           tuple(lines))
+    if ev.deliveries != 1:
+        return CheckResult("same_key_one_delivery", False,
+                           f"one key but {ev.deliveries} deliveries", tuple(lines))
+    return CheckResult("same_key_one_delivery", True,
+                       f"{len(sends)} request(s), one key, one delivery", tuple(lines))
+
+
+def exactly_one_delivery(ev: Evidence) -> CheckResult:
+    """Beyond the five: the case completes with exactly one delivery (not zero, not two),
+    and the final checkpoint records that delivery."""
+    states, _ = _states(ev)
+    deliveries = ev.gateway.deliveries_for(ev.case_id)
+    lines = [f"delivery {d.delivery_id} at {d.delivered_at} key {d.idempotency_key}"
+             for d in deliveries]
+    final = states[-1][1] if states else None
+    lines.append(f"final checkpoint: {final.phase if final else 'none'}"
+                 f"{' email_sent' if final and final.email_sent else ''}")
+    if len(deliveries) != 1:
+        return CheckResult("exactly_one_delivery", False,
+                           f"{len(deliveries)} deliveries for {ev.case_id}", tuple(lines))
+    if final is None or final.phase != Phase.COMPLETED or not final.email_sent:
+        return CheckResult("exactly_one_delivery", False,
+                           "delivered, but the case did not complete", tuple(lines))
+    if final.delivery_id != deliveries[0].delivery_id:
+        return CheckResult("exactly_one_delivery", False,
+                           f"final checkpoint names delivery {final.delivery_id}, the gateway "
+                           f"made {deliveries[0].delivery_id}", tuple(lines))
+    return CheckResult("exactly_one_delivery", True, "completed with one delivery",
+                       tuple(lines))
+
+
+def ticket_server_issued(ev: Evidence) -> CheckResult:
+    """Beyond the five: no send without a server-issued ticket — every checkpointed ticket
+    was issued by the queue for this case, and every delivery's key consumed such a ticket
+    for the delivered draft."""
+    states, _ = _states(ev)
+    issued = {t.ticket_id: t for t in ev.tickets}
+    lines = [f"ticket {t.ticket_id} issued to {t.approver} at {t.issued_at}, consumed by "
+             f"{t.consumed_by_key}" for t in ev.tickets]
+    forged = sorted({s.approval_ticket for _, s in states
+                     if s.approval_ticket and s.approval_ticket not in issued})
+    lines += [f"checkpointed ticket {t} was never issued by the queue" for t in forged]
+    unbacked = []
+    for d in ev.gateway.deliveries_for(ev.case_id):
+        digest = _digest(d.to, d.subject, d.body)
+        # Without a key (keys off) the gateway cannot tie a delivery to a send; the draft
+        # digest still ties it to the ticket the human approved.
+        ok = any(t.consumed_by_key is not None and t.draft_digest == digest
+                 and d.idempotency_key in (None, t.consumed_by_key) for t in ev.tickets)
+        if not ok:
+            unbacked.append(d.delivery_id)
+            lines.append(f"delivery {d.delivery_id} (key {d.idempotency_key}) has no consumed "
+                         "ticket for its key and draft")
+    if forged or unbacked:
+        return CheckResult("ticket_server_issued", False,
+                           f"{len(forged)} forged ticket(s), {len(unbacked)} delivery(ies) "
+                           "without a server-issued ticket", tuple(lines))
+    return CheckResult("ticket_server_issued", True, "every send backed by an issued ticket",
+                       tuple(lines))
+
+
+def no_process_left(ev: Evidence) -> CheckResult:
+    """Beyond the five: no process of the execution is left alive after it."""
+    left = [(w.index, pid) for w in ev.workers for pid in w.leftovers]
+    lines = [f"worker {i}: pid {pid} was still alive in its process group" for i, pid in left]
+    if left:
+        return CheckResult("no_process_left", False, f"{len(left)} process(es) left alive",
+                           tuple(lines))
+    return CheckResult("no_process_left", True,
+                       f"{len(ev.workers)} worker process group(s), all gone", tuple(lines))
+
+
+CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
+    draft_identical,
+    parked_until_approval,
+    not_sent_before_approval,
+    step_continues,
+    same_key_one_delivery,
+    exactly_one_delivery,
+    ticket_server_issued,
+    no_process_left,
+)
+CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)
+
+
+def run_checks(ev: Evidence) -> tuple[CheckResult, ...]:
+    """Every check, in ``CHECKS`` order."""
+    return tuple(check(ev) for check in CHECKS)

@@ -1,0 +1,188 @@
+"""Worker processes: start, SIGKILL from outside, reap — and prove nothing is left.
+
+Every worker runs in its own session (``start_new_session=True``), so its process group id
+is its pid and one ``killpg`` reaches it and anything it spawned. A worker is reaped through
+one API only, ``Popen.wait`` (psutil's notes: reaping through two APIs loses the exit
+status). ``REGISTRY`` holds every live worker of this harness process, so that a failing
+check, a timeout, SIGINT/SIGTERM or interpreter exit all end in the same ``reap_all``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import FrameType
+
+import psutil
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    """How a worker ended: ``returncode`` (negative = killed by that signal),
+    ``killed_by_harness`` (we sent the SIGKILL), ``timed_out`` (its deadline passed and the
+    harness killed it), ``leftovers`` (pids of its process group still alive after it was
+    reaped, which were then killed), ``elapsed_s`` (seconds)."""
+
+    returncode: int
+    killed_by_harness: bool
+    timed_out: bool
+    leftovers: tuple[int, ...]
+    elapsed_s: float
+
+    @property
+    def sigkilled(self) -> bool:
+        """Exactly ``-SIGKILL``, as psutil's tests assert it."""
+        return self.returncode == -signal.SIGKILL
+
+
+class Worker:
+    """One started worker process (``popen``), in its own process group.
+
+    ``kill()`` may be called from any thread (the failpoint channel calls it while the
+    worker blocks at its labelled point); ``wait(deadline_s)`` reaps it.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], index: int) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.index = index
+        self.started = time.monotonic()
+        self._killed = threading.Event()
+        self._exit: ExitInfo | None = None
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group (no-op if it is already gone)."""
+        self._killed.set()
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    @property
+    def killed_by_harness(self) -> bool:
+        """True once ``kill()`` was called."""
+        return self._killed.is_set()
+
+    def wait(self, deadline_s: float) -> ExitInfo:
+        """Wait for the worker to exit, at most ``deadline_s`` seconds, then kill and reap.
+
+        Returns:
+            ``ExitInfo``; ``timed_out`` is true if the deadline passed.
+        """
+        if self._exit is not None:
+            return self._exit
+        timed_out = False
+        try:
+            self.popen.wait(timeout=deadline_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self.kill()
+            self.popen.wait()
+        leftovers = _group_leftovers(self.pid)
+        self._exit = ExitInfo(
+            returncode=self.popen.returncode,
+            killed_by_harness=self.killed_by_harness and not timed_out,
+            timed_out=timed_out,
+            leftovers=leftovers,
+            elapsed_s=time.monotonic() - self.started,
+        )
+        REGISTRY.discard(self)
+        return self._exit
+
+
+def _group_leftovers(pgid: int) -> tuple[int, ...]:
+    """Pids still in process group ``pgid``; each is SIGKILLed and waited for (psutil)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return ()
+    except PermissionError:  # pragma: no cover - not ours
+        return ()
+    survivors = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                survivors.append(proc)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue
+    for proc in survivors:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(survivors, timeout=5)
+    return tuple(p.pid for p in survivors)
+
+
+class _Registry:
+    """Live workers of this harness process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: set[Worker] = set()
+
+    def add(self, worker: Worker) -> None:
+        with self._lock:
+            self._live.add(worker)
+
+    def discard(self, worker: Worker) -> None:
+        with self._lock:
+            self._live.discard(worker)
+
+    def live(self) -> list[Worker]:
+        with self._lock:
+            return list(self._live)
+
+    def reap_all(self) -> int:
+        """SIGKILL and reap every live worker; returns how many there were."""
+        workers = self.live()
+        for worker in workers:
+            worker.kill()
+        for worker in workers:
+            worker.wait(deadline_s=10)
+        return len(workers)
+
+
+REGISTRY = _Registry()
+atexit.register(REGISTRY.reap_all)
+
+
+def spawn(argv: list[str], *, env: dict[str, str], cwd: str, stdout: str, stderr: str,
+          index: int) -> Worker:
+    """Start ``argv`` as a worker in a new session, output to the files ``stdout``/``stderr``.
+
+    Raises:
+        OSError: the executable could not be started.
+    """
+    with open(stdout, "wb") as out, open(stderr, "wb") as err:
+        popen = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            start_new_session=True, close_fds=True,
+        )
+    worker = Worker(popen, index)
+    REGISTRY.add(worker)
+    return worker
+
+
+@contextmanager
+def reaping_on_signals() -> Iterator[None]:
+    """Within the block SIGTERM raises ``SystemExit(143)`` (SIGINT already raises
+    ``KeyboardInterrupt``), so ``finally`` blocks run; on the way out every live worker is
+    reaped, whatever happened. Main thread only (``signal.signal``)."""
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        REGISTRY.reap_all()
+        signal.signal(signal.SIGTERM, previous)

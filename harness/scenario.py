@@ -1,0 +1,211 @@
+"""Scenario files: one TOML file per scenario under ``scenarios/`` (``tomllib``).
+
+See ``scenarios/README.md`` for the format. Loading validates everything before anything
+runs: a syntax error, an unknown table or field, a wrong type, an unknown label or an
+impossible schedule raises ``ScenarioError`` naming the file, the field (with its line when
+it can be found) and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.checks import CHECK_IDS
+from harness.schedule import CrashSchedule, KillPoint
+from shopops.errors import ShopOpsError
+from shopops.policy import POLICIES
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+
+
+class ScenarioError(ShopOpsError, ValueError):
+    """A bad scenario file (fields: ``path``, ``field``, ``line`` or ``None``, ``reason``)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario.
+
+    Attributes:
+        name: the id prefix of its executions (``o1001``).
+        path: the file it came from (``None`` when built in code).
+        description: one line for reports.
+        case_id, order_id: the case.
+        policy: ``deterministic`` or ``varying``.
+        idempotency_keys: SUT option; ``False`` demonstrates duplicates (exercise 3).
+        points: kill points for single-kill executions; ``None`` means every point the
+            trace run reaches.
+        schedules: extra multi-kill schedules.
+        baseline: also run the no-kill execution.
+        expect_failing: check ids expected to fail in every killed execution (teaching
+            demos); empty means "crash-safe".
+    """
+
+    name: str
+    path: Path | None = None
+    description: str = ""
+    case_id: str = "case-O-1001"
+    order_id: str = "O-1001"
+    policy: str = "deterministic"
+    idempotency_keys: bool = True
+    points: tuple[KillPoint, ...] | None = None
+    schedules: tuple[CrashSchedule, ...] = ()
+    baseline: bool = True
+    expect_failing: frozenset[str] = field(default_factory=frozenset)
+
+
+_ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "": {"name": str, "description": str},
+    "case": {"case_id": str, "order_id": str},
+    "sut": {"policy": str, "idempotency_keys": bool},
+    "crash": {"points": (str, list), "schedules": list, "baseline": bool},
+    "expect": {"failing_checks": list},
+}
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate one scenario file.
+
+    Raises:
+        ScenarioError: unreadable file, TOML syntax error (with its line), unknown table or
+            field, wrong type, bad name, unknown policy, unknown label, bad schedule, unknown
+            check id.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}", path=str(path), field=None,
+                            line=None, reason="unreadable") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line = getattr(exc, "lineno", None)
+        raise ScenarioError(f"{path}: TOML syntax error: {exc}", path=str(path),
+                            field=None, line=line, reason="syntax") from exc
+    return _build(data, path, text)
+
+
+def load_scenarios(paths: Iterable[str | Path]) -> list[Scenario]:
+    """Load files and folders (every ``*.toml`` inside, sorted), all before any runs.
+
+    Raises:
+        ScenarioError: the first bad file; also two scenarios with the same name, or a
+            path that does not exist.
+    """
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            files.extend(sorted(p.glob("*.toml")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise ScenarioError(f"{p}: no such scenario file or folder", path=str(p),
+                                field=None, line=None, reason="missing")
+    scenarios = [load_scenario(f) for f in files]
+    seen: dict[str, Path | None] = {}
+    for s in scenarios:
+        if s.name in seen:
+            raise ScenarioError(
+                f"{s.path}: name {s.name!r} is already used by {seen[s.name]}",
+                path=str(s.path), field="name", line=None, reason="duplicate name")
+        seen[s.name] = s.path
+    return scenarios
+
+
+def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
+    def fail(fld: str, reason: str) -> ScenarioError:
+        line = _line_of(text, fld)
+        where = f"{path}:{line}" if line else str(path)
+        return ScenarioError(f"{where}: field '{fld}': {reason}", path=str(path), field=fld,
+                             line=line, reason=reason)
+
+    for key, value in data.items():
+        if key in _ALLOWED and key and not isinstance(value, dict):
+            raise fail(key, "must be a table [" + key + "]")
+        if key not in _ALLOWED or key == "":
+            raise fail(key, "unknown field or table; allowed: "
+                       + ", ".join(["name", "description", "[case]", "[sut]", "[crash]",
+                                    "[expect]"]))
+    for table, allowed in _ALLOWED.items():
+        section = data if table == "" else data.get(table, {})
+        for key, value in section.items():
+            if table == "" and isinstance(value, dict):
+                continue
+            dotted = f"{table}.{key}" if table else key
+            if key not in allowed:
+                raise fail(dotted, f"unknown field; allowed in [{table or 'top level'}]: "
+                           + ", ".join(allowed))
+            if not isinstance(value, allowed[key]):
+                raise fail(dotted, f"must be {_type_text(allowed[key])}, got "
+                           f"{type(value).__name__}")
+    case, sut, crash, expect = (data.get(t, {}) for t in ("case", "sut", "crash", "expect"))
+    name = data.get("name", path.stem)
+    if not _NAME.match(name):
+        raise fail("name", f"{name!r}: use lowercase letters, digits, '-' and '_'")
+    policy = sut.get("policy", "deterministic")
+    if policy not in POLICIES:
+        raise fail("sut.policy", f"{policy!r}; allowed: {', '.join(POLICIES)}")
+    points: tuple[KillPoint, ...] | None
+    raw_points = crash.get("points", "all")
+    if isinstance(raw_points, str):
+        if raw_points != "all":
+            raise fail("crash.points", f"{raw_points!r}; allowed: \"all\" or a list of labels")
+        points = None
+    else:
+        try:
+            points = tuple(KillPoint.parse(_str(p)) for p in raw_points)
+        except ValueError as exc:
+            raise fail("crash.points", str(exc)) from None
+    try:
+        schedules = tuple(CrashSchedule.parse(_str(s)) for s in crash.get("schedules", []))
+    except ValueError as exc:
+        raise fail("crash.schedules", str(exc)) from None
+    failing = expect.get("failing_checks", [])
+    for check in failing:
+        if check not in CHECK_IDS:
+            raise fail("expect.failing_checks",
+                       f"unknown check {check!r}; allowed: {', '.join(CHECK_IDS)}")
+    return Scenario(
+        name=name, path=path, description=data.get("description", ""),
+        case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
+        order_id=case.get("order_id", "O-1001"), policy=policy,
+        idempotency_keys=sut.get("idempotency_keys", True), points=points,
+        schedules=schedules, baseline=crash.get("baseline", True),
+        expect_failing=frozenset(failing),
+    )
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} must be a string")
+    return value
+
+
+def _type_text(expected: type | tuple[type, ...]) -> str:
+    names = {str: "a string", bool: "true or false", list: "a list", int: "an integer"}
+    types = expected if isinstance(expected, tuple) else (expected,)
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def _line_of(text: str, dotted: str) -> int | None:
+    """The 1-based line where ``dotted``'s key is set (inside its table), if found."""
+    table, _, key = dotted.rpartition(".")
+    current = ""
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        header = re.match(r"^\[([^\]]+)\]", stripped)
+        if header:
+            current = header[1].strip()
+            if not key and current == table:
+                return number
+            continue
+        if current == table and re.match(rf"^{re.escape(key)}\s*=", stripped):
+            return number
+    return None
