@@ -153,6 +153,13 @@ class _Registry:
 REGISTRY = _Registry()
 atexit.register(REGISTRY.reap_all)
 
+#: Set when the harness is being stopped (SIGINT/SIGTERM): no new worker may start.
+STOPPING = threading.Event()
+
+
+class HarnessStopping(RuntimeError):
+    """A worker was about to start after the harness was told to stop."""
+
 
 def spawn(argv: list[str], *, env: dict[str, str], cwd: str, stdout: str, stderr: str,
           index: int) -> Worker:
@@ -160,7 +167,10 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str, stdout: str, stderr
 
     Raises:
         OSError: the executable could not be started.
+        HarnessStopping: ``STOPPING`` is set.
     """
+    if STOPPING.is_set():
+        raise HarnessStopping("the harness is stopping; no new worker is started")
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         popen = subprocess.Popen(
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,

@@ -1,0 +1,41 @@
+"""The kill matrix: learn the kill points from a trace run, then plan one execution each.
+
+The trace run is the no-kill execution of a scenario. Every failpoint hit it records
+(worker side, over the channel) and every delivery its gateway makes (gateway side,
+``t6.gateway_accepted``) is a kill point, numbered per label in order (``#2`` is the second
+hit). So a label added to ``shopops.labels`` and called in the loop becomes a kill point
+without touching the harness.
+"""
+
+from __future__ import annotations
+
+from harness.evidence import Evidence
+from harness.execution import ExecutionPlan
+from harness.scenario import Scenario
+from harness.schedule import CrashSchedule, KillPoint
+
+
+def points_from_trace(trace: Evidence) -> tuple[KillPoint, ...]:
+    """Every (label, occurrence) the trace passed, in the order reached.
+
+    Args:
+        trace: the evidence of a no-kill execution.
+    """
+    counts: dict[str, int] = {}
+    points = []
+    for event in trace.events:
+        if event.kind in ("hit", "delivery") and event.label:
+            counts[event.label] = counts.get(event.label, 0) + 1
+            points.append(KillPoint(event.label, counts[event.label]))
+    return tuple(points)
+
+
+def single_kill_plans(scenario: Scenario, reached: tuple[KillPoint, ...]
+                      ) -> list[ExecutionPlan]:
+    """One plan per kill point: the scenario's own list if it has one (a listed point the
+    trace never reached still runs, and comes out ``unknown``), else every reached point;
+    then the scenario's extra multi-kill schedules."""
+    points = scenario.points if scenario.points is not None else reached
+    plans = [ExecutionPlan(scenario, CrashSchedule((p,))) for p in points]
+    plans += [ExecutionPlan(scenario, s) for s in scenario.schedules]
+    return plans

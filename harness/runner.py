@@ -1,0 +1,161 @@
+"""A whole run: scenarios → trace runs → kill matrix → executions (in parallel) → results.
+
+Executions run in a thread pool: each thread only waits on its own worker processes, the
+real work happens in those processes. ``STOPPING`` (set on SIGINT/SIGTERM) stops new
+workers from starting; every live worker is then killed and reaped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.execution import ExecutionPlan, ExecutionResult, execute
+from harness.launcher import Launcher, SpawnLauncher
+from harness.matrix import points_from_trace, single_kill_plans
+from harness.processes import REGISTRY, STOPPING
+from harness.scenario import Scenario
+from harness.schedule import CrashSchedule
+from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN
+
+Progress = Callable[[int, int, ExecutionResult], None]
+
+
+@dataclass
+class RunResult:
+    """All executions of one ``shopops-chaos run``.
+
+    Attributes:
+        run_id: ``YYYYmmddTHHMMSSZ-<pid>``; the report folder's name.
+        out_dir: ``reports/<run_id>``.
+        results: executions in plan order (scenario, then kill point order).
+        started_at: ISO-8601 UTC.
+        elapsed_s: wall seconds.
+        interrupted: the run was stopped by SIGINT/SIGTERM before it finished.
+        launcher: the launcher's name.
+    """
+
+    run_id: str
+    out_dir: Path
+    results: list[ExecutionResult] = field(default_factory=list)
+    started_at: str = ""
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    launcher: str = "spawn"
+
+    @property
+    def verdict(self) -> str:
+        """``fail`` if any execution failed, else ``unknown`` if any is unknown (or the run
+        was interrupted, or there were no executions), else ``pass``."""
+        verdicts = {r.verdict for r in self.results}
+        if FAIL in verdicts:
+            return FAIL
+        if UNKNOWN in verdicts or self.interrupted or not self.results:
+            return UNKNOWN
+        return PASS
+
+    @property
+    def exit_status(self) -> int:
+        """0 pass, 1 fail, 2 unknown (``harness.verdict.EXIT_STATUS``)."""
+        return EXIT_STATUS[self.verdict]
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC time to the second and this process id."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+
+
+def execution_dirname(plan: ExecutionPlan) -> str:
+    """A filesystem-safe folder name for a plan (``o1001--t6.gateway_accepted``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{plan.scenario.name}--{plan.schedule.id}")
+
+
+def run(
+    scenarios: Sequence[Scenario],
+    out_dir: Path,
+    *,
+    jobs: int | None = None,
+    launcher: Launcher | None = None,
+    schedule: CrashSchedule | None = None,
+    worker_timeout_s: float = 30.0,
+    progress: Progress | None = None,
+) -> RunResult:
+    """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
+
+    Args:
+        scenarios: validated scenarios.
+        out_dir: the run's folder; each execution gets ``executions/<name>/``.
+        jobs: parallel executions (threads); default ``os.cpu_count()``.
+        launcher: default ``SpawnLauncher``.
+        schedule: run only this schedule for every scenario (replay); no trace run.
+        worker_timeout_s: per-worker deadline in seconds.
+        progress: called as ``progress(done, total, result)`` after each execution.
+    """
+    launcher = launcher or SpawnLauncher()
+    started = time.monotonic()
+    result = RunResult(out_dir.name, out_dir, started_at=datetime.now(UTC).isoformat(),
+                       launcher=launcher.name)
+    exe_dir = out_dir / "executions"
+
+    def do(plan: ExecutionPlan) -> ExecutionResult:
+        return execute(plan, exe_dir / execution_dirname(plan), launcher=launcher,
+                       worker_timeout_s=worker_timeout_s)
+
+    finished: dict[str, ExecutionResult] = {}
+    order: list[str] = []
+    pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
+                              thread_name_prefix="execution")
+    try:
+        pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
+        total = 0
+
+        def submit(plan: ExecutionPlan) -> None:
+            nonlocal total
+            order.append(plan.id)
+            pending[pool.submit(do, plan)] = plan
+            total += 1
+
+        traces: dict[Future[ExecutionResult], Scenario] = {}
+        for scenario in scenarios:
+            if schedule is not None:
+                submit(ExecutionPlan(scenario, schedule))
+            else:  # the no-kill execution is the trace run
+                plan = ExecutionPlan(scenario, CrashSchedule())
+                order.append(plan.id)
+                traces[pool.submit(do, plan)] = scenario
+                total += 1
+        while pending or traces:
+            done, _ = wait(list(pending) + list(traces), return_when=FIRST_COMPLETED)
+            for fut in done:
+                res = fut.result()
+                if fut in traces:
+                    scenario = traces.pop(fut)
+                    for plan in single_kill_plans(scenario, points_from_trace(res.evidence)):
+                        submit(plan)
+                    if not scenario.baseline:
+                        order.remove(res.plan.id)
+                        total -= 1
+                        continue
+                else:
+                    pending.pop(fut)
+                finished[res.plan.id] = res
+                if progress:
+                    progress(len(finished), total, res)
+    except BaseException:
+        result.interrupted = True
+        STOPPING.set()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        REGISTRY.reap_all()
+        pool.shutdown(wait=True)
+        REGISTRY.reap_all()  # a worker started in the window before STOPPING was seen
+        result.results = [finished[i] for i in order if i in finished]
+        result.elapsed_s = round(time.monotonic() - started, 3)
+    return result
