@@ -126,13 +126,13 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         return ScenarioError(f"{where}: field '{fld}': {reason}", path=str(path), field=fld,
                              line=line, reason=reason)
 
+    tables = [t for t in _ALLOWED if t]
     for key, value in data.items():
-        if key in _ALLOWED and key and not isinstance(value, dict):
-            raise fail(key, "must be a table [" + key + "]")
-        if key not in _ALLOWED or key == "":
-            raise fail(key, "unknown field or table; allowed: "
-                       + ", ".join(["name", "description", "[case]", "[sut]", "[crash]",
-                                    "[expect]"]))
+        if key in tables and not isinstance(value, dict):
+            raise fail(key, f"must be a table [{key}]")
+        if key not in tables and key not in _ALLOWED[""]:
+            raise fail(key, "unknown field or table; allowed: name, description, "
+                       + ", ".join(f"[{t}]" for t in tables))
     for table, allowed in _ALLOWED.items():
         section = data if table == "" else data.get(table, {})
         for key, value in section.items():
