@@ -1,0 +1,163 @@
+"""The ``ReportWriter`` protocol and the helpers every writer shares.
+
+Reports are written from the evidence only (DESIGN.md, "Duplicate-send report"): deliveries
+and keys come from the gateway's own log, the sender of each delivery and the kill before it
+from the harness's trace. Everything here is a pure function of the ``RunResult``, so the
+same run gives byte-identical reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from harness.checks import CheckResult
+from harness.execution import ExecutionResult
+from harness.runner import RunResult
+from harness.verdict import FAIL, PASS, UNKNOWN
+
+VERDICTS = (PASS, FAIL, UNKNOWN)
+
+
+@runtime_checkable
+class ReportWriter(Protocol):
+    """One report format (one module each, like pytest-xdist's schedulers).
+
+    Attributes:
+        name: the key in ``write_reports``'s answer (``summary``, ``junit``, …).
+        filename: the file it writes inside the run folder.
+    """
+
+    name: str
+    filename: str
+
+    def write(self, run: RunResult, out_dir: Path) -> Path:
+        """Write the report into ``out_dir`` (created if missing); return its path."""
+        ...
+
+
+def counts(run: RunResult) -> dict[str, int]:
+    """``{"pass": n, "fail": n, "unknown": n}`` over the run's executions."""
+    return {v: sum(r.verdict == v for r in run.results) for v in VERDICTS}
+
+
+def schedule_list(result: ExecutionResult) -> list[str]:
+    """The kill points as strings (``["t3.checkpoint_saved", "t6.gateway_accepted#2"]``)."""
+    return [str(k) for k in result.plan.schedule.kills]
+
+
+def case_keys(result: ExecutionResult) -> list[str | None]:
+    """Distinct ``Idempotency-Key`` values the gateway saw for the case (``None`` = no key
+    header), ``None`` first, then sorted."""
+    ev = result.evidence
+    keys = {r.idempotency_key for r in ev.gateway.requests if r.case_id == ev.case_id}
+    return sorted(keys, key=lambda k: (k is not None, k or ""))
+
+
+def failing_checks(result: ExecutionResult) -> list[CheckResult]:
+    """The execution's ``CheckResult`` objects that did not pass, in check order."""
+    return [c for c in result.checks if not c.passed]
+
+
+def is_expected(result: ExecutionResult, check_id: str) -> bool:
+    """The scenario expects ``check_id`` to fail here (demos; never on the no-kill run)."""
+    return bool(result.plan.schedule.kills) and check_id in result.plan.scenario.expect_failing
+
+
+def execution_dict(result: ExecutionResult) -> dict[str, Any]:
+    """One execution as the JSON object of ``summary.json``."""
+    ev, plan = result.evidence, result.plan
+    return {
+        "id": plan.id,
+        "scenario": plan.scenario.name,
+        "scenario_file": str(plan.scenario.path) if plan.scenario.path else None,
+        "schedule": schedule_list(result),
+        "expect_failing": sorted(plan.scenario.expect_failing),
+        "verdict": result.verdict,
+        "reasons": list(result.reasons),
+        "checks": {c.check_id: {"passed": c.passed, "detail": c.detail,
+                                "evidence": list(c.evidence)} for c in result.checks},
+        "deliveries": ev.deliveries,
+        "idempotency_keys": case_keys(result),
+        "workers": [{"index": w.index, "role": w.role, "pid": w.pid,
+                     "returncode": w.returncode, "killed_by_harness": w.killed_by_harness,
+                     "timed_out": w.timed_out, "elapsed_s": w.elapsed_s}
+                    for w in ev.workers],
+        "elapsed_s": result.elapsed_s,
+        "workdir": ev.workdir,
+        "replay": plan.replay,
+    }
+
+
+def sends(result: ExecutionResult) -> list[dict[str, Any]]:
+    """One entry per gateway delivery for the case: who sent it and after which kill.
+
+    The sender is the worker of the trace's ``delivery`` event whose detail starts with the
+    delivery id (the harness's gateway reports it, not the worker); ``after_kill`` is the
+    label of the latest ``kill`` event before that one in the trace, or ``None``.
+    """
+    ev = result.evidence
+    roles = {w.index: w.role for w in ev.workers}
+    out = []
+    for d in ev.gateway.deliveries_for(ev.case_id):
+        event = next((e for e in ev.events if e.kind == "delivery"
+                      and e.detail.split(" ", 1)[0] == d.delivery_id), None)
+        before = [e for e in ev.events if e.kind == "kill" and event and e.seq < event.seq]
+        worker = event.worker if event else None
+        out.append({
+            "delivery_id": d.delivery_id,
+            "idempotency_key": d.idempotency_key,
+            "delivered_at": d.delivered_at,
+            "trace_seq": event.seq if event else None,
+            "worker": worker,
+            "worker_role": roles.get(worker) if worker is not None else None,
+            "after_kill": before[-1].label if before else None,
+        })
+    return out
+
+
+def duplicate_entries(run: RunResult) -> list[dict[str, Any]]:
+    """Every execution whose case got other than exactly one delivery (two or more is a
+    duplicate send, zero a lost send), in run order."""
+    entries = []
+    for r in run.results:
+        n = r.evidence.deliveries
+        if n == 1:
+            continue
+        entries.append({
+            "id": r.plan.id,
+            "scenario": r.plan.scenario.name,
+            "schedule": schedule_list(r),
+            "kind": "lost" if n == 0 else "duplicate",
+            "deliveries": n,
+            "keys": case_keys(r),
+            "verdict": r.verdict,
+            "replay": r.plan.replay,
+            "sends": sends(r),
+        })
+    return entries
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` through a temp file and ``os.replace``, so a
+    reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it 0600; reports are for reviewers and CI
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """Deterministic JSON: sorted keys, ``indent=2``, UTF-8, trailing newline."""
+    return write_atomic(path, json.dumps(data, indent=2, sort_keys=True,
+                                         ensure_ascii=False) + "\n")

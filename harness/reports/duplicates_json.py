@@ -1,0 +1,30 @@
+"""``duplicates.json``: the duplicate-send report (DESIGN.md), machine form.
+
+Every execution whose case did not get exactly one delivery from the gateway — two or more
+is a duplicate send, zero a lost send — with the keys, each send's time, the worker that
+sent it and the kill it followed, the schedule, and the command that replays it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.reports.base import duplicate_entries, write_json
+from harness.runner import RunResult
+
+
+def duplicates(run: RunResult) -> dict[str, Any]:
+    """``{"run_id", "executions": [...]}``; see ``base.duplicate_entries``."""
+    return {"run_id": run.run_id, "executions": duplicate_entries(run)}
+
+
+class DuplicatesJson:
+    """Writes ``duplicates.json``."""
+
+    name = "duplicates"
+    filename = "duplicates.json"
+
+    def write(self, run: RunResult, out_dir: Path) -> Path:
+        """Write ``out_dir/duplicates.json``; return its path."""
+        return write_json(out_dir / self.filename, duplicates(run))

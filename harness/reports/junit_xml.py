@@ -1,0 +1,85 @@
+"""``junit.xml``: one JUnit test case per execution, xunit2 as pytest writes it.
+
+``<testsuites>`` holds one ``<testsuite name="shopops-chaos">``; each execution is a
+``<testcase classname="<scenario>" name="<plan id>">``. ``fail`` gives ``<failure>``,
+``unknown`` gives ``<error>`` (unknown is never a pass), and every case carries its replay
+command in ``<system-out>``. A run that was interrupted or ran nothing adds one ``<error>``
+case, so CI never reads it as green.
+"""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from harness.execution import ExecutionResult
+from harness.reports.base import counts, failing_checks, write_atomic
+from harness.runner import RunResult
+from harness.verdict import FAIL, UNKNOWN
+
+SUITE = "shopops-chaos"
+# Characters XML 1.0 cannot carry (worker stderr may hold any byte); pytest escapes them too.
+_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _clean(text: str) -> str:
+    return _ILLEGAL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
+def failure_text(result: ExecutionResult) -> str:
+    """The body of ``<failure>``/``<error>``: reasons, failing checks with their evidence,
+    and the replay command."""
+    lines = list(result.reasons)
+    for check in failing_checks(result):
+        lines.append(f"[{check.check_id}] {check.detail}")
+        lines += [f"    {line}" for line in check.evidence]
+    lines.append(f"replay: {result.plan.replay}")
+    return "\n".join(lines)
+
+
+def _testcase(suite: ET.Element, result: ExecutionResult) -> None:
+    case = ET.SubElement(suite, "testcase", classname=result.plan.scenario.name,
+                         name=result.plan.id, time=f"{result.elapsed_s:.3f}")
+    first = result.reasons[0] if result.reasons else result.verdict
+    if result.verdict == FAIL:
+        node = ET.SubElement(case, "failure", message=_clean(first))
+        node.text = _clean(failure_text(result))
+    elif result.verdict == UNKNOWN:
+        node = ET.SubElement(case, "error", message=_clean(f"unknown: {first}"))
+        node.text = _clean(failure_text(result))
+    out = ET.SubElement(case, "system-out")
+    out.text = _clean("\n".join([f"replay: {result.plan.replay}", *result.reasons]))
+
+
+def junit_tree(run: RunResult) -> ET.Element:
+    """The JUnit document for the run (deterministic: no host name, run order)."""
+    n = counts(run)
+    incomplete = run.interrupted or not run.results
+    root = ET.Element("testsuites")
+    suite = ET.SubElement(root, "testsuite", name=SUITE,
+                          errors=str(n[UNKNOWN] + int(incomplete)), failures=str(n[FAIL]),
+                          skipped="0", tests=str(len(run.results) + int(incomplete)),
+                          time=f"{run.elapsed_s:.3f}", timestamp=run.started_at)
+    for result in run.results:
+        _testcase(suite, result)
+    if incomplete:
+        why = "the run was interrupted" if run.interrupted else "the run had no executions"
+        case = ET.SubElement(suite, "testcase", classname=SUITE, name="run", time="0.000")
+        ET.SubElement(case, "error", message=f"unknown: {why}").text = (
+            f"run {run.run_id}: {why}; its verdict is unknown")
+    ET.indent(root)
+    return root
+
+
+class JunitXml:
+    """Writes ``junit.xml``."""
+
+    name = "junit"
+    filename = "junit.xml"
+
+    def write(self, run: RunResult, out_dir: Path) -> Path:
+        """Write ``out_dir/junit.xml``; return its path."""
+        body = ET.tostring(junit_tree(run), encoding="unicode")
+        return write_atomic(out_dir / self.filename,
+                            '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n")

@@ -1,0 +1,34 @@
+"""``summary.json``: the whole run, one object per execution (machine form)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.reports.base import counts, execution_dict, write_json
+from harness.runner import RunResult
+
+
+def summary(run: RunResult) -> dict[str, Any]:
+    """The run as a JSON-ready dict: run facts, overall verdict, counts, executions."""
+    return {
+        "run_id": run.run_id,
+        "started_at": run.started_at,
+        "elapsed_s": run.elapsed_s,
+        "launcher": run.launcher,
+        "interrupted": run.interrupted,
+        "verdict": run.verdict,
+        "counts": counts(run),
+        "executions": [execution_dict(r) for r in run.results],
+    }
+
+
+class SummaryJson:
+    """Writes ``summary.json``."""
+
+    name = "summary"
+    filename = "summary.json"
+
+    def write(self, run: RunResult, out_dir: Path) -> Path:
+        """Write ``out_dir/summary.json``; return its path."""
+        return write_json(out_dir / self.filename, summary(run))

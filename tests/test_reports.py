@@ -1,0 +1,229 @@
+"""Report writers, end to end on real executions (two real runs of the story, ~2 s).
+
+The baseline and a keys-off duplicate demo run in real processes against the mock gateway;
+a failing and an unknown execution are derived from the baseline with
+``dataclasses.replace`` to reach the failure paths.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from harness.checks import CHECK_IDS
+from harness.execution import ExecutionPlan, ExecutionResult, execute
+from harness.mock_gateway import GatewayLog
+from harness.reports import WRITERS, ReportWriter, write_reports
+from harness.reports.markdown import timeline
+from harness.runner import RunResult
+from harness.scenario import Scenario
+from harness.schedule import CrashSchedule
+
+DEMO_EXPECT = frozenset({"same_key_one_delivery", "exactly_one_delivery"})
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExecutionResult]:
+    work = tmp_path_factory.mktemp("executions")
+    baseline_plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule())
+    demo_plan = ExecutionPlan(
+        Scenario(name="demo", idempotency_keys=False, expect_failing=DEMO_EXPECT),
+        CrashSchedule.parse("t6.gateway_accepted"))
+    baseline = execute(baseline_plan, work / "baseline")
+    demo = execute(demo_plan, work / "demo")
+    assert (baseline.verdict, demo.verdict) == ("pass", "pass"), (baseline.reasons, demo.reasons)
+    broken_check = dataclasses.replace(baseline.checks[0], passed=False,
+                                       detail="the checkpointed draft changed",
+                                       evidence=("checkpoint seq 2: draft aaaa",
+                                                 "checkpoint seq 3: draft bbbb"))
+    failing = dataclasses.replace(
+        baseline,
+        plan=ExecutionPlan(Scenario(name="broken", path=Path("scenarios/broken.toml")),
+                           CrashSchedule.parse("t3.checkpoint_saved>t6.request_leaving")),
+        checks=(broken_check, *baseline.checks[1:]), verdict="fail",
+        reasons=("draft_identical: the checkpointed draft changed",))
+    unknown = dataclasses.replace(
+        baseline, plan=ExecutionPlan(Scenario(name="hung"), CrashSchedule.parse("t4.parked")),
+        verdict="unknown", reasons=("kill point t4.parked was never reached",))
+    return {"baseline": baseline, "demo": demo, "failing": failing, "unknown": unknown}
+
+
+def _run(results: dict[str, ExecutionResult], run_id: str = "20260719T000000Z-1") -> RunResult:
+    return RunResult(run_id, Path(run_id), results=list(results.values()),
+                     started_at="2026-07-19T00:00:00+00:00", elapsed_s=4.5)
+
+
+@pytest.fixture(scope="module")
+def written(results: dict[str, ExecutionResult], tmp_path_factory: pytest.TempPathFactory
+            ) -> tuple[RunResult, dict[str, Path]]:
+    run = _run(results)
+    return run, write_reports(run, tmp_path_factory.mktemp("reports") / run.run_id)
+
+
+def _load(written: tuple[RunResult, dict[str, Path]], name: str) -> dict:
+    return json.loads(written[1][name].read_text(encoding="utf-8"))
+
+
+def test_writers_are_report_writers_and_write_four_files(written):
+    assert [w.name for w in WRITERS] == ["summary", "duplicates", "junit", "markdown"]
+    assert all(isinstance(w, ReportWriter) for w in WRITERS)
+    paths = written[1]
+    assert {p.name for p in paths.values()} == {"summary.json", "duplicates.json",
+                                                "junit.xml", "report.md"}
+    assert all(p.is_file() for p in paths.values())
+    assert not [p for p in paths["summary"].parent.iterdir() if p.name.startswith(".")]
+
+
+def test_summary_json(written, results):
+    data = _load(written, "summary")
+    assert data["run_id"] == "20260719T000000Z-1"
+    assert data["verdict"] == "fail"
+    assert data["counts"] == {"pass": 2, "fail": 1, "unknown": 1}
+    assert (data["launcher"], data["interrupted"], data["elapsed_s"]) == ("spawn", False, 4.5)
+    by_id = {e["id"]: e for e in data["executions"]}
+    assert list(by_id) == ["o1001[no-kill]", "demo[t6.gateway_accepted]",
+                           "broken[t3.checkpoint_saved>t6.request_leaving]", "hung[t4.parked]"]
+    base, demo = by_id["o1001[no-kill]"], by_id["demo[t6.gateway_accepted]"]
+    broken = by_id["broken[t3.checkpoint_saved>t6.request_leaving]"]
+    assert (base["schedule"], demo["schedule"]) == ([], ["t6.gateway_accepted"])
+    assert broken["schedule"] == ["t3.checkpoint_saved", "t6.request_leaving"]
+    assert (base["deliveries"], demo["deliveries"]) == (1, 2)
+    assert demo["idempotency_keys"] == [None]
+    assert len(base["idempotency_keys"]) == 1
+    assert base["idempotency_keys"][0].startswith("case-O-1001:send_email:")
+    assert (base["scenario_file"], broken["scenario_file"]) == (None, "scenarios/broken.toml")
+    assert base["replay"] == results["baseline"].plan.replay
+    assert "scenarios/broken.toml" in broken["replay"]
+    assert "--schedule 't3.checkpoint_saved>t6.request_leaving'" in broken["replay"]
+    assert list(demo["checks"]) == sorted(CHECK_IDS)
+    assert demo["checks"]["exactly_one_delivery"]["passed"] is False
+    assert demo["checks"]["exactly_one_delivery"]["evidence"][0].startswith("delivery dlv-")
+    assert demo["verdict"] == "pass" and len(demo["reasons"]) == 2
+    assert broken["verdict"] == "fail" and broken["reasons"] == [
+        "draft_identical: the checkpointed draft changed"]
+    assert [(w["index"], w["role"], w["returncode"], w["killed_by_harness"])
+            for w in demo["workers"]] == [(0, "start", 0, False), (1, "resume", -9, True),
+                                          (2, "resume", 0, False)]
+    assert demo["workdir"] == results["demo"].evidence.workdir
+
+
+def test_duplicates_json_lists_the_demo_with_its_two_sends(written):
+    data = _load(written, "duplicates")
+    assert data["run_id"] == "20260719T000000Z-1"
+    [entry] = data["executions"]
+    assert entry["id"] == "demo[t6.gateway_accepted]"
+    assert (entry["scenario"], entry["schedule"]) == ("demo", ["t6.gateway_accepted"])
+    assert (entry["deliveries"], entry["kind"], entry["keys"]) == (2, "duplicate", [None])
+    assert entry["replay"].endswith("--schedule t6.gateway_accepted")
+    first, second = entry["sends"]
+    assert first["delivery_id"] != second["delivery_id"]
+    assert first["delivered_at"] < second["delivered_at"]
+    assert {first["worker_role"], second["worker_role"]} == {"resume"}
+    assert (first["worker"], second["worker"]) == (1, 2)
+    assert (first["after_kill"], second["after_kill"]) == (None, "t6.gateway_accepted")
+    assert first["idempotency_key"] is None and second["idempotency_key"] is None
+
+
+def test_a_lost_send_is_reported(results, tmp_path):
+    lost = dataclasses.replace(results["unknown"], evidence=dataclasses.replace(
+        results["unknown"].evidence, gateway=GatewayLog((), ())))
+    run = _run({"lost": lost})
+    entry, = json.loads(write_reports(run, tmp_path / "r")["duplicates"].read_text())[
+        "executions"]
+    assert (entry["id"], entry["kind"], entry["deliveries"], entry["sends"], entry["keys"]) == (
+        "hung[t4.parked]", "lost", 0, [], [])
+
+
+def test_junit_xml(written):
+    root = ET.parse(written[1]["junit"]).getroot()
+    assert root.tag == "testsuites"
+    [suite] = root
+    assert suite.get("name") == "shopops-chaos"
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("4", "1", "1")
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert list(cases) == ["o1001[no-kill]", "demo[t6.gateway_accepted]",
+                           "broken[t3.checkpoint_saved>t6.request_leaving]", "hung[t4.parked]"]
+    assert cases["o1001[no-kill]"].get("classname") == "o1001"
+    for passed in ("o1001[no-kill]", "demo[t6.gateway_accepted]"):
+        assert cases[passed].find("failure") is None and cases[passed].find("error") is None
+    failure = cases["broken[t3.checkpoint_saved>t6.request_leaving]"].find("failure")
+    assert failure is not None
+    assert failure.get("message") == "draft_identical: the checkpointed draft changed"
+    assert "checkpoint seq 3: draft bbbb" in failure.text
+    assert "replay: shopops-chaos run scenarios/broken.toml" in failure.text
+    error = cases["hung[t4.parked]"].find("error")
+    assert error is not None and error.get("message") == (
+        "unknown: kill point t4.parked was never reached")
+    out = cases["demo[t6.gateway_accepted]"].find("system-out")
+    assert out is not None and "replay: shopops-chaos run --schedule t6.gateway_accepted" in (
+        out.text)
+
+
+def test_junit_interrupted_or_empty_run_is_an_error(tmp_path):
+    run = RunResult("r1", tmp_path / "r1", interrupted=True)
+    suite = ET.parse(write_reports(run, tmp_path / "r1")["junit"]).getroot()[0]
+    assert (suite.get("tests"), suite.get("errors")) == ("1", "1")
+    assert suite.find("testcase/error").get("message") == "unknown: the run was interrupted"
+
+
+def test_report_md(written, results):
+    text = written[1]["markdown"].read_text(encoding="utf-8")
+    assert text.startswith("# shopops-chaos run 20260719T000000Z-1: FAIL\n")
+    assert "2 pass, 1 fail, 1 unknown" in text
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    matrix = rows[:4]
+    assert [r.split(" | ")[0] for r in matrix] == [
+        "| `o1001[no-kill]`", "| `demo[t6.gateway_accepted]`",
+        "| `broken[t3.checkpoint_saved>t6.request_leaving]`", "| `hung[t4.parked]`"]
+    assert matrix[0].endswith("| 1 | pass |") and "✗" not in matrix[0]
+    assert matrix[1].count("✗*") == 2 and matrix[1].endswith("| 2 | pass |")
+    assert matrix[2].split(" | ")[1] == "✗" and matrix[2].endswith("| **fail** |")
+    assert "### `o1001[no-kill]`" not in text  # a clean pass gets no section
+    for section in ("### `demo[t6.gateway_accepted]` — pass",
+                    "### `broken[t3.checkpoint_saved>t6.request_leaving]` — fail",
+                    "### `hung[t4.parked]` — unknown"):
+        assert section in text
+    assert "#### `exactly_one_delivery` failed (expected by the scenario)" in text
+    assert "checkpoint seq 3: draft bbbb" in text
+    kill = [line for line in text.splitlines() if "*** SIGKILL" in line]
+    assert len(kill) == 1 and "w1 resume" in kill[0] and "t6.gateway_accepted" in kill[0]
+    # the demo sent twice; the failing and unknown cases (copies of the baseline) once each
+    assert sum(">>> delivery" in line for line in text.splitlines()) == 4
+    for name in ("demo", "failing", "unknown"):
+        assert f"```sh\n{results[name].plan.replay}\n```" in text
+    dup = text.split("## Duplicate sends", 1)[1]
+    assert "`demo[t6.gateway_accepted]` | duplicate | 2 | `null`" in dup
+    assert "after kill at t6.gateway_accepted" in dup
+
+
+def test_timeline_has_one_line_per_event(results):
+    demo = results["demo"]
+    lines = timeline(demo)
+    assert len(lines) == len(demo.evidence.events)
+    assert any("human" in line and "t5.approved" in line for line in lines)
+    delivery = next(line for line in lines if ">>> delivery" in line)
+    assert " ms  w1 resume" in delivery and "dlv-" in delivery
+
+
+def test_reports_are_deterministic(written, tmp_path):
+    run, first = written
+    again = write_reports(run, tmp_path / run.run_id)
+    for name, path in first.items():
+        assert again[name].read_bytes() == path.read_bytes(), name
+
+
+def test_latest_symlink_is_relative_and_replaced(results, tmp_path):
+    a, b = tmp_path / "run-a", tmp_path / "run-b"
+    write_reports(_run(results, "run-a"), a)
+    latest = tmp_path / "latest"
+    assert latest.is_symlink() and os.readlink(latest) == "run-a"
+    assert latest.resolve() == a.resolve()
+    write_reports(_run(results, "run-b"), b)
+    assert os.readlink(latest) == "run-b" and (latest / "summary.json").is_file()
+    assert json.loads((latest / "summary.json").read_text())["run_id"] == "run-b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "run-a", "run-b"]
