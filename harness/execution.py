@@ -229,6 +229,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         this returns or raises.
     """
     started = time.monotonic()
+    workdir = workdir.resolve()  # workers run with the workdir as cwd
     workdir.mkdir(parents=True, exist_ok=True)
     story = _Story(plan, workdir, launcher or SpawnLauncher(), worker_timeout_s)
     max_workers = len(plan.schedule.kills) + 4

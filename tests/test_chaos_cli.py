@@ -1,0 +1,132 @@
+"""``shopops-chaos run`` end to end: real workers, real SIGKILL, real SQLite, real gateway.
+
+Exit statuses, the reports a CI reads, the duplicate the demo must show, and replay.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = ROOT / "scenarios"
+
+
+def chaos(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    folder = tmp_path / "scenarios"
+    folder.mkdir(exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def test_demo_shows_its_duplicate_and_passes(tmp_path: Path) -> None:
+    proc = chaos("run", str(SCENARIOS / "demo-keys-off.toml"), "--report-dir", "r",
+                 cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    latest = tmp_path / "r" / "latest"
+    summary = json.loads((latest / "summary.json").read_text())
+    assert summary["verdict"] == "pass"
+    (ex,) = summary["executions"]
+    assert ex["id"] == "demo-keys-off[t6.gateway_accepted]"
+    assert ex["deliveries"] == 2
+    assert ex["checks"]["same_key_one_delivery"]["passed"] is False
+    assert ex["checks"]["exactly_one_delivery"]["passed"] is False
+    dupes = json.loads((latest / "duplicates.json").read_text())
+    assert [d["id"] for d in dupes["executions"]] == [ex["id"]]
+    assert len(dupes["executions"][0]["sends"]) == 2
+    report = (latest / "report.md").read_text()
+    assert "demo-keys-off[t6.gateway_accepted]" in report
+    assert "deliveries != 1" in proc.stdout
+
+
+def test_broken_loop_fails_with_exit_1_and_junit_failure(tmp_path: Path) -> None:
+    path = write(tmp_path, "broken.toml", """
+name = "broken"
+[sut]
+idempotency_keys = false
+[crash]
+points = ["t6.gateway_accepted", "t4.parked"]
+baseline = false
+""")
+    proc = chaos("run", str(path), "--report-dir", "r", cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "r" / "latest" / "summary.json").read_text())
+    # Without keys the send is unprotected at every point (check 5 fails everywhere), but
+    # only a kill after the gateway accepted actually duplicates it.
+    outcome = {e["id"]: (e["verdict"], e["deliveries"]) for e in summary["executions"]}
+    assert outcome == {"broken[t6.gateway_accepted]": ("fail", 2),
+                       "broken[t4.parked]": ("fail", 1)}
+    suite = ET.parse(tmp_path / "r" / "latest" / "junit.xml").getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    assert suite is not None
+    failed = [tc.get("name") for tc in suite.iter("testcase") if tc.find("failure") is not None]
+    assert failed == ["broken[t6.gateway_accepted]", "broken[t4.parked]"]
+
+
+def test_unreached_kill_point_is_unknown_never_pass(tmp_path: Path) -> None:
+    # After the kill at the completed checkpoint the resume finds a completed case: the
+    # second kill point (a fresh case start) is never reached.
+    path = write(tmp_path, "unreached.toml", """
+name = "unreached"
+[crash]
+points = []
+schedules = ["t7.completed_saved>t0.case_started"]
+baseline = false
+""")
+    proc = chaos("run", str(path), "--report-dir", "r", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    summary = json.loads((tmp_path / "r" / "latest" / "summary.json").read_text())
+    (ex,) = summary["executions"]
+    assert ex["verdict"] == "unknown"
+    assert any("t0.case_started was never reached" in r for r in ex["reasons"])
+
+
+def test_replay_command_reproduces_the_execution(tmp_path: Path) -> None:
+    proc = chaos("run", str(SCENARIOS / "o1001.toml"), "--schedule",
+                 "t3.checkpoint_saved>t6.gateway_accepted", "--report-dir", "r1", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    first = json.loads((tmp_path / "r1" / "latest" / "summary.json").read_text())
+    (ex,) = first["executions"]
+    assert ex["schedule"] == ["t3.checkpoint_saved", "t6.gateway_accepted"]
+    argv = shlex.split(ex["replay"])
+    assert argv[0] == "shopops-chaos"
+    again = chaos(*argv[1:], "--report-dir", "r2", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    second = json.loads((tmp_path / "r2" / "latest" / "summary.json").read_text())
+    (ex2,) = second["executions"]
+    assert ex2["id"] == ex["id"]
+    assert {k: v["passed"] for k, v in ex2["checks"].items()} == {
+        k: v["passed"] for k, v in ex["checks"].items()}
+    assert [w["role"] for w in ex2["workers"]] == [w["role"] for w in ex["workers"]]
+    assert [w["returncode"] for w in ex2["workers"]] == [-9, 0, -9, 0]
+
+
+def test_points_lists_the_catalogue() -> None:
+    from shopops.labels import CATALOGUE
+
+    proc = subprocess.run([sys.executable, "-m", "harness", "points"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0
+    listed = [line.split()[0] for line in proc.stdout.splitlines()]
+    assert listed == [label.name for label in CATALOGUE]
+
+
+@pytest.mark.parametrize("schedule", ["t9.nowhere", "t5.approved", "t4.parked#0"])
+def test_bad_schedule_option_exits_2_before_running(tmp_path: Path, schedule: str) -> None:
+    proc = chaos("run", str(SCENARIOS / "o1001.toml"), "--schedule", schedule,
+                 "--report-dir", "r", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "kill point" in proc.stderr
+    assert not (tmp_path / "r").exists()

@@ -1,0 +1,97 @@
+"""No orphans: interrupting or killing the harness itself leaves no worker, no gateway and
+no temporary file behind (psutil-style: synchronise on output, one global deadline)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DEADLINE_S = 120.0
+
+
+def start_harness(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
+         "--report-dir", str(tmp_path / "reports"), "--jobs", "2"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )
+    return proc, tmpdir
+
+
+def wait_for_progress(proc: subprocess.Popen[str], executions: int) -> None:
+    """Block until the harness reported ``executions`` finished executions."""
+    assert proc.stdout is not None
+    start, seen = time.monotonic(), 0
+    for line in proc.stdout:
+        if line.startswith("["):
+            seen += 1
+            if seen >= executions:
+                return
+        if time.monotonic() - start > DEADLINE_S:
+            break
+    raise AssertionError(f"harness exited ({proc.poll()}) or stalled before {executions} "
+                         f"executions; stderr: {proc.stderr.read() if proc.stderr else ''}")
+
+
+def processes_under(path: Path) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(str(path) in arg for arg in (p.info["cmdline"] or [])):
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return [p for p in found if p.pid != os.getpid()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_reaps_everything(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, tmpdir = start_harness(tmp_path)
+    try:
+        wait_for_progress(proc, 3)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, err
+        assert "interrupted" in err
+        assert processes_under(tmp_path) == []
+        assert list(tmpdir.iterdir()) == []  # no socket dir, no temp database
+        summary = (tmp_path / "reports" / "latest" / "summary.json").read_text()
+        assert '"interrupted": true' in summary
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_sigkill_of_the_harness_leaves_no_worker(tmp_path: Path) -> None:
+    """SIGKILL cannot be caught: the workers notice their failpoint channel close and the
+    gateway vanish, and exit on their own."""
+    proc, _ = start_harness(tmp_path)
+    try:
+        wait_for_progress(proc, 3)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        _, alive = psutil.wait_procs(processes_under(tmp_path), timeout=30)
+        assert alive == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for p in processes_under(tmp_path):
+            p.kill()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
