@@ -63,7 +63,7 @@ def _default_paths() -> list[Path]:
 def _run(args: argparse.Namespace) -> int:
     from harness.processes import reaping_on_signals
     from harness.reports import write_reports
-    from harness.runner import RunResult, new_run_id, run
+    from harness.runner import new_run_id, run
     from harness.scenario import load_scenarios
     from harness.schedule import CrashSchedule
 
@@ -89,17 +89,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[{done:>3}/{total:<3}] {mark:<7} {res.plan.id:<55} {res.elapsed_s:6.2f}s{extra}",
               flush=True)
 
-    result: RunResult | None = None
-    try:
-        with reaping_on_signals():
-            result = run(scenarios, out_dir, jobs=args.jobs, schedule=schedule,
-                         worker_timeout_s=args.timeout, progress=progress)
-    except (KeyboardInterrupt, SystemExit) as exc:
-        print(f"shopops-chaos: interrupted ({type(exc).__name__}); every worker was reaped",
-              file=sys.stderr)
-        partial = RunResult(out_dir.name, out_dir, interrupted=True)
-        write_reports(partial, out_dir)
-        return 2
+    with reaping_on_signals():
+        result = run(scenarios, out_dir, jobs=args.jobs, schedule=schedule,
+                     worker_timeout_s=args.timeout, progress=progress)
+    if result.interrupted:
+        print("shopops-chaos: interrupted; every worker was reaped; reporting the "
+              f"{len(result.results)} execution(s) that finished", file=sys.stderr)
     paths = write_reports(result, out_dir)
     _summary(result, paths)
     return result.exit_status
@@ -117,7 +112,8 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
           f"{result.elapsed_s:.1f} s)")
     for res in result.results:
         if res.verdict != "pass":
-            print(f"  {res.verdict.upper():<7} {res.plan.id}: {res.reasons[0] if res.reasons else ''}")
+            first = res.reasons[0] if res.reasons else ""
+            print(f"  {res.verdict.upper():<7} {res.plan.id}: {first}")
             print(f"          replay: {res.plan.replay}")
     if dupes:
         print(f"  deliveries != 1 in {len(dupes)} execution(s) (see duplicates.json):")

@@ -25,8 +25,9 @@ from shopops.checkpoint import CheckpointRow, read_history
 class Event:
     """One entry of the ordered trace: ``seq`` (0-based), ``t_ms`` (milliseconds since the
     execution started), ``kind`` (``worker_start``, ``hit``, ``kill``, ``worker_exit``,
-    ``approve``, ``delivery``, ``error``), ``label``, ``pid``, ``worker`` (index) and a
-    free-text ``detail``."""
+    ``approve``, ``delivery``, ``error``), ``label``, ``pid``, ``worker`` (index), ``ref``
+    (what the event names: the kill point ``t6.request_leaving#2`` of a kill, the delivery
+    id of a delivery, the ticket id of an approval) and a free-text ``detail``."""
 
     seq: int
     t_ms: float
@@ -35,6 +36,7 @@ class Event:
     pid: int | None = None
     worker: int | None = None
     detail: str = ""
+    ref: str | None = None
 
 
 class EventLog:
@@ -46,11 +48,11 @@ class EventLog:
         self._t0 = time.monotonic()
 
     def add(self, kind: str, label: str | None = None, pid: int | None = None,
-            worker: int | None = None, detail: str = "") -> Event:
+            worker: int | None = None, detail: str = "", ref: str | None = None) -> Event:
         """Append an event and return it."""
         with self._lock:
             event = Event(len(self._events), round((time.monotonic() - self._t0) * 1000, 3),
-                          kind, label, pid, worker, detail)
+                          kind, label, pid, worker, detail, ref)
             self._events.append(event)
             return event
 

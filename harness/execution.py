@@ -65,9 +65,11 @@ class ExecutionPlan:
     @property
     def replay(self) -> str:
         """One shell command that re-runs exactly this execution."""
-        target = shlex.quote(str(self.scenario.path)) if self.scenario.path else ""
-        return f"shopops-chaos run {target} --schedule {shlex.quote(self.schedule.id)}".replace(
-            "  ", " ")
+        if self.scenario.path is None:
+            return (f"(scenario {self.scenario.name!r} was built in code: re-run the test that "
+                    f"built it; schedule {self.schedule.id})")
+        return (f"shopops-chaos run {shlex.quote(str(self.scenario.path))} "
+                f"--schedule {shlex.quote(self.schedule.id)}")
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,8 @@ class KillController:
             worker = self.current
             pid, index = (worker.pid, worker.index) if worker else (None, None)
             self.events.add("delivery", "t6.gateway_accepted", pid, index,
-                            f"{delivery.delivery_id} key {delivery.idempotency_key}")
+                            f"{delivery.delivery_id} key {delivery.idempotency_key}",
+                            ref=delivery.delivery_id)
             if worker is not None:
                 self._maybe_kill("t6.gateway_accepted", worker)
 
@@ -136,7 +139,7 @@ class KillController:
         self.counts.clear()
         worker.kill()
         self.fired.append(self.events.add("kill", label, worker.pid, worker.index,
-                                          f"SIGKILL at {point}"))
+                                          f"SIGKILL at {point}", ref=str(point)))
         return True
 
 
@@ -206,7 +209,7 @@ class _Story:
             with ApprovalQueue(self.appr_db) as queue:
                 ticket = queue.approve(self.plan.scenario.case_id, approver=APPROVER)
             event = self.events.add("approve", "t5.approved", None, None,
-                                    f"{ticket.ticket_id} by {APPROVER}")
+                                    f"{ticket.ticket_id} by {APPROVER}", ref=ticket.ticket_id)
         except ShopOpsError as exc:
             event = self.events.add("approve", "t5.approved", None, None, f"refused: {exc}")
             self.errors.append(f"the human could not approve: {exc}")

@@ -19,7 +19,7 @@ from pathlib import Path
 from harness.execution import ExecutionPlan, ExecutionResult, execute
 from harness.launcher import Launcher, SpawnLauncher
 from harness.matrix import points_from_trace, single_kill_plans
-from harness.processes import REGISTRY, STOPPING
+from harness.processes import REGISTRY, STOPPING, HarnessStopping
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule
 from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN
@@ -96,6 +96,11 @@ def run(
         schedule: run only this schedule for every scenario (replay); no trace run.
         worker_timeout_s: per-worker deadline in seconds.
         progress: called as ``progress(done, total, result)`` after each execution.
+
+    Returns:
+        the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
+        worker is reaped and the executions that finished are returned with
+        ``interrupted`` set.
     """
     launcher = launcher or SpawnLauncher()
     started = time.monotonic()
@@ -147,6 +152,9 @@ def run(
                 finished[res.plan.id] = res
                 if progress:
                     progress(len(finished), total, res)
+    except (KeyboardInterrupt, SystemExit, HarnessStopping):
+        result.interrupted = True  # the caller reports what finished; nothing is lost
+        STOPPING.set()
     except BaseException:
         result.interrupted = True
         STOPPING.set()

@@ -72,7 +72,7 @@ class CrashSchedule:
 
     @classmethod
     def parse(cls, text: str) -> CrashSchedule:
-        """Parse a schedule id (``no-kill``, ``t4.parked``, ``t3.checkpoint_saved>t6.gateway_accepted``).
+        """Parse a schedule id: ``no-kill``, ``t4.parked``, or kills joined by ``>``.
 
         Raises:
             ValueError: see ``KillPoint.parse``.

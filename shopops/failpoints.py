@@ -44,7 +44,9 @@ from shopops.errors import FailpointRaised, FailpointSpecError, ShopOpsError
 ENV_SPEC = "SHOPOPS_FAILPOINTS"
 ENV_CHANNEL = "SHOPOPS_FAILPOINT_CHANNEL"
 
-_TERM = re.compile(r"^(?:(?P<count>\d+)\*)?(?P<kind>off|pause|kill|raise|sleep)(?:\((?P<arg>\d+)\))?$")
+_TERM = re.compile(
+    r"^(?:(?P<count>\d+)\*)?(?P<kind>off|pause|kill|raise|sleep)(?:\((?P<arg>\d+)\))?$"
+)
 
 
 class FailpointChannelError(ShopOpsError):

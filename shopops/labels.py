@@ -59,7 +59,7 @@ CATALOGUE: tuple[Label, ...] = (
 )
 
 BY_NAME: dict[str, Label] = {label.name: label for label in CATALOGUE}
-WORKER_LABELS: frozenset[str] = frozenset(l.name for l in CATALOGUE if l.side == "worker")
+WORKER_LABELS: frozenset[str] = frozenset(lab.name for lab in CATALOGUE if lab.side == "worker")
 
 
 def get(name: str) -> Label:

@@ -3,15 +3,11 @@
 The chapter's usage calls ``run_loop(state)`` and ``grant_approval(state, ticket)`` with no
 wiring, so a process-wide default is built on first use from these variables:
 
-==========================  ===============================================  ==========
-variable                    meaning                                          default
-==========================  ===============================================  ==========
-``SHOPOPS_APPROVALS_DB``    the approval queue's SQLite file                 ``shopops-approvals.db``
-``SHOPOPS_GATEWAY_URL``     base URL of the email gateway                    (none: sending fails)
-``SHOPOPS_IDEMPOTENCY_KEYS`` ``on`` or ``off`` (exercise 3 demonstration)    ``on``
-``SHOPOPS_POLICY``          ``deterministic`` or ``varying``                 ``deterministic``
-``SHOPOPS_FIXTURES``        folder with ``customers.json``/``orders.json``   ``fixtures/``
-==========================  ===============================================  ==========
+- ``SHOPOPS_APPROVALS_DB``: the approval queue's SQLite file (``shopops-approvals.db``);
+- ``SHOPOPS_GATEWAY_URL``: base URL of the email gateway (none: a send fails);
+- ``SHOPOPS_IDEMPOTENCY_KEYS``: ``on`` (default) or ``off`` (exercise 3 demonstration);
+- ``SHOPOPS_POLICY``: ``deterministic`` (default) or ``varying``;
+- ``SHOPOPS_FIXTURES``: folder with ``customers.json``/``orders.json`` (``fixtures/``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExecutionResu
     work = tmp_path_factory.mktemp("executions")
     baseline_plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule())
     demo_plan = ExecutionPlan(
-        Scenario(name="demo", idempotency_keys=False, expect_failing=DEMO_EXPECT),
+        Scenario(name="demo", path=Path("scenarios/demo.toml"), idempotency_keys=False,
+                 expect_failing=DEMO_EXPECT),
         CrashSchedule.parse("t6.gateway_accepted"))
     baseline = execute(baseline_plan, work / "baseline")
     demo = execute(demo_plan, work / "demo")
@@ -160,7 +161,7 @@ def test_junit_xml(written):
     assert error is not None and error.get("message") == (
         "unknown: kill point t4.parked was never reached")
     out = cases["demo[t6.gateway_accepted]"].find("system-out")
-    assert out is not None and "replay: shopops-chaos run --schedule t6.gateway_accepted" in (
+    assert out is not None and "replay: shopops-chaos run scenarios/demo.toml --schedule t6.gateway_accepted" in (
         out.text)
 
 

@@ -95,16 +95,16 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
 def sends(result: ExecutionResult) -> list[dict[str, Any]]:
     """One entry per gateway delivery for the case: who sent it and after which kill.
 
-    The sender is the worker of the trace's ``delivery`` event whose detail starts with the
-    delivery id (the harness's gateway reports it, not the worker); ``after_kill`` is the
-    label of the latest ``kill`` event before that one in the trace, or ``None``.
+    The sender is the worker of the trace's ``delivery`` event naming the delivery id (the
+    harness's gateway reports it, not the worker); ``after_kill`` is the kill point
+    (``label#N``) of the latest ``kill`` event before it in the trace, or ``None``.
     """
     ev = result.evidence
     roles = {w.index: w.role for w in ev.workers}
     out = []
     for d in ev.gateway.deliveries_for(ev.case_id):
         event = next((e for e in ev.events if e.kind == "delivery"
-                      and e.detail.split(" ", 1)[0] == d.delivery_id), None)
+                      and e.ref == d.delivery_id), None)
         before = [e for e in ev.events if e.kind == "kill" and event and e.seq < event.seq]
         worker = event.worker if event else None
         out.append({
@@ -114,7 +114,7 @@ def sends(result: ExecutionResult) -> list[dict[str, Any]]:
             "trace_seq": event.seq if event else None,
             "worker": worker,
             "worker_role": roles.get(worker) if worker is not None else None,
-            "after_kill": before[-1].label if before else None,
+            "after_kill": before[-1].ref if before else None,
         })
     return out
 
