@@ -134,7 +134,8 @@ def step_continues(ev: Evidence) -> CheckResult:
     """4. ``step`` continues across resume: never decreases over the run's checkpoints."""
     states, problems = _states(ev)
     lines = [f"checkpoint seq {seq}: step {s.step} phase {s.phase}" for seq, s in states]
-    drops = [(a, b) for (a, sa), (b, sb) in zip(states, states[1:], strict=False) if sb.step < sa.step]
+    pairs = zip(states, states[1:], strict=False)
+    drops = [(a, b) for (a, sa), (b, sb) in pairs if sb.step < sa.step]
     if problems:
         return CheckResult("step_continues", False, problems[0], tuple(lines + problems))
     if drops:
