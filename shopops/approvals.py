@@ -214,8 +214,7 @@ class ApprovalQueue:
             req = self._pending(case_id)
             now = self.clock()
             if ticket_id is None:
-                (count,) = self._conn.execute("SELECT COUNT(*) FROM tickets").fetchone()
-                ticket_id = f"apr-desk-{count + 1}"
+                ticket_id = self._next_ticket_id()
             try:
                 self._conn.execute(
                     "INSERT INTO tickets VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL)",
@@ -265,6 +264,13 @@ class ApprovalQueue:
         if case_id is not None:
             sql, args = sql + " WHERE case_id = ?", (case_id,)
         return [Ticket(*r) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
+
+    def _next_ticket_id(self) -> str:
+        (n,) = self._conn.execute("SELECT COUNT(*) FROM tickets").fetchone()
+        while self._conn.execute("SELECT 1 FROM tickets WHERE ticket_id = ?",
+                                 (f"apr-desk-{n + 1}",)).fetchone():
+            n += 1  # an explicitly chosen id took this number
+        return f"apr-desk-{n + 1}"
 
     def _pending(self, case_id: str) -> ApprovalRequest:
         row = self._conn.execute(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 
@@ -74,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except ShopOpsError as exc:
+        print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except (OSError, sqlite3.Error) as exc:  # a missing or unreadable database file
         print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 

@@ -72,6 +72,9 @@ def run_loop(
         if store is not None:
             store.save(state, run_id=run_id, lease=lease)
 
+    if Phase(state.phase) in TERMINAL:
+        state.done = True
+        return LoopResult(state, state.phase, 0)
     if state.done:
         return LoopResult(state, "done", 0)
     if state.phase == Phase.INTAKE and state.step == 0 and state.customer is None:
@@ -101,6 +104,7 @@ def run_loop(
             save()  # the draft is durable before the approval request (a side effect)
         elif tool == "propose_send":
             tools.propose_send(state, svc)
+            state.done = True  # the park checkpoint says parked (the chapter resets it)
             save()
             failpoint("t3.checkpoint_saved")
         elif tool == "send_email":
@@ -112,6 +116,7 @@ def run_loop(
                 failpoint("t6.send_key_persisted")
             tools.send_email(state, svc)
             state.transition(Phase.COMPLETED)
+            state.done = True
             save()
             failpoint("t7.completed_saved")
         else:  # pragma: no cover - a policy naming a tool that does not exist
