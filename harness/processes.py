@@ -1,10 +1,12 @@
 """Worker processes: start, SIGKILL from outside, reap — and prove nothing is left.
 
-Every worker runs in its own session (``start_new_session=True``), so its process group id
-is its pid and one ``killpg`` reaches it and anything it spawned. A worker is reaped through
-one API only, ``Popen.wait`` (psutil's notes: reaping through two APIs loses the exit
-status). ``REGISTRY`` holds every live worker of this harness process, so that a failing
-check, a timeout, SIGINT/SIGTERM or interpreter exit all end in the same ``reap_all``.
+Every worker runs in its own session (``start_new_session=True``, or ``os.setsid()`` in a
+fork-server child), so its process group id is its pid and one ``killpg`` reaches it and
+anything it spawned. A worker is reaped through one API only — ``Popen.wait`` for our own
+children, the fork server's ``waitpid`` for its children (psutil's notes: reaping through
+two APIs loses the exit status). ``REGISTRY`` holds every live worker of this harness
+process, so that a failing check, a timeout, SIGINT/SIGTERM or interpreter exit all end in
+the same ``reap_all``.
 """
 
 from __future__ import annotations
@@ -43,23 +45,27 @@ class ExitInfo:
 
 
 class Worker:
-    """One started worker process (``popen``), in its own process group.
+    """One started worker process, in its own process group (its pid is the group id).
 
-    ``kill()`` may be called from any thread (the failpoint channel calls it while the
-    worker blocks at its labelled point); ``wait(deadline_s)`` reaps it.
+    The base of every launcher's worker: ``kill()`` may be called from any thread (the
+    failpoint channel calls it while the worker blocks at its labelled point);
+    ``wait(deadline_s)`` reaps it. A subclass says how the exit status is collected
+    (``_reap``): ``PopenWorker`` reaps its own child, a fork-server worker is told.
     """
 
-    def __init__(self, popen: subprocess.Popen[bytes], index: int) -> None:
-        self.popen = popen
-        self.pid = popen.pid
+    def __init__(self, pid: int, index: int) -> None:
+        self.pid = pid
         self.index = index
         self.started = time.monotonic()
         self._killed = threading.Event()
         self._exit: ExitInfo | None = None
 
     def kill(self) -> None:
-        """SIGKILL the worker's whole process group (no-op if it is already gone)."""
+        """SIGKILL the worker's whole process group (no-op if it is already gone or was
+        already reaped: its pid may have been reused since)."""
         self._killed.set()
+        if self._exit is not None:
+            return
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -78,16 +84,15 @@ class Worker:
         """
         if self._exit is not None:
             return self._exit
-        timed_out = False
-        try:
-            self.popen.wait(timeout=deadline_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        returncode = self._reap(deadline_s)
+        timed_out = returncode is None
+        if returncode is None:
             self.kill()
-            self.popen.wait()
+            returncode = self._reap(None)
+            assert returncode is not None
         leftovers = _group_leftovers(self.pid)
         self._exit = ExitInfo(
-            returncode=self.popen.returncode,
+            returncode=returncode,
             killed_by_harness=self.killed_by_harness and not timed_out,
             timed_out=timed_out,
             leftovers=leftovers,
@@ -95,6 +100,27 @@ class Worker:
         )
         REGISTRY.discard(self)
         return self._exit
+
+    def _reap(self, timeout_s: float | None) -> int | None:
+        """Block until the worker has exited and was reaped, at most ``timeout_s`` seconds
+        (``None``: no limit); its return code (negative: killed by that signal), or
+        ``None`` if it is still running."""
+        raise NotImplementedError
+
+
+class PopenWorker(Worker):
+    """A worker that is this process's own child (``subprocess.Popen``), reaped through
+    ``Popen.wait`` only."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], index: int) -> None:
+        super().__init__(popen.pid, index)
+        self.popen = popen
+
+    def _reap(self, timeout_s: float | None) -> int | None:
+        try:
+            return self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
 
 
 def _group_leftovers(pgid: int) -> tuple[int, ...]:
@@ -176,7 +202,7 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str, stdout: str, stderr
             argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
             start_new_session=True, close_fds=True,
         )
-    worker = Worker(popen, index)
+    worker = PopenWorker(popen, index)
     REGISTRY.add(worker)
     return worker
 
