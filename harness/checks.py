@@ -56,8 +56,14 @@ def draft_identical(ev: Evidence) -> CheckResult:
                  for d in ev.gateway.deliveries_for(ev.case_id)]
     lines += [f"delivery {i}: body+subject+to {g[:12]}" for i, g in delivered]
     digests = {d.digest() for _, d in drafts}
+    lost = [seq for seq, s in states if s.draft is None and drafts and seq > drafts[0][0]]
+    lines += [f"checkpoint seq {seq}: the draft is gone" for seq in lost]
     if problems:
         return CheckResult("draft_identical", False, problems[0], tuple(lines + problems))
+    if lost:
+        return CheckResult("draft_identical", False,
+                           f"a checkpoint after the draft has no draft (seq {lost[0]})",
+                           tuple(lines))
     if len(digests) > 1:
         return CheckResult("draft_identical", False,
                            f"the checkpointed draft changed ({len(digests)} different drafts)",
@@ -148,7 +154,7 @@ def step_continues(ev: Evidence) -> CheckResult:
 def same_key_one_delivery(ev: Evidence) -> CheckResult:
     """5. Side-effect tools reuse the same idempotency key before and after the crash, and
     the gateway delivers exactly one email for it."""
-    states, _ = _states(ev)
+    states, problems = _states(ev)
     durable = {s.send_idempotency_key for _, s in states if s.send_idempotency_key}
     sends = [r for r in ev.gateway.requests if r.case_id == ev.case_id]
     keys = {r.idempotency_key for r in sends}
@@ -156,6 +162,8 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
              f"{' duplicate' if r.duplicate else ''}{' fault ' + r.fault if r.fault else ''}"
              for r in sends]
     lines += [f"checkpointed key {k}" for k in sorted(durable)]
+    if problems:  # an unreadable checkpoint may hold another key: never a pass
+        return CheckResult("same_key_one_delivery", False, problems[0], tuple(lines + problems))
     if not sends:
         return CheckResult("same_key_one_delivery", False, "no send reached the gateway",
                            tuple(lines))
@@ -164,8 +172,9 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
                            f"{sum(r.idempotency_key is None for r in sends)} send(s) carried "
                            f"no Idempotency-Key; {ev.deliveries} delivered", tuple(lines))
     if len(keys) > 1 or len(durable) > 1 or (durable and keys != durable):
+        changed = sorted(k for k in keys | durable if k is not None)
         return CheckResult("same_key_one_delivery", False,
-                           f"keys changed across the crash: {sorted(keys | durable)}",
+                           f"keys changed across the crash: {changed}",
                            tuple(lines))
     if ev.deliveries != 1:
         return CheckResult("same_key_one_delivery", False,
@@ -177,13 +186,15 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
 def exactly_one_delivery(ev: Evidence) -> CheckResult:
     """Beyond the five: the case completes with exactly one delivery (not zero, not two),
     and the final checkpoint records that delivery."""
-    states, _ = _states(ev)
+    states, problems = _states(ev)
     deliveries = ev.gateway.deliveries_for(ev.case_id)
     lines = [f"delivery {d.delivery_id} at {d.delivered_at} key {d.idempotency_key}"
              for d in deliveries]
     final = states[-1][1] if states else None
     lines.append(f"final checkpoint: {final.phase if final else 'none'}"
                  f"{' email_sent' if final and final.email_sent else ''}")
+    if problems:
+        return CheckResult("exactly_one_delivery", False, problems[0], tuple(lines + problems))
     if len(deliveries) != 1:
         return CheckResult("exactly_one_delivery", False,
                            f"{len(deliveries)} deliveries for {ev.case_id}", tuple(lines))
@@ -202,7 +213,7 @@ def ticket_server_issued(ev: Evidence) -> CheckResult:
     """Beyond the five: no send without a server-issued ticket — every checkpointed ticket
     was issued by the queue for this case, and every delivery's key consumed such a ticket
     for the delivered draft."""
-    states, _ = _states(ev)
+    states, problems = _states(ev)
     issued = {t.ticket_id: t for t in ev.tickets}
     lines = [f"ticket {t.ticket_id} issued to {t.approver} at {t.issued_at}, consumed by "
              f"{t.consumed_by_key}" for t in ev.tickets]
@@ -220,11 +231,42 @@ def ticket_server_issued(ev: Evidence) -> CheckResult:
             unbacked.append(d.delivery_id)
             lines.append(f"delivery {d.delivery_id} (key {d.idempotency_key}) has no consumed "
                          "ticket for its key and draft")
+    if problems:  # an unreadable checkpoint may hold a forged ticket
+        return CheckResult("ticket_server_issued", False, problems[0], tuple(lines + problems))
     if forged or unbacked:
         return CheckResult("ticket_server_issued", False,
                            f"{len(forged)} forged ticket(s), {len(unbacked)} delivery(ies) "
                            "without a server-issued ticket", tuple(lines))
     return CheckResult("ticket_server_issued", True, "every send backed by an issued ticket",
+                       tuple(lines))
+
+
+_INTAKE_DURABLE = frozenset(p.value for p in Phase) - {Phase.INTAKE.value}
+_DRAFT_DURABLE = frozenset({Phase.AWAITING_APPROVAL.value, Phase.APPROVED.value,
+                            Phase.SENDING.value, Phase.COMPLETED.value})
+
+
+def intake_not_repeated(ev: Evidence) -> CheckResult:
+    """Beyond the five: Intake reads are not repeated, and the draft is not rewritten,
+    once checkpointed — a worker that starts from a checkpoint past ``intake`` must not hit
+    ``t1.get_customer``/``t1.get_order``, and one past the park must not hit
+    ``t1.draft_email`` (Chapter 8: "A later worker loads those facts — it does not ask the
+    model to rediscover them"). Uses the phase the harness read before each worker started,
+    and the labelled points the worker reported; a loop without labels passes vacuously."""
+    lines, repeats = [], []
+    for w in ev.workers:
+        hits = [e.label for e in ev.events if e.kind == "hit" and e.worker == w.index]
+        redo = [lab for lab in hits if (lab in ("t1.get_customer", "t1.get_order")
+                                        and w.phase_before in _INTAKE_DURABLE)
+                or (lab == "t1.draft_email" and w.phase_before in _DRAFT_DURABLE)]
+        lines.append(f"worker {w.index} ({w.role}) started from {w.phase_before or 'nothing'}"
+                     + (f": repeated {', '.join(redo)}" if redo else ""))
+        repeats += redo
+    if repeats:
+        return CheckResult("intake_not_repeated", False,
+                           f"{len(repeats)} read(s)/draft(s) repeated after they were "
+                           "checkpointed", tuple(lines))
+    return CheckResult("intake_not_repeated", True, "no checkpointed work was redone",
                        tuple(lines))
 
 
@@ -247,6 +289,7 @@ CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
     same_key_one_delivery,
     exactly_one_delivery,
     ticket_server_issued,
+    intake_not_repeated,
     no_process_left,
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)

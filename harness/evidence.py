@@ -75,8 +75,9 @@ class WorkerRun:
         leftovers: pids of its process group found alive after it exited.
         stdout_tail, stderr_tail: the last lines it printed.
         elapsed_s: seconds from launch to reap.
-        phase_after: the phase of the latest checkpoint once it was gone, read by the
-            harness from SQLite (``None``: no checkpoint, or unreadable).
+        phase_after, phase_before: the phase of the latest checkpoint once it was gone /
+            before it started, read by the harness from SQLite (``None``: no checkpoint, or
+            unreadable).
     """
 
     index: int
@@ -90,6 +91,7 @@ class WorkerRun:
     stderr_tail: str
     elapsed_s: float
     phase_after: str | None = None
+    phase_before: str | None = None
 
     @property
     def expected_exit(self) -> bool:

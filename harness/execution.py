@@ -113,7 +113,8 @@ class KillController:
             worker = self.by_pid.get(hit.pid)
             index = worker.index if worker else None
             self.events.add("hit", hit.label, hit.pid, index, f"occurrence {hit.occurrence}")
-            if worker is None:
+            if worker is None:  # counted like the trace counts it, but never killed
+                self.counts[hit.label] = self.counts.get(hit.label, 0) + 1
                 self.events.add("error", hit.label, hit.pid, None, "hit from an unknown pid")
                 return dict(_CONTINUE)
             return None if self._maybe_kill(hit.label, worker) else dict(_CONTINUE)
@@ -178,6 +179,7 @@ class _Story:
 
     def run_worker(self, role: str, argv: list[str], env: dict[str, str]) -> WorkerRun:
         index = len(self.runs)
+        phase_before = self.latest_phase()
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
         worker = self.launcher.start(argv, env=env, cwd=str(self.workdir), stdout=str(out),
                                      stderr=str(err), index=index)
@@ -191,7 +193,7 @@ class _Story:
             self.errors.append(f"worker {index} ({role}) passed its {self.timeout:g} s deadline")
         run = WorkerRun(index, role, worker.pid, info.returncode, info.killed_by_harness,
                         info.timed_out, info.leftovers, _tail(out), _tail(err),
-                        round(info.elapsed_s, 4), self.latest_phase())
+                        round(info.elapsed_s, 4), self.latest_phase(), phase_before)
         self.runs.append(run)
         return run
 

@@ -34,8 +34,8 @@ def single_kill_plans(scenario: Scenario, reached: tuple[KillPoint, ...]
                       ) -> list[ExecutionPlan]:
     """One plan per kill point: the scenario's own list if it has one (a listed point the
     trace never reached still runs, and comes out ``unknown``), else every reached point;
-    then the scenario's extra multi-kill schedules."""
+    then the scenario's extra multi-kill schedules. A schedule listed twice runs once."""
     points = scenario.points if scenario.points is not None else reached
-    plans = [ExecutionPlan(scenario, CrashSchedule((p,))) for p in points]
-    plans += [ExecutionPlan(scenario, s) for s in scenario.schedules]
-    return plans
+    schedules = [CrashSchedule((p,)) for p in points] + list(scenario.schedules)
+    unique = dict.fromkeys(s for s in schedules if s.kills)  # once each, in order
+    return [ExecutionPlan(scenario, s) for s in unique]

@@ -20,7 +20,7 @@ from harness.schedule import CrashSchedule, KillPoint
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 class ScenarioError(ShopOpsError, ValueError):
@@ -85,7 +85,8 @@ def load_scenario(path: str | Path) -> Scenario:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        line = getattr(exc, "lineno", None)
+        found = re.search(r"at line (\d+)", str(exc))  # TOMLDecodeError.lineno is 3.14+
+        line = int(found[1]) if found else None
         raise ScenarioError(f"{path}: TOML syntax error: {exc}", path=str(path),
                             field=None, line=line, reason="syntax") from exc
     return _build(data, path, text)
@@ -136,7 +137,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
     for table, allowed in _ALLOWED.items():
         section = data if table == "" else data.get(table, {})
         for key, value in section.items():
-            if table == "" and isinstance(value, dict):
+            if table == "" and key in tables:
                 continue
             dotted = f"{table}.{key}" if table else key
             if key not in allowed:
@@ -147,7 +148,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
                            f"{type(value).__name__}")
     case, sut, crash, expect = (data.get(t, {}) for t in ("case", "sut", "crash", "expect"))
     name = data.get("name", path.stem)
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise fail("name", f"{name!r}: use lowercase letters, digits, '-' and '_'")
     policy = sut.get("policy", "deterministic")
     if policy not in POLICIES:
@@ -167,6 +168,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         schedules = tuple(CrashSchedule.parse(_str(s)) for s in crash.get("schedules", []))
     except ValueError as exc:
         raise fail("crash.schedules", str(exc)) from None
+    if any(not s.kills for s in schedules):
+        raise fail("crash.schedules", "'no-kill' is the baseline: set crash.baseline = true")
     failing = expect.get("failing_checks", [])
     for check in failing:
         if check not in CHECK_IDS:
@@ -197,6 +200,10 @@ def _type_text(expected: type | tuple[type, ...]) -> str:
 def _line_of(text: str, dotted: str) -> int | None:
     """The 1-based line where ``dotted``'s key is set (inside its table), if found."""
     table, _, key = dotted.rpartition(".")
+    if not table:  # a top-level name: either `key = ...` before any table, or `[key]`
+        for number, line in enumerate(text.splitlines(), start=1):
+            if re.match(rf"^\[\s*{re.escape(key)}\s*\]", line.strip()):
+                return number
     current = ""
     for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()

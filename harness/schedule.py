@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from shopops import labels
 
 NO_KILL = "no-kill"
-_POINT = re.compile(r"^(?P<label>[a-z0-9_.]+)(?:#(?P<occurrence>\d+))?$")
+_POINT = re.compile(r"(?P<label>[a-z0-9_.]+)(?:#(?P<occurrence>[0-9]+))?")
 
 
 @dataclass(frozen=True, order=True)
@@ -42,7 +42,7 @@ class KillPoint:
                 human's approval is not a place a worker can be killed); the message lists
                 the allowed labels.
         """
-        match = _POINT.match(text.strip())
+        match = _POINT.fullmatch(text.strip())
         if not match:
             raise ValueError(f"kill point {text!r} is not of the form label or label#N")
         label = match["label"]

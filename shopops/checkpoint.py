@@ -159,6 +159,8 @@ class CheckpointRow:
             self._corrupt(f"state_json is not valid UTF-8 ({exc})", "state_json", "invalid utf-8")
         except json.JSONDecodeError as exc:
             self._corrupt(f"state_json is not valid JSON ({exc})", "state_json", "invalid json")
+        except RecursionError:
+            self._corrupt("state_json nests too deeply to parse", "state_json", "too deep")
         if not isinstance(data, dict):
             self._corrupt(
                 f"state_json must be a JSON object, got {type(data).__name__}",

@@ -173,6 +173,10 @@ class State:
         """
         try:
             data = json.loads(text)
+        except RecursionError as exc:
+            raise StateInvalid(
+                "state_json nests too deeply to parse", field="<root>", reason="too deep"
+            ) from exc
         except json.JSONDecodeError as exc:
             raise StateInvalid(
                 f"state_json is not valid JSON: {exc}", field="<root>", reason="invalid json"

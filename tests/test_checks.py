@@ -147,17 +147,18 @@ def events(specs: list[Spec]) -> tuple[Event, ...]:
 
 
 def worker(index: int, role: str, returncode: int, killed: bool, phase_after: str | None,
-           leftovers: tuple[int, ...] = ()) -> WorkerRun:
+           leftovers: tuple[int, ...] = (), phase_before: str | None = None) -> WorkerRun:
     return WorkerRun(index=index, role=role, pid=PIDS[index], returncode=returncode,
                      killed_by_harness=killed, timed_out=False, leftovers=leftovers,
-                     stdout_tail="", stderr_tail="", elapsed_s=0.3, phase_after=phase_after)
+                     stdout_tail="", stderr_tail="", elapsed_s=0.3, phase_after=phase_after,
+                     phase_before=phase_before)
 
 
 def good_workers() -> tuple[WorkerRun, ...]:
     return (worker(0, "start", -9, True, "awaiting_approval"),
-            worker(1, "recheck", 0, False, "awaiting_approval"),
-            worker(2, "resume", -9, True, "sending"),
-            worker(3, "resume", 0, False, "completed"))
+            worker(1, "recheck", 0, False, "awaiting_approval", phase_before="awaiting_approval"),
+            worker(2, "resume", -9, True, "sending", phase_before="awaiting_approval"),
+            worker(3, "resume", 0, False, "completed", phase_before="sending"))
 
 
 def ticket(**fields: Any) -> Ticket:
@@ -280,9 +281,6 @@ def test_draft_identical_fails_when_the_human_approved_another_draft() -> None:
     assert f"ticket {TICKET_ID}: approved draft {REDRAFT.digest()[:12]}" in res.evidence
 
 
-@pytest.mark.xfail(strict=True, reason="bug: draft_identical skips checkpoints whose draft is "
-                   "None, so a draft lost on resume (seq 4 holds no draft after seq 3 held "
-                   "one) passes as 'one draft throughout'")
 def test_draft_identical_fails_when_resume_loses_the_draft() -> None:
     states = good_states()
     states[3] = replace(states[3], draft=None)  # resumed without the draft, re-drafted after
@@ -695,10 +693,6 @@ def test_state_reading_checks_fail_on_an_unreadable_checkpoint(check: Any,
 
 @pytest.mark.parametrize("check", [same_key_one_delivery, exactly_one_delivery,
                                    ticket_server_issued], ids=lambda c: c.__name__)
-@pytest.mark.xfail(strict=True, reason="bug: same_key_one_delivery, exactly_one_delivery and "
-                   "ticket_server_issued call _states(ev) and drop its problems "
-                   "(checks.py lines 151, 180, 205), so they pass although a checkpoint "
-                   "(which may hold another key or a forged ticket) is unreadable")
 def test_checks_that_read_checkpoints_do_not_pass_over_an_unreadable_one(check: Any) -> None:
     res = check(corrupt_story(b"{trunc"))
     assert not res.passed
@@ -708,12 +702,33 @@ def test_checks_that_read_checkpoints_do_not_pass_over_an_unreadable_one(check: 
 # --------------------------------------------------------------------------- DESIGN gaps
 
 
-@pytest.mark.xfail(strict=True, reason="bug: DESIGN.md 'beyond the five' lists 'Intake reads "
-                   "are not repeated once checkpointed', but CHECKS has no such check: a "
-                   "resume that re-reads the customer and order passes every check")
 def test_a_resume_that_repeats_intake_reads_fails_some_check() -> None:
     specs = good_specs()
     at = specs.index(("hit", "t6.checkpoint_loaded", 3, ""))
     specs[at + 1:at + 1] = hits(3, "t1.get_customer", "t1.get_order")
-    results = run_checks(evidence(specs=specs))
-    assert not all(r.passed for r in results)
+    results = {r.check_id: r for r in run_checks(evidence(specs=specs))}
+    assert not results["intake_not_repeated"].passed
+    assert "worker 3 (resume) started from sending: repeated t1.get_customer, t1.get_order" in (
+        results["intake_not_repeated"].evidence)
+    assert [r for r in results.values() if not r.passed] == [results["intake_not_repeated"]]
+
+
+def test_a_worker_redrafting_after_the_park_fails_intake_not_repeated() -> None:
+    specs = good_specs()
+    at = specs.index(("hit", "t6.checkpoint_loaded", 3, ""))
+    specs[at + 1:at + 1] = hits(3, "t1.draft_email")
+    (result,) = [r for r in run_checks(evidence(specs=specs))
+                 if r.check_id == "intake_not_repeated"]
+    assert not result.passed
+
+
+def test_intake_before_any_checkpoint_may_be_repeated() -> None:
+    # the start worker was killed before the first checkpoint: the recheck reads again
+    workers = list(good_workers())
+    workers[1] = worker(1, "recheck", 0, False, "awaiting_approval", phase_before=None)
+    specs = good_specs()
+    at = specs.index(("worker_start", None, 1, "recheck"))
+    specs[at + 1:at + 1] = hits(1, "t1.get_customer", "t1.get_order", "t1.draft_email")
+    (result,) = [r for r in run_checks(evidence(specs=specs, workers=tuple(workers)))
+                 if r.check_id == "intake_not_repeated"]
+    assert result.passed, result

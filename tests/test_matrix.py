@@ -126,11 +126,6 @@ def test_trace_numbering_matches_the_kill_controller() -> None:
                                              KillPoint("t6.request_leaving", 2))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a hit from a pid the controller does not know is "
-                   "recorded as a 'hit' event (execution.py line 115) but not counted "
-                   "(KillController.on_hit returns at line 118, before _maybe_kill), while "
-                   "points_from_trace (matrix.py line 27) counts every 'hit' event; the "
-                   "planned t4.parked#2 then never fires at the hit the trace named")
 def test_a_hit_from_an_unknown_pid_is_numbered_the_same_by_trace_and_controller() -> None:
     log = EventLog()
     worker = FakeWorker(100, 0)
@@ -201,10 +196,6 @@ def test_replay_names_the_file_and_the_schedule() -> None:
     'points = ["t4.parked"]\nschedules = ["t4.parked"]',
     'schedules = ["no-kill"]',
 ], ids=["point-twice", "schedule-repeats-a-point", "schedule-repeats-the-baseline"])
-@pytest.mark.xfail(strict=True, reason="bug: neither scenario.py (_build, lines 155-169) nor "
-                   "matrix.py single_kill_plans (lines 38-40) rejects or drops a repeated "
-                   "schedule, so two plans share an id: pytest items collide and "
-                   "runner.run (executions/<execution_dirname>) runs both in one folder")
 def test_a_schedule_is_planned_once(tmp_path: Path, crash: str) -> None:
     path = tmp_path / "dup.toml"
     path.write_text(f'name = "dup"\n[crash]\n{crash}\n', encoding="utf-8")

@@ -120,9 +120,6 @@ def test_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
     assert "line 3" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: scenario.py line 88 reads exc.lineno, which "
-                   "tomllib.TOMLDecodeError only has from Python 3.14; on 3.11 the "
-                   "ScenarioError's line is None although the message says 'line 3'")
 def test_toml_syntax_error_carries_its_line(tmp_path: Path) -> None:
     assert refused(write(tmp_path, 'name = "x"\n[crash]\npoints = = 3\n')).line == 3
 
@@ -144,9 +141,6 @@ def test_unknown_table(tmp_path: Path) -> None:
     assert "unknown field or table" in str(err)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: scenario.py _line_of (line 197) never returns "
-                   "the line of a table header for a top-level name, so an unknown table "
-                   "[gateway] on line 2 is reported with line None")
 def test_unknown_table_carries_its_line(tmp_path: Path) -> None:
     assert refused(write(tmp_path, 'name = "x"\n[gateway]\nfaults = []\n')).line == 2
 
@@ -206,17 +200,11 @@ def test_bad_name_from_the_file_name_has_no_line(tmp_path: Path) -> None:
     assert_names(refused(path), path, "name", None)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: scenario.py line 139 skips the type check of "
-                   "every top-level dict value, so 'name = {a = 1}' reaches _NAME.match and "
-                   "raises TypeError instead of ScenarioError")
 def test_name_that_is_a_table_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, "name = { a = 1 }\n")
     assert_names(refused(path), path, "name", 1)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: scenario.py line 23 _NAME ends with '$', which "
-                   "matches before a trailing newline, so name \"o1001\\n\" is accepted and "
-                   "ends up in execution ids and folder names")
 def test_name_with_a_trailing_newline_is_refused(tmp_path: Path) -> None:
     path = write(tmp_path, 'name = "o1001\\n"\n')
     assert_names(refused(path), path, "name", 1)
@@ -354,9 +342,6 @@ def test_kill_point_rejects_bad_text(text: str) -> None:
         KillPoint.parse(text)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: schedule.py line 23 uses \\d, which matches any "
-                   "Unicode digit, so 't4.parked#\\u0663' (Arabic-Indic 3) parses as "
-                   "occurrence 3 and does not round-trip")
 def test_kill_point_rejects_non_ascii_digits() -> None:
     with pytest.raises(ValueError):
         KillPoint.parse("t4.parked#\u0663")

@@ -1,0 +1,394 @@
+"""The fork server: one pre-imported, single-threaded process that forks ShopOps workers.
+
+``harness.fork_launcher.ForkLauncher`` starts it as ``python -m harness.forkserver --fd N
+SOCKET_PATH`` in its own session, handing it the already listening Unix socket (fd ``N``,
+bound at ``SOCKET_PATH``). It imports everything a worker needs (``PRELOAD``) before it
+accepts a connection, never starts a thread, and then forks one child per request: the
+interpreter start-up and the imports are paid once, a worker start costs a ``fork()``
+(DESIGN.md, "Speed"). The worker is still a real OS process in its own session, SIGKILLed
+from outside by the harness.
+
+Protocol: JSON lines over the socket.
+
+- The launcher's first connection is the *control* connection: ``{"op": "hello"}`` →
+  ``{"op": "ready", "pid": ...}``. Its end of file (the launcher closed, or the harness
+  died, even by SIGKILL) makes the server SIGKILL every child's process group, reap them
+  and exit; so do SIGTERM and SIGINT.
+- Every worker gets a connection of its own: ``{"op": "start", "module": "shopops",
+  "args": [...], "env": {...}, "cwd": ..., "stdout": PATH, "stderr": PATH}`` →
+  ``{"op": "started", "pid": ...}`` (the child already has its own session) or ``{"op":
+  "error", "errno": ..., "error": ...}`` (like ``Popen``: a missing ``cwd``, an output file
+  that cannot be opened); later ``{"op": "exit", "pid": ..., "returncode": ...}`` with
+  ``os.waitstatus_to_exitcode`` of the status the server reaped (-9 for SIGKILL). If that
+  connection closes before the exit, the child's process group is SIGKILLed.
+
+The child (``_become_worker``): ``os.setsid()``; drops every descriptor and signal handler
+of the server; stdin from ``/dev/null``, stdout/stderr onto the given files; ``chdir``;
+replaces ``os.environ`` entirely with the given env (and ``sys.path`` starts with ``cwd`` and
+the env's ``PYTHONPATH``, as in a fresh ``python -m``); re-arms failpoints from that env
+(fresh counters, no channel connection), drops the default services; runs the module as
+``__main__`` (``runpy``, what ``python -m`` does) and leaves with ``os._exit`` after flushing
+stdio: ``SystemExit`` gives its code, an uncaught exception a traceback on stderr and 1.
+
+Not shared with a fresh interpreter, by construction: the hash seed (``PYTHONHASHSEED``) and
+other start-up-only settings of the env (``-X`` options, ``PYTHON*`` flags) are the server's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import gc
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+#: What ``python -m shopops run`` imports, before or while it runs (``netrc`` and ``shlex``
+#: are imported lazily by requests at the first request).
+PRELOAD = (
+    "argparse", "json", "sqlite3", "hashlib", "secrets", "netrc", "shlex", "runpy",
+    "traceback", "requests", "shopops", "shopops.cli", "shopops.failpoints",
+    "shopops.runtime", "shopops.worker", "shopops.loop", "shopops.checkpoint",
+    "shopops.approvals", "shopops.gateway_client", "shopops.tools", "shopops.records",
+    "shopops.policy", "shopops.labels", "shopops.state", "shopops.phases", "shopops.errors",
+)
+#: Seconds the server waits for its control connection before it gives up and exits.
+HELLO_TIMEOUT_S = 60.0
+_KILL_WAIT_S = 10.0
+
+
+def preload() -> None:
+    """Import ``PRELOAD`` and disarm failpoints in the server itself (its environment may
+    still name a channel), then freeze the heap so children copy fewer pages on write."""
+    for name in PRELOAD:
+        importlib.import_module(name)
+    from shopops import failpoints, runtime
+
+    failpoints.configure(None, None)
+    runtime.set_default_services(None)
+    gc.collect()
+    gc.freeze()
+
+
+class _Conn:
+    """One accepted connection: its socket, unread bytes, and the child it asked for."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.control = False
+        self.child: int | None = None
+        self.open = True
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self.open:
+            return
+        try:
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:
+            self.open = False  # the peer went away; its EOF is handled by the loop
+
+
+class ForkServer:
+    """The server loop over the listening socket ``listener`` (single thread)."""
+
+    def __init__(self, listener: socket.socket, path: str | None = None) -> None:
+        self.listener = listener
+        self.path = path
+        self.listener.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.conns: dict[int, _Conn] = {}
+        self.children: dict[int, _Conn | None] = {}
+        self.stopping = False
+        self.controlled = False
+        self.started = time.monotonic()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.defaults = {sig: signal.getsignal(sig)
+                         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)}
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, _ignore)  # a Python handler, so the wakeup fd is written
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        signal.signal(signal.SIGINT, _exit_on_signal)
+        self.selector.register(self.listener, selectors.EVENT_READ, self._accept)
+        self.selector.register(self.wake_r, selectors.EVENT_READ, self._reap)
+
+    # -- the loop -----------------------------------------------------------------------
+    def serve(self) -> int:
+        """Serve until the control connection closes (or SIGTERM/SIGINT); returns 0."""
+        try:
+            while not self.stopping:
+                timeout = None
+                if not self.controlled:
+                    timeout = self.started + HELLO_TIMEOUT_S - time.monotonic()
+                    if timeout <= 0:
+                        break
+                for key, _ in self.selector.select(timeout):
+                    key.data(key.fileobj)
+        finally:
+            self.shutdown()
+        return 0
+
+    def shutdown(self) -> None:
+        """SIGKILL every child's process group, reap them, report, close everything."""
+        for pid in list(self.children):
+            _killpg(pid)
+        deadline = time.monotonic() + _KILL_WAIT_S
+        while self.children and time.monotonic() < deadline:
+            if not self._reap_once(block=True):
+                break
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.selector.close()
+        self.listener.close()
+        if self.path:
+            for remove in (os.unlink, os.rmdir):  # rmdir only succeeds on an empty folder
+                try:
+                    remove(self.path)
+                except OSError:
+                    break
+                self.path = os.path.dirname(self.path)
+
+    # -- callbacks ----------------------------------------------------------------------
+    def _accept(self, _: object) -> None:
+        try:
+            sock, _addr = self.listener.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        sock.settimeout(5.0)  # replies are tiny; a peer that stops reading is dropped
+        conn = _Conn(sock)
+        self.conns[sock.fileno()] = conn
+        self.selector.register(sock, selectors.EVENT_READ, self._readable)
+
+    def _readable(self, sock: socket.socket) -> None:
+        conn = self.conns[sock.fileno()]
+        try:
+            data = sock.recv(65536)
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._eof(conn)
+            return
+        conn.buf += data
+        while b"\n" in conn.buf and conn.open:
+            line, _, rest = bytes(conn.buf).partition(b"\n")
+            conn.buf = bytearray(rest)
+            try:
+                message = json.loads(line)
+                op = message["op"]
+            except (ValueError, KeyError, TypeError):
+                conn.send({"op": "error", "errno": errno.EINVAL, "error": "bad request"})
+                continue
+            if op == "hello":
+                conn.control = self.controlled = True
+                conn.send({"op": "ready", "pid": os.getpid()})
+            elif op == "start":
+                self._start(conn, message)
+            else:
+                conn.send({"op": "error", "errno": errno.EINVAL, "error": f"unknown op {op!r}"})
+
+    def _eof(self, conn: _Conn) -> None:
+        if conn.control:
+            self.stopping = True
+        if conn.child is not None and conn.child in self.children:
+            _killpg(conn.child)  # nobody waits for it any more: no orphan
+            self.children[conn.child] = None
+        self._close(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        conn.open = False
+        fd = conn.sock.fileno()
+        if fd >= 0:
+            self.selector.unregister(conn.sock)
+            self.conns.pop(fd, None)
+        conn.sock.close()
+
+    def _reap(self, _: object) -> None:
+        try:
+            while os.read(self.wake_r, 512):
+                pass
+        except BlockingIOError:
+            pass
+        while self._reap_once(block=False):
+            pass
+
+    def _reap_once(self, *, block: bool) -> bool:
+        """Reap one exited child and report it; False when there is none (yet)."""
+        try:
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return False
+        conn = self.children.pop(pid, None)
+        if conn is not None:
+            conn.send({"op": "exit", "pid": pid,
+                       "returncode": os.waitstatus_to_exitcode(status)})
+        return True
+
+    # -- forking ------------------------------------------------------------------------
+    def _start(self, conn: _Conn, req: dict[str, Any]) -> None:
+        try:
+            args, env, cwd = req["args"], req["env"], req["cwd"]
+            module = req.get("module", "shopops")
+            if not (isinstance(args, list) and all(isinstance(a, str) for a in args)
+                    and isinstance(env, dict) and isinstance(module, str)
+                    and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+                raise TypeError("args must be a list of str, env a dict of str")
+            if conn.child is not None:
+                raise ValueError("one worker per connection")
+            if not os.path.isdir(cwd):
+                raise FileNotFoundError(errno.ENOENT, "no such directory", cwd)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            out = os.open(req["stdout"], flags, 0o666)
+            try:
+                err = os.open(req["stderr"], flags, 0o666)
+            except OSError:
+                os.close(out)
+                raise
+        except OSError as exc:
+            conn.send({"op": "error", "errno": exc.errno, "error": str(exc)})
+            return
+        except (KeyError, TypeError, ValueError) as exc:
+            conn.send({"op": "error", "errno": errno.EINVAL, "error": f"bad request: {exc}"})
+            return
+        ready_r, ready_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
+            try:
+                self._become_worker(module, args, env, cwd, out, err, ready_r, ready_w)
+            finally:
+                os._exit(127)
+        os.close(ready_w)
+        os.close(out)
+        os.close(err)
+        os.read(ready_r, 1)  # end of file once the child has its own session
+        os.close(ready_r)
+        self.children[pid] = conn
+        conn.child = pid
+        conn.send({"op": "started", "pid": pid})
+
+    def _become_worker(self, module: str, args: list[str], env: dict[str, str], cwd: str,
+                       out: int, err: int, ready_r: int, ready_w: int) -> None:
+        """In the child: a session of its own, none of the server's descriptors, then run."""
+        os.setsid()
+        os.close(ready_r)
+        os.close(ready_w)  # the server may now report the pid: killpg reaches us
+        signal.set_wakeup_fd(-1)
+        for sig, handler in self.defaults.items():
+            signal.signal(sig, handler)
+        self.selector.close()  # no epoll_ctl: the server's registrations are untouched
+        for sock in [c.sock for c in self.conns.values()] + [self.listener]:
+            if sock.fileno() >= 0:
+                os.close(sock.detach())
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        null = os.open(os.devnull, os.O_RDONLY)
+        for fd, target in ((null, 0), (out, 1), (err, 2)):
+            os.dup2(fd, target)
+            os.close(fd)
+        os._exit(run_module(module, args, env, cwd))
+
+
+def run_module(module: str, args: Sequence[str], env: dict[str, str], cwd: str) -> int:
+    """Run ``python -m module args...`` in this (forked) process; returns the exit status.
+
+    Everything process-wide a worker reads is reset from ``env`` first: the environment,
+    the failpoints (``shopops.failpoints.configure_from_env``) and the default services
+    (``shopops.runtime.set_default_services(None)``).
+    """
+    import runpy
+    import traceback
+
+    from shopops import failpoints, runtime
+
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    time.tzset()
+    extra = [cwd] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [p for p in dict.fromkeys(extra) if p not in sys.path]
+    sys.argv = ["-m", *args]
+    try:
+        failpoints.configure_from_env()
+        runtime.set_default_services(None)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc.code)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        _flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        status = 130
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    _flush()
+    return status
+
+
+def _exit_status(code: object) -> int:
+    """What the interpreter makes of ``sys.exit(code)``."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _ignore(signum: int, frame: object) -> None:
+    pass
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m harness.forkserver --fd N SOCKET_PATH``: preload, then serve."""
+    parser = argparse.ArgumentParser(prog="python -m harness.forkserver",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--fd", type=int, required=True,
+                        help="descriptor of the listening Unix socket (inherited)")
+    parser.add_argument("path", help="where that socket is bound (unlinked at exit)")
+    args = parser.parse_args(argv)
+    listener = socket.socket(fileno=args.fd)
+    preload()
+    if threading.active_count() != 1:  # forking a threaded process copies held locks
+        raise RuntimeError(f"fork server has {threading.active_count()} threads after preload")
+    return ForkServer(listener, args.path).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
