@@ -144,8 +144,8 @@ class ForkServer:
             _killpg(pid)
         deadline = time.monotonic() + _KILL_WAIT_S
         while self.children and time.monotonic() < deadline:
-            if not self._reap_once(block=True):
-                break
+            if not self._reap_once():
+                time.sleep(0.002)  # SIGKILLed: gone within a few ms (unless stuck in D state)
         for conn in list(self.conns.values()):
             self._close(conn)
         self.selector.close()
@@ -220,13 +220,13 @@ class ForkServer:
                 pass
         except BlockingIOError:
             pass
-        while self._reap_once(block=False):
+        while self._reap_once():
             pass
 
-    def _reap_once(self, *, block: bool) -> bool:
+    def _reap_once(self) -> bool:
         """Reap one exited child and report it; False when there is none (yet)."""
         try:
-            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return False
         if pid == 0:
@@ -270,6 +270,10 @@ class ForkServer:
         if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
             try:
                 self._become_worker(module, args, env, cwd, out, err, ready_r, ready_w)
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
             finally:
                 os._exit(127)
         os.close(ready_w)

@@ -1,5 +1,7 @@
 """How workers are started. ``Launcher`` is the protocol; ``SpawnLauncher`` starts a fresh
-interpreter per worker (full isolation, the only choice for a foreign implementation)."""
+interpreter per worker (full isolation, the only choice for a foreign implementation);
+``harness.fork_launcher.ForkLauncher`` forks the reference loop from a pre-imported server.
+``make_launcher`` builds one by name (``--launcher``, ``--crash-launcher``)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,16 @@ from typing import Protocol
 
 from harness.processes import Worker, spawn
 
+#: Launcher names, the default first.
+LAUNCHERS = ("fork", "spawn")
+
 
 class Launcher(Protocol):
     """Starts one worker process in its own process group.
 
     ``start`` returns a ``harness.processes.Worker`` that the caller waits for (and may
-    kill); it raises ``OSError`` if the process cannot be started.
+    kill); it raises ``OSError`` if the process cannot be started. ``close`` releases what
+    the launcher holds (a fork server); whoever made the launcher closes it.
     """
 
     name: str
@@ -20,6 +26,10 @@ class Launcher(Protocol):
     def start(self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: str,
               stderr: str, index: int) -> Worker:
         """Start ``argv`` with exactly ``env``; output to the files ``stdout``/``stderr``."""
+        ...
+
+    def close(self) -> None:
+        """Release the launcher's resources; workers still running are killed. Idempotent."""
         ...
 
 
@@ -32,3 +42,21 @@ class SpawnLauncher:
               stderr: str, index: int) -> Worker:
         """See ``Launcher.start``."""
         return spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, index=index)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def make_launcher(name: str) -> Launcher:
+    """A new launcher by name: ``"fork"`` or ``"spawn"`` (``LAUNCHERS``).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name == "spawn":
+        return SpawnLauncher()
+    if name == "fork":
+        from harness.fork_launcher import ForkLauncher
+
+        return ForkLauncher()
+    raise ValueError(f"unknown launcher {name!r}; allowed: {', '.join(LAUNCHERS)}")

@@ -1,0 +1,309 @@
+"""``ForkLauncher``: workers forked by a pre-imported fork server (``harness.forkserver``).
+
+One fork server per launcher, started lazily at the first ``start`` in its own session
+(DESIGN.md, "Speed"): a worker start costs a ``fork()`` instead of an interpreter start and
+the imports. Each worker is still a real OS process in its own session; ``kill()``
+SIGKILLs its process group straight from the harness, from any thread, exactly as for a
+spawned worker.
+
+Each ``start`` opens a connection of its own to the server, so parallel executions share
+the server without sharing a socket: the connection carries the request, the ``started``
+reply and, later, the ``exit`` report that ``wait`` blocks on. Only the server reaps the
+child (``waitpid``), and reports ``os.waitstatus_to_exitcode`` (-9 exactly for SIGKILL).
+
+The server always goes away with the harness: ``close()``, interpreter exit (``atexit``)
+and SIGINT/SIGTERM (the runner's and pytest plugin's ``finally``) close the launcher; a
+harness killed with SIGKILL closes the control connection implicitly, and the server then
+SIGKILLs its children and exits.
+
+Only the reference loop (``[sys.executable, "-m", "shopops", ...]``) is forked; any other
+argv — a foreign implementation — goes to ``fallback`` (a fresh interpreter by default) or,
+with ``fallback=None``, is refused with ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from harness.launcher import Launcher, SpawnLauncher
+from harness.processes import REGISTRY, STOPPING, HarnessStopping, Worker
+
+#: Modules ``ForkLauncher`` forks by default: the reference loop only.
+DEFAULT_MODULES = ("shopops",)
+_SRC = str(Path(__file__).resolve().parent.parent)
+_DEFAULT: Any = object()
+
+
+class ForkServerError(OSError):
+    """The fork server could not be started, refused a request, or went away (then the
+    worker's exit status is unknown; its process group was SIGKILLed)."""
+
+
+class _Conn:
+    """A blocking JSON-lines connection to the server, with its own read buffer (a
+    ``makefile`` reader is unusable after a timeout)."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.buf = bytearray()
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.settimeout(30.0)
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def read(self, timeout_s: float | None) -> dict[str, Any] | None:
+        """The next message; ``None`` at end of file. Raises ``TimeoutError``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while b"\n" not in self.buf:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError("no message from the fork server")
+                self.sock.settimeout(remaining)
+            else:
+                self.sock.settimeout(None)
+            data = self.sock.recv(65536)
+            if not data:
+                return None
+            self.buf += data
+        line, _, rest = bytes(self.buf).partition(b"\n")
+        self.buf = bytearray(rest)
+        message = json.loads(line)
+        assert isinstance(message, dict)
+        return message
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class ForkWorker(Worker):
+    """A worker forked by the fork server; its exit status arrives on ``conn``."""
+
+    def __init__(self, pid: int, index: int, conn: _Conn) -> None:
+        super().__init__(pid, index)
+        self._conn = conn
+        self._read_lock = threading.Lock()
+        self._returncode: int | None = None
+
+    def _reap(self, timeout_s: float | None) -> int | None:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        # another thread (``REGISTRY.reap_all``) may be reading the same report
+        if not self._read_lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
+            return None
+        try:
+            while self._returncode is None:
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                try:
+                    message = self._conn.read(remaining)
+                except TimeoutError:
+                    return None
+                except (OSError, ValueError):
+                    message = None
+                if message is None:
+                    self._lost()
+                if message.get("op") == "exit" and message.get("pid") == self.pid:
+                    self._returncode = int(message["returncode"])
+                    self._conn.close()
+            return self._returncode
+        finally:
+            self._read_lock.release()
+
+    def _lost(self) -> NoReturn:
+        self.kill()
+        self._conn.close()
+        REGISTRY.discard(self)
+        raise ForkServerError(f"the fork server went away before it reported the exit of "
+                              f"worker {self.index} (pid {self.pid}); its group was SIGKILLed")
+
+
+class _Server:
+    """The fork server process, its socket folder and the control connection."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.dir = tempfile.mkdtemp(prefix="shopops-fs-")
+        self.path = os.path.join(self.dir, "fs.sock")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.path)
+            listener.listen(128)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, env.get("PYTHONPATH")) if p)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "harness.forkserver", "--fd", str(listener.fileno()),
+                 self.path],
+                pass_fds=(listener.fileno(),), env=env, cwd=_SRC, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+            )
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
+        finally:
+            listener.close()
+        try:
+            self.control = _Conn(self.path)
+            self.control.send({"op": "hello"})
+            reply = self.control.read(timeout_s)
+            if reply is None or reply.get("op") != "ready":
+                raise ForkServerError(f"fork server answered {reply!r} to hello")
+        except (OSError, ValueError) as exc:
+            why = self._stop()
+            raise ForkServerError(f"the fork server did not start: {exc}\n{why}") from None
+        self.pid = int(reply["pid"])
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def _stop(self) -> str:
+        """Stop the server (kill after 10 s) and clean up; returns its stderr."""
+        control = getattr(self, "control", None)
+        if control is not None:
+            control.close()  # end of file: the server kills its children and exits
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        err = b""
+        if self.proc.stderr is not None:
+            err = self.proc.stderr.read()
+            self.proc.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return err.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        self._stop()
+
+
+class ForkLauncher:
+    """Workers forked from one pre-imported fork server (``name = "fork"``).
+
+    Args:
+        modules: the ``python -m MODULE`` argvs that are forked (default: ``shopops``).
+        fallback: the launcher for any other argv (default: a ``SpawnLauncher``); ``None``
+            refuses it with ``ValueError``.
+        start_timeout_s: seconds the server may take to start (its imports).
+    """
+
+    name = "fork"
+
+    def __init__(self, *, modules: Sequence[str] = DEFAULT_MODULES,
+                 fallback: Launcher | None = _DEFAULT, start_timeout_s: float = 60.0) -> None:
+        self.modules = tuple(modules)
+        self.fallback: Launcher | None = SpawnLauncher() if fallback is _DEFAULT else fallback
+        self.start_timeout_s = start_timeout_s
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
+        self._closed = False
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def forks(self, argv: Sequence[str]) -> bool:
+        """Whether ``argv`` is ``[sys.executable, "-m", MODULE, ...]`` for one of ``modules``."""
+        return (len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m"
+                and argv[2] in self.modules)
+
+    @property
+    def server_pid(self) -> int | None:
+        """The fork server's pid, or ``None`` before the first start and after ``close``."""
+        server = self._server
+        return server.pid if server is not None else None
+
+    def start(self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: str,
+              stderr: str, index: int) -> Worker:
+        """See ``harness.launcher.Launcher.start``.
+
+        Raises:
+            ValueError: ``argv`` is not forked here and there is no fallback.
+            HarnessStopping: ``harness.processes.STOPPING`` is set.
+            ForkServerError: the server could not be started or refused the request;
+                an ``OSError`` with the ``errno`` of a missing ``cwd`` or an output file that
+                cannot be opened.
+        """
+        if not self.forks(argv):
+            if self.fallback is None:
+                raise ValueError(f"the fork launcher only starts python -m "
+                                 f"{'/'.join(self.modules)} with {sys.executable}; got {argv!r}")
+            return self.fallback.start(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                       index=index)
+        if STOPPING.is_set():
+            raise HarnessStopping("the harness is stopping; no new worker is started")
+        conn = _Conn(self._ensure_server().path)
+        try:
+            conn.send({"op": "start", "module": argv[2], "args": list(argv[3:]),
+                       "env": dict(env), "cwd": os.path.abspath(cwd),
+                       "stdout": os.path.abspath(stdout), "stderr": os.path.abspath(stderr)})
+            reply = conn.read(30.0)
+        except BaseException:
+            conn.close()
+            raise
+        if reply is None or reply.get("op") != "started":
+            conn.close()
+            if reply is not None and reply.get("op") == "error":
+                raise ForkServerError(int(reply.get("errno") or 0), str(reply.get("error")))
+            raise ForkServerError(f"the fork server did not start the worker: {reply!r}")
+        worker = ForkWorker(int(reply["pid"]), index, conn)
+        REGISTRY.add(worker)
+        return worker
+
+    def _ensure_server(self) -> _Server:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("ForkLauncher is closed")
+            if self._server is not None and not self._server.alive():
+                self._server.close()  # died (killed from outside): start a fresh one
+                self._server = None
+            if self._server is None:
+                self._server = _Server(self.start_timeout_s)
+            return self._server
+
+    def close(self) -> None:
+        """Stop the fork server (it SIGKILLs and reaps any worker still running). Idempotent."""
+        with self._lock:
+            self._closed = True
+            server, self._server = self._server, None
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+        if server is not None:
+            server.close()
+        if self.fallback is not None:
+            self.fallback.close()
+
+    def __enter__(self) -> ForkLauncher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: Launchers not yet closed; whatever is left is closed at interpreter exit.
+_LIVE: set[ForkLauncher] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_all() -> None:
+    with _LIVE_LOCK:
+        launchers = list(_LIVE)
+    for launcher in launchers:
+        launcher.close()
