@@ -32,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="executions in parallel (default: number of CPUs)")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds one worker may run before it is killed (verdict unknown)")
+    p.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
+                   help="how workers start: forked from a pre-imported server (default, "
+                        "fast) or a fresh interpreter each (full isolation)")
     sub.add_parser("points", help="list the labelled points of the crash timeline")
     return parser
 
@@ -90,8 +93,8 @@ def _run(args: argparse.Namespace) -> int:
               flush=True)
 
     with reaping_on_signals():
-        result = run(scenarios, out_dir, jobs=args.jobs, schedule=schedule,
-                     worker_timeout_s=args.timeout, progress=progress)
+        result = run(scenarios, out_dir, jobs=args.jobs, launcher=args.launcher,
+                     schedule=schedule, worker_timeout_s=args.timeout, progress=progress)
     if result.interrupted:
         print("shopops-chaos: interrupted; every worker was reaped; reporting the "
               f"{len(result.results)} execution(s) that finished", file=sys.stderr)

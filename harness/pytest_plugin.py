@@ -7,7 +7,8 @@
   scenario file is a collection error, which stops the session before anything runs.
 - Fixtures for writing your own kill test in a few lines: ``crash_runner``,
   ``mock_gateway``, ``checkpoint_db``.
-- Options (group ``crash``): ``--crash-timeout``, ``--crash-keep``.
+- Options (group ``crash``): ``--crash-timeout``, ``--crash-keep``, ``--crash-launcher``
+  (``fork``, the default: one fork server per pytest process, closed at the end).
 
 A failing execution raises ``harness.checks.CheckFailed`` (an ``AssertionError``); an
 ``unknown`` one raises ``VerdictUnknown``: neither is ever a pass.
@@ -25,6 +26,7 @@ import pytest
 
 _RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
 _TMP_KEY = pytest.StashKey[Path]()
+_LAUNCHER_KEY = pytest.StashKey[Any]()
 
 
 class VerdictUnknown(Exception):
@@ -40,6 +42,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--crash-keep", default=None, metavar="DIR",
                     help="keep every execution's evidence (databases, worker output) in DIR "
                          "instead of a temporary folder removed at the end")
+    group.addoption("--crash-launcher", choices=("fork", "spawn"), default="fork",
+                    help="how workers start: forked from a pre-imported server (default) or "
+                         "a fresh interpreter each")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,6 +64,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     from harness.processes import REGISTRY
 
     REGISTRY.reap_all()
+    launcher = config.stash.get(_LAUNCHER_KEY, None)
+    if launcher is not None:
+        launcher.close()
     base = config.stash.get(_TMP_KEY, None)
     if base is not None and not config.getoption("--crash-keep", None):
         shutil.rmtree(base, ignore_errors=True)
@@ -77,7 +85,19 @@ def _execute(config: pytest.Config, plan: Any) -> Any:
 
     base = config.stash[_TMP_KEY]
     workdir = Path(tempfile.mkdtemp(prefix=execution_dirname(plan)[:40] + "-", dir=base))
-    return execute(plan, workdir, worker_timeout_s=config.getoption("--crash-timeout"))
+    return execute(plan, workdir, launcher=_launcher(config),
+                   worker_timeout_s=config.getoption("--crash-timeout"))
+
+
+def _launcher(config: pytest.Config) -> Any:
+    """The session's launcher, made at first use (a fork server starts lazily)."""
+    from harness.launcher import make_launcher
+
+    launcher = config.stash.get(_LAUNCHER_KEY, None)
+    if launcher is None:
+        launcher = make_launcher(config.getoption("--crash-launcher"))
+        config.stash[_LAUNCHER_KEY] = launcher
+    return launcher
 
 
 class ScenarioFile(pytest.File):

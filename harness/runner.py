@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.execution import ExecutionPlan, ExecutionResult, execute
-from harness.launcher import Launcher, SpawnLauncher
+from harness.launcher import Launcher, make_launcher
 from harness.matrix import points_from_trace, single_kill_plans
 from harness.processes import REGISTRY, STOPPING, HarnessStopping
 from harness.scenario import Scenario
@@ -81,7 +81,7 @@ def run(
     out_dir: Path,
     *,
     jobs: int | None = None,
-    launcher: Launcher | None = None,
+    launcher: Launcher | str | None = None,
     schedule: CrashSchedule | None = None,
     worker_timeout_s: float = 30.0,
     progress: Progress | None = None,
@@ -92,7 +92,8 @@ def run(
         scenarios: validated scenarios.
         out_dir: the run's folder; each execution gets ``executions/<name>/``.
         jobs: parallel executions (threads); default ``os.cpu_count()``.
-        launcher: default ``SpawnLauncher``.
+        launcher: a ``Launcher`` (the caller closes it) or a name for ``make_launcher``
+            (``"fork"``, the default, or ``"spawn"``; that one is closed here).
         schedule: run only this schedule for every scenario (replay); no trace run.
         worker_timeout_s: per-worker deadline in seconds.
         progress: called as ``progress(done, total, result)`` after each execution.
@@ -102,7 +103,9 @@ def run(
         worker is reaped and the executions that finished are returned with
         ``interrupted`` set.
     """
-    launcher = launcher or SpawnLauncher()
+    owned = launcher is None or isinstance(launcher, str)
+    if launcher is None or isinstance(launcher, str):
+        launcher = make_launcher(launcher or "fork")
     started = time.monotonic()
     result = RunResult(out_dir.name, out_dir, started_at=datetime.now(UTC).isoformat(),
                        launcher=launcher.name)
@@ -164,6 +167,8 @@ def run(
         REGISTRY.reap_all()
         pool.shutdown(wait=True)
         REGISTRY.reap_all()  # a worker started in the window before STOPPING was seen
+        if owned:
+            launcher.close()
         result.results = [finished[i] for i in order if i in finished]
         result.elapsed_s = round(time.monotonic() - started, 3)
     return result
