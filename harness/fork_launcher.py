@@ -95,15 +95,34 @@ class _Conn:
 
 
 class ForkWorker(Worker):
-    """A worker forked by the fork server; its exit status arrives on ``conn``."""
+    """A worker forked by the fork server; its exit status arrives on ``conn``.
+
+    The child waits at a start gate until ``release()``, which the first ``wait()`` calls:
+    the execution driver attaches the pid to its kill controller between ``start`` and
+    ``wait``, and a forked child would otherwise reach its first labelled point before that.
+    """
 
     def __init__(self, pid: int, index: int, conn: _Conn) -> None:
         super().__init__(pid, index)
         self._conn = conn
         self._read_lock = threading.Lock()
         self._returncode: int | None = None
+        self._released = False
+        self._release_lock = threading.Lock()
+
+    def release(self) -> None:
+        """Let the child run its code (idempotent; ``wait`` calls it)."""
+        with self._release_lock:
+            if self._released:
+                return
+            self._released = True
+            try:
+                self._conn.send({"op": "go"})
+            except OSError:
+                pass  # the server is gone: the next read says so
 
     def _reap(self, timeout_s: float | None) -> int | None:
+        self.release()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         # another thread (``REGISTRY.reap_all``) may be reading the same report
         if not self._read_lock.acquire(timeout=-1 if timeout_s is None else timeout_s):
@@ -228,6 +247,13 @@ class ForkLauncher:
         """The fork server's pid, or ``None`` before the first start and after ``close``."""
         server = self._server
         return server.pid if server is not None else None
+
+    @property
+    def socket_path(self) -> str | None:
+        """The server's Unix socket (in a private folder removed with the server), or
+        ``None`` while no server runs."""
+        server = self._server
+        return server.path if server is not None else None
 
     def start(self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: str,
               stderr: str, index: int) -> Worker:

@@ -18,7 +18,11 @@ Protocol: JSON lines over the socket.
   "args": [...], "env": {...}, "cwd": ..., "stdout": PATH, "stderr": PATH}`` →
   ``{"op": "started", "pid": ...}`` (the child already has its own session) or ``{"op":
   "error", "errno": ..., "error": ...}`` (like ``Popen``: a missing ``cwd``, an output file
-  that cannot be opened); later ``{"op": "exit", "pid": ..., "returncode": ...}`` with
+  that cannot be opened). The child then waits at its start gate until ``{"op": "go"}``
+  arrives on the same connection (the harness sends it when it first waits for the worker:
+  by then whoever routes the worker's failpoint hits by pid knows the pid — a forked child
+  reaches its first labelled point in milliseconds, a fresh interpreter only after its
+  imports). Later ``{"op": "exit", "pid": ..., "returncode": ...}`` with
   ``os.waitstatus_to_exitcode`` of the status the server reaped (-9 for SIGKILL). If that
   connection closes before the exit, the child's process group is SIGKILLed.
 
@@ -86,6 +90,7 @@ class _Conn:
         self.buf = bytearray()
         self.control = False
         self.child: int | None = None
+        self.gate: int | None = None  # write end of the child's start gate
         self.open = True
 
     def send(self, message: dict[str, Any]) -> None:
@@ -195,6 +200,8 @@ class ForkServer:
                 conn.send({"op": "ready", "pid": os.getpid()})
             elif op == "start":
                 self._start(conn, message)
+            elif op == "go":
+                self._release(conn)
             else:
                 conn.send({"op": "error", "errno": errno.EINVAL, "error": f"unknown op {op!r}"})
 
@@ -206,8 +213,21 @@ class ForkServer:
             self.children[conn.child] = None
         self._close(conn)
 
+    def _release(self, conn: _Conn) -> None:
+        """Open the child's start gate (``b"g"``); closing it unopened makes the child exit."""
+        gate, conn.gate = conn.gate, None
+        if gate is not None:
+            try:
+                os.write(gate, b"g")
+            except OSError:
+                pass
+            os.close(gate)
+
     def _close(self, conn: _Conn) -> None:
         conn.open = False
+        if conn.gate is not None:
+            os.close(conn.gate)
+            conn.gate = None
         fd = conn.sock.fileno()
         if fd >= 0:
             self.selector.unregister(conn.sock)
@@ -233,6 +253,9 @@ class ForkServer:
             return False
         conn = self.children.pop(pid, None)
         if conn is not None:
+            if conn.gate is not None:
+                os.close(conn.gate)
+                conn.gate = None
             conn.send({"op": "exit", "pid": pid,
                        "returncode": os.waitstatus_to_exitcode(status)})
         return True
@@ -264,12 +287,14 @@ class ForkServer:
             conn.send({"op": "error", "errno": errno.EINVAL, "error": f"bad request: {exc}"})
             return
         ready_r, ready_w = os.pipe()
+        gate_r, gate_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
             try:
-                self._become_worker(module, args, env, cwd, out, err, ready_r, ready_w)
+                os.close(gate_w)
+                self._become_worker(module, args, env, cwd, out, err, ready_r, ready_w, gate_r)
             except BaseException:
                 import traceback
 
@@ -277,17 +302,19 @@ class ForkServer:
             finally:
                 os._exit(127)
         os.close(ready_w)
+        os.close(gate_r)
         os.close(out)
         os.close(err)
         os.read(ready_r, 1)  # end of file once the child has its own session
         os.close(ready_r)
         self.children[pid] = conn
-        conn.child = pid
+        conn.child, conn.gate = pid, gate_w
         conn.send({"op": "started", "pid": pid})
 
     def _become_worker(self, module: str, args: list[str], env: dict[str, str], cwd: str,
-                       out: int, err: int, ready_r: int, ready_w: int) -> None:
-        """In the child: a session of its own, none of the server's descriptors, then run."""
+                       out: int, err: int, ready_r: int, ready_w: int, gate: int) -> None:
+        """In the child: a session of its own, none of the server's descriptors, then wait
+        at the gate and run."""
         os.setsid()
         os.close(ready_r)
         os.close(ready_w)  # the server may now report the pid: killpg reaches us
@@ -298,12 +325,20 @@ class ForkServer:
         for sock in [c.sock for c in self.conns.values()] + [self.listener]:
             if sock.fileno() >= 0:
                 os.close(sock.detach())
+        for other in self.conns.values():
+            if other.gate is not None:
+                os.close(other.gate)
         os.close(self.wake_r)
         os.close(self.wake_w)
         null = os.open(os.devnull, os.O_RDONLY)
         for fd, target in ((null, 0), (out, 1), (err, 2)):
             os.dup2(fd, target)
             os.close(fd)
+        released = os.read(gate, 1) == b"g"
+        os.close(gate)
+        if not released:
+            os.write(2, b"fork server: worker never released (the harness went away)\n")
+            os._exit(1)
         os._exit(run_module(module, args, env, cwd))
 
 
