@@ -33,7 +33,7 @@ class CheckFailed(AssertionError):
 
 def _states(ev: Evidence) -> tuple[list[tuple[int, State]], list[str]]:
     parsed, problems = [], []
-    for row in ev.checkpoints:
+    for row in ev.loop_checkpoints:
         try:
             parsed.append((row.seq, row.state()))
         except ShopOpsError as exc:
@@ -47,11 +47,14 @@ def _digest(to: str, subject: str, body: str) -> str:
 
 def draft_identical(ev: Evidence) -> CheckResult:
     """1. The draft after resume is identical to the pre-crash (checkpointed) draft, to the
-    draft the human approved, and to what the gateway delivered."""
+    draft of the ticket the loop used (held in a checkpoint or consumed by a send), and to
+    what the gateway delivered."""
     states, problems = _states(ev)
     drafts = [(seq, s.draft) for seq, s in states if s.draft is not None]
     lines = [f"checkpoint seq {seq}: draft {d.digest()[:12]}" for seq, d in drafts]
-    lines += [f"ticket {t.ticket_id}: approved draft {t.draft_digest[:12]}" for t in ev.tickets]
+    held = {s.approval_ticket for _, s in states if s.approval_ticket}
+    used = [t for t in ev.tickets if t.ticket_id in held or t.consumed_by_key is not None]
+    lines += [f"ticket {t.ticket_id}: approved draft {t.draft_digest[:12]}" for t in used]
     delivered = [(d.delivery_id, _digest(d.to, d.subject, d.body))
                  for d in ev.gateway.deliveries_for(ev.case_id)]
     lines += [f"delivery {i}: body+subject+to {g[:12]}" for i, g in delivered]
@@ -68,7 +71,7 @@ def draft_identical(ev: Evidence) -> CheckResult:
         return CheckResult("draft_identical", False,
                            f"the checkpointed draft changed ({len(digests)} different drafts)",
                            tuple(lines))
-    expected = digests | {t.draft_digest for t in ev.tickets} | {g for _, g in delivered}
+    expected = digests | {t.draft_digest for t in used} | {g for _, g in delivered}
     if len(expected) > 1:
         return CheckResult("draft_identical", False,
                            "approved or delivered text differs from the checkpointed draft",
@@ -89,7 +92,14 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
     bad = [(seq, s.phase) for seq, s in states
            if (cut is None or seq <= cut) and Phase(s.phase) not in PRE_APPROVAL]
     lines += [f"checkpoint seq {seq}: phase {p} before the approval" for seq, p in bad]
-    rechecks = [w for w in ev.workers if w.role == "recheck" and not w.killed_by_harness]
+    def approved_while_running(index: int) -> bool:
+        span = [e.seq for e in ev.events if e.worker == index
+                and e.kind in ("worker_start", "worker_exit")]
+        return (ev.approval_event is not None and len(span) == 2
+                and span[0] < ev.approval_event < span[1])
+
+    rechecks = [w for w in ev.workers if w.role == "recheck" and not w.killed_by_harness
+                and not approved_while_running(w.index)]
     for w in rechecks:
         parked = w.phase_after == Phase.AWAITING_APPROVAL
         sent = [e for e in ev.events if e.kind == "delivery" and e.worker == w.index]
@@ -164,6 +174,9 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
     lines += [f"checkpointed key {k}" for k in sorted(durable)]
     if problems:  # an unreadable checkpoint may hold another key: never a pass
         return CheckResult("same_key_one_delivery", False, problems[0], tuple(lines + problems))
+    if not sends and ev.expected_deliveries == 0:
+        return CheckResult("same_key_one_delivery", True, "nothing was sent, as expected",
+                           tuple(lines))
     if not sends:
         return CheckResult("same_key_one_delivery", False, "no send reached the gateway",
                            tuple(lines))
@@ -185,7 +198,9 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
 
 def exactly_one_delivery(ev: Evidence) -> CheckResult:
     """Beyond the five: the case completes with exactly one delivery (not zero, not two),
-    and the final checkpoint records that delivery."""
+    and the final checkpoint records that delivery. Where the scenario expects no delivery
+    (a rejection, a refused ticket, a checkpoint that must fail closed), the gateway must
+    have delivered nothing and no checkpoint may claim a send."""
     states, problems = _states(ev)
     deliveries = ev.gateway.deliveries_for(ev.case_id)
     lines = [f"delivery {d.delivery_id} at {d.delivered_at} key {d.idempotency_key}"
@@ -195,6 +210,14 @@ def exactly_one_delivery(ev: Evidence) -> CheckResult:
                  f"{' email_sent' if final and final.email_sent else ''}")
     if problems:
         return CheckResult("exactly_one_delivery", False, problems[0], tuple(lines + problems))
+    if ev.expected_deliveries == 0:
+        claimed = [seq for seq, s in states if s.email_sent or s.phase == Phase.COMPLETED]
+        if deliveries or claimed:
+            return CheckResult("exactly_one_delivery", False,
+                               f"expected no delivery: {len(deliveries)} delivered, "
+                               f"{len(claimed)} checkpoint(s) claim a send", tuple(lines))
+        return CheckResult("exactly_one_delivery", True, "nothing delivered, as expected",
+                           tuple(lines))
     if len(deliveries) != 1:
         return CheckResult("exactly_one_delivery", False,
                            f"{len(deliveries)} deliveries for {ev.case_id}", tuple(lines))
@@ -270,6 +293,48 @@ def intake_not_repeated(ev: Evidence) -> CheckResult:
                        tuple(lines))
 
 
+def storage_safe(ev: Evidence) -> CheckResult:
+    """Beyond the five: a corrupt or unsupported checkpoint fails closed — the row the
+    harness injected is byte-for-byte untouched at the end, nothing was written after it and
+    the case was never started over (no ``t0.case_started`` after it); a v1 history was
+    migrated explicitly, exactly once, every row. Passes when no storage fault was injected.
+    """
+    lines: list[str] = []
+    bad: list[str] = []
+    final = {r.seq: r for r in ev.checkpoints}
+    for row in ev.injected:
+        now = final.get(row.seq)
+        if now is None or (now.state_json, now.schema_version) != (row.state_json,
+                                                                   row.schema_version):
+            bad.append(f"injected row seq {row.seq} was changed or deleted")
+        later = [seq for seq in final if seq > row.seq]
+        if later:
+            bad.append(f"rows {later} were written after the injected row seq {row.seq}")
+        inject_at = next((e.seq for e in ev.events if e.kind == "inject"
+                          and e.ref == str(row.seq)), 0)
+        restarts = [e.seq for e in ev.events if e.label == "t0.case_started"
+                    and e.kind == "hit" and e.seq > inject_at]
+        if restarts:
+            bad.append(f"the case was started over after the injection (trace {restarts})")
+        lines.append(f"injected row seq {row.seq} (schema {row.schema_version}): "
+                     f"{'untouched' if now is not None else 'gone'}")
+    if ev.v1_rows:
+        done = dict(ev.migrations)
+        migrated = sum(done.values())
+        lines.append(f"{ev.v1_rows} v1 row(s) installed; migrations recorded: {done}")
+        v1_left = [r.seq for r in ev.checkpoints if r.schema_version == 1]
+        if v1_left:
+            bad.append(f"rows {v1_left} are still schema v1")
+        if migrated != ev.v1_rows:
+            bad.append(f"{migrated} row(s) recorded as migrated, expected {ev.v1_rows}")
+    lines += bad
+    if bad:
+        return CheckResult("storage_safe", False, bad[0], tuple(lines))
+    return CheckResult("storage_safe", True,
+                       "no storage fault injected" if not (ev.injected or ev.v1_rows)
+                       else "failed closed / migrated once", tuple(lines))
+
+
 def no_process_left(ev: Evidence) -> CheckResult:
     """Beyond the five: no process of the execution is left alive after it."""
     left = [(w.index, pid) for w in ev.workers for pid in w.leftovers]
@@ -290,6 +355,7 @@ CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
     exactly_one_delivery,
     ticket_server_issued,
     intake_not_repeated,
+    storage_safe,
     no_process_left,
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)

@@ -120,6 +120,12 @@ class Evidence:
         unreached: scheduled kills that never fired.
         errors: harness-side problems (deadline passed, approval refused, unreadable file).
         workdir: where the execution's files are.
+        kills: the kill events, in order.
+        expected_deliveries: what the case must end with (the scenario's expectation).
+        injected: checkpoint rows the harness itself appended (storage faults, a forged
+            ticket), as it wrote them.
+        v1_rows: v1 rows installed from the fixture (0 if none).
+        migrations: ``schema_migrations`` records ``(name, rows)`` read afterwards.
     """
 
     execution_id: str
@@ -136,6 +142,16 @@ class Evidence:
     errors: tuple[str, ...] = ()
     workdir: str = ""
     kills: tuple[Event, ...] = field(default=())
+    expected_deliveries: int = 1
+    injected: tuple[CheckpointRow, ...] = ()
+    v1_rows: int = 0
+    migrations: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def loop_checkpoints(self) -> tuple[CheckpointRow, ...]:
+        """The checkpoint rows the loop wrote (without the harness's injected ones)."""
+        injected = {r.seq for r in self.injected}
+        return tuple(r for r in self.checkpoints if r.seq not in injected)
 
     @property
     def deliveries(self) -> int:

@@ -97,17 +97,17 @@ class _Conn:
 class ForkWorker(Worker):
     """A worker forked by the fork server; its exit status arrives on ``conn``.
 
-    The child waits at a start gate until ``release()``, which the first ``wait()`` calls:
-    the execution driver attaches the pid to its kill controller between ``start`` and
-    ``wait``, and a forked child would otherwise reach its first labelled point before that.
+    Started by a ``ForkLauncher(hold=True)``, the child waits at a start gate until
+    ``release()`` (or the first ``wait()``): a driver attaches the pid to its kill
+    controller first, then releases it.
     """
 
-    def __init__(self, pid: int, index: int, conn: _Conn) -> None:
+    def __init__(self, pid: int, index: int, conn: _Conn, *, held: bool = False) -> None:
         super().__init__(pid, index)
         self._conn = conn
         self._read_lock = threading.Lock()
         self._returncode: int | None = None
-        self._released = False
+        self._released = not held
         self._release_lock = threading.Lock()
 
     def release(self) -> None:
@@ -222,13 +222,18 @@ class ForkLauncher:
         fallback: the launcher for any other argv (default: a ``SpawnLauncher``); ``None``
             refuses it with ``ValueError``.
         start_timeout_s: seconds the server may take to start (its imports).
+        hold: each child waits until ``ForkWorker.release()`` or its first ``wait()``
+            before it runs any of the module's code (default: it runs at once, like a
+            spawned worker).
     """
 
     name = "fork"
 
     def __init__(self, *, modules: Sequence[str] = DEFAULT_MODULES,
-                 fallback: Launcher | None = _DEFAULT, start_timeout_s: float = 60.0) -> None:
+                 fallback: Launcher | None = _DEFAULT, start_timeout_s: float = 60.0,
+                 hold: bool = False) -> None:
         self.modules = tuple(modules)
+        self.hold = hold
         self.fallback: Launcher | None = SpawnLauncher() if fallback is _DEFAULT else fallback
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
@@ -277,7 +282,7 @@ class ForkLauncher:
         conn = _Conn(self._ensure_server().path)
         try:
             conn.send({"op": "start", "module": argv[2], "args": list(argv[3:]),
-                       "env": dict(env), "cwd": os.path.abspath(cwd),
+                       "env": dict(env), "cwd": os.path.abspath(cwd), "hold": self.hold,
                        "stdout": os.path.abspath(stdout), "stderr": os.path.abspath(stderr)})
             reply = conn.read(30.0)
         except BaseException:
@@ -288,7 +293,7 @@ class ForkLauncher:
             if reply is not None and reply.get("op") == "error":
                 raise ForkServerError(int(reply.get("errno") or 0), str(reply.get("error")))
             raise ForkServerError(f"the fork server did not start the worker: {reply!r}")
-        worker = ForkWorker(int(reply["pid"]), index, conn)
+        worker = ForkWorker(int(reply["pid"]), index, conn, held=self.hold)
         REGISTRY.add(worker)
         return worker
 

@@ -18,11 +18,11 @@ Protocol: JSON lines over the socket.
   "args": [...], "env": {...}, "cwd": ..., "stdout": PATH, "stderr": PATH}`` →
   ``{"op": "started", "pid": ...}`` (the child already has its own session) or ``{"op":
   "error", "errno": ..., "error": ...}`` (like ``Popen``: a missing ``cwd``, an output file
-  that cannot be opened). The child then waits at its start gate until ``{"op": "go"}``
-  arrives on the same connection (the harness sends it when it first waits for the worker:
-  by then whoever routes the worker's failpoint hits by pid knows the pid — a forked child
-  reaches its first labelled point in milliseconds, a fresh interpreter only after its
-  imports). Later ``{"op": "exit", "pid": ..., "returncode": ...}`` with
+  that cannot be opened). With ``"hold": true`` the child waits at a start gate until
+  ``{"op": "go"}`` arrives on the same connection (so a driver can route the worker's
+  failpoint hits by pid before the first one: a forked child reaches its first labelled
+  point ~15 ms after the fork, a fresh interpreter only after its imports); without it the
+  gate opens at once. Later ``{"op": "exit", "pid": ..., "returncode": ...}`` with
   ``os.waitstatus_to_exitcode`` of the status the server reaped (-9 for SIGKILL). If that
   connection closes before the exit, the child's process group is SIGKILLed.
 
@@ -78,8 +78,21 @@ def preload() -> None:
 
     failpoints.configure(None, None)
     runtime.set_default_services(None)
+    _warm_up()
     gc.collect()
     gc.freeze()
+
+
+def _warm_up() -> None:
+    """Build and use ``shopops``'s argument parser once: its regular expressions are then
+    compiled in the server (``re``'s cache), not again in every child (~10 ms each)."""
+    from shopops import cli
+
+    parser = cli.build_parser()
+    for command in ("run", "resume"):
+        parser.parse_args([command, "--db", "c.db", "--approvals", "a.db", "--gateway",
+                           "http://127.0.0.1:1", "--case", "case-O-1", "--order", "O-1",
+                           "--run-id", "run-1", "--keys", "on", "--policy", "deterministic"])
 
 
 class _Conn:
@@ -309,6 +322,8 @@ class ForkServer:
         os.close(ready_r)
         self.children[pid] = conn
         conn.child, conn.gate = pid, gate_w
+        if not req.get("hold"):
+            self._release(conn)
         conn.send({"op": "started", "pid": pid})
 
     def _become_worker(self, module: str, args: list[str], env: dict[str, str], cwd: str,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.checks import CHECK_IDS
+from harness.mock_gateway import FaultSpec
 from harness.schedule import CrashSchedule, KillPoint
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
@@ -27,9 +28,17 @@ class ScenarioError(ShopOpsError, ValueError):
     """A bad scenario file (fields: ``path``, ``field``, ``line`` or ``None``, ``reason``)."""
 
 
+HUMAN_ACTIONS = ("approve", "reject")
+TICKETS = ("issued", "forged", "forged_in_state", "other_case", "stale_draft", "consumed")
+STORAGE_FAULTS = ("none", "corrupt_json", "truncated_json", "invalid_utf8", "unknown_version",
+                  "v1_checkpoint", "lock")
+WORKER_ERRORS = ("ApprovalRefused", "CheckpointCorrupt", "UnsupportedSchemaVersion",
+                 "LeaseHeld", "FencedOff", "GatewayRejected", "GatewayUnavailable")
+
+
 @dataclass(frozen=True)
 class Scenario:
-    """A validated scenario.
+    """A validated scenario (``scenarios/README.md`` documents each field).
 
     Attributes:
         name: the id prefix of its executions (``o1001``).
@@ -42,8 +51,27 @@ class Scenario:
             trace run reaches.
         schedules: extra multi-kill schedules.
         baseline: also run the no-kill execution.
-        expect_failing: check ids expected to fail in every killed execution (teaching
-            demos); empty means "crash-safe".
+        double: also run every ordered pair (first kill, second kill reached during the
+            recovery from the first), learned from the single-kill executions.
+        human_action: ``approve`` or ``reject``.
+        approve_at: approve when a worker reaches this point (mid-resume) instead of after
+            the park.
+        approve_delay_h: the approval lands this many hours after the park (simulated
+            clock: the queue's and the resuming workers' clocks run ahead).
+        approve_twice: the human approves again; the queue must refuse the second.
+        ticket: which ticket the resuming worker is offered (``TICKETS``).
+        gateway_faults: the mock gateway's fault plan, one per send request in order.
+        resumers: workers started together after the approval.
+        leases: workers take a lease (owner ``worker-<n>``) of ``lease_ttl_s`` seconds.
+        takeover_at: hold the first resumer at this point until a second worker, its clock
+            past the lease, took the case over; then release it (it must be fenced).
+        storage_fault: injected before the resume (``STORAGE_FAULTS``).
+        lock_at, lock_ms: for ``lock``: hold an exclusive SQLite lock for ``lock_ms``
+            milliseconds from the moment a worker reaches ``lock_at``.
+        expect_failing: check ids expected to fail in every killed execution.
+        expect_deliveries: deliveries the case must end with (1; 0 when nothing may send).
+        expect_worker_error: the error a resuming worker must stop with (exit 1), e.g.
+            ``CheckpointCorrupt``; such an exit is then expected, not ``unknown``.
     """
 
     name: str
@@ -56,15 +84,37 @@ class Scenario:
     points: tuple[KillPoint, ...] | None = None
     schedules: tuple[CrashSchedule, ...] = ()
     baseline: bool = True
+    double: bool = False
+    human_action: str = "approve"
+    approve_at: KillPoint | None = None
+    approve_delay_h: float = 0.0
+    approve_twice: bool = False
+    ticket: str = "issued"
+    gateway_faults: tuple[FaultSpec, ...] = ()
+    resumers: int = 1
+    leases: bool = False
+    lease_ttl_s: float = 30.0
+    takeover_at: KillPoint | None = None
+    storage_fault: str = "none"
+    lock_at: KillPoint | None = None
+    lock_ms: int = 300
     expect_failing: frozenset[str] = field(default_factory=frozenset)
+    expect_deliveries: int = 1
+    expect_worker_error: str | None = None
 
 
+_NUM = (int, float)
 _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "": {"name": str, "description": str},
     "case": {"case_id": str, "order_id": str},
     "sut": {"policy": str, "idempotency_keys": bool},
-    "crash": {"points": (str, list), "schedules": list, "baseline": bool},
-    "expect": {"failing_checks": list},
+    "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool},
+    "human": {"action": str, "approve_at": str, "delay_hours": _NUM, "twice": bool,
+              "ticket": str},
+    "gateway": {"faults": list},
+    "concurrency": {"resumers": int, "leases": bool, "lease_ttl_s": _NUM, "takeover_at": str},
+    "storage": {"fault": str, "lock_at": str, "lock_ms": int},
+    "expect": {"failing_checks": list, "deliveries": int, "worker_error": str},
 }
 
 
@@ -175,14 +225,93 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         if check not in CHECK_IDS:
             raise fail("expect.failing_checks",
                        f"unknown check {check!r}; allowed: {', '.join(CHECK_IDS)}")
-    return Scenario(
+    human, gw, conc, storage = (data.get(t, {}) for t in ("human", "gateway", "concurrency",
+                                                           "storage"))
+
+    def choice(table: dict[str, Any], dotted: str, default: str, allowed: tuple[str, ...]
+               ) -> str:
+        value = table.get(dotted.split(".")[1], default)
+        if value not in allowed:
+            raise fail(dotted, f"{value!r}; allowed: {', '.join(allowed)}")
+        return str(value)
+
+    def point(table: dict[str, Any], dotted: str) -> KillPoint | None:
+        raw = table.get(dotted.split(".")[1])
+        try:
+            return KillPoint.parse(raw) if raw is not None else None
+        except ValueError as exc:
+            raise fail(dotted, str(exc)) from None
+
+    def positive(table: dict[str, Any], dotted: str, default: float, minimum: float) -> float:
+        value = table.get(dotted.split(".")[1], default)
+        if isinstance(value, bool) or value < minimum:
+            raise fail(dotted, f"{value!r}: must be a number >= {minimum:g}")
+        return float(value)
+
+    faults = []
+    for i, raw in enumerate(gw.get("faults", [])):
+        try:
+            faults.append(FaultSpec.from_dict(raw))
+        except ValueError as exc:
+            raise fail("gateway.faults", f"fault {i + 1}: {exc}") from None
+    action = choice(human, "human.action", "approve", HUMAN_ACTIONS)
+    ticket = choice(human, "human.ticket", "issued", TICKETS)
+    fault = choice(storage, "storage.fault", "none", STORAGE_FAULTS)
+    worker_error = expect.get("worker_error")
+    if worker_error is not None and worker_error not in WORKER_ERRORS:
+        raise fail("expect.worker_error",
+                   f"{worker_error!r}; allowed: {', '.join(WORKER_ERRORS)}")
+    resumers = int(positive(conc, "concurrency.resumers", 1, 1))
+    if resumers > 4:
+        raise fail("concurrency.resumers", f"{resumers}: at most 4 workers at once")
+    scenario = Scenario(
         name=name, path=path, description=data.get("description", ""),
         case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
         order_id=case.get("order_id", "O-1001"), policy=policy,
         idempotency_keys=sut.get("idempotency_keys", True), points=points,
         schedules=schedules, baseline=crash.get("baseline", True),
+        double=crash.get("double", False), human_action=action,
+        approve_at=point(human, "human.approve_at"),
+        approve_delay_h=positive(human, "human.delay_hours", 0, 0),
+        approve_twice=human.get("twice", False), ticket=ticket,
+        gateway_faults=tuple(faults), resumers=resumers, leases=conc.get("leases", False),
+        lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30, 0.1),
+        takeover_at=point(conc, "concurrency.takeover_at"), storage_fault=fault,
+        lock_at=point(storage, "storage.lock_at"),
+        lock_ms=int(positive(storage, "storage.lock_ms", 300, 0)),
         expect_failing=frozenset(failing),
+        expect_deliveries=int(positive(expect, "expect.deliveries", 1, 0)),
+        expect_worker_error=worker_error,
     )
+    for dotted, reason in impossible(scenario):
+        raise fail(dotted, reason)
+    return scenario
+
+
+def impossible(s: Scenario) -> list[tuple[str, str]]:
+    """Combinations that can never run as written: ``(field, reason)`` pairs."""
+    problems = []
+    if s.human_action == "reject" and (s.approve_at or s.approve_twice or s.ticket != "issued"):
+        problems.append(("human.action", "a rejected case has no approval: approve_at, twice "
+                                         "and ticket need action = \"approve\""))
+    if s.takeover_at and (not s.leases or s.resumers != 1):
+        problems.append(("concurrency.takeover_at", "a takeover needs leases = true and "
+                                                    "resumers = 1"))
+    if s.resumers > 1 and not s.leases:
+        problems.append(("concurrency.resumers", "concurrent resumers need leases = true"))
+    if (s.lock_at is not None) != (s.storage_fault == "lock"):
+        problems.append(("storage.lock_at", "lock_at goes with fault = \"lock\" (and it "
+                                            "needs one)"))
+    if s.approve_at is not None and s.approve_at.label in _AFTER_APPROVAL:
+        problems.append(("human.approve_at", f"{s.approve_at.label} is only reached after "
+                                             "an approval"))
+    return problems
+
+
+#: Points a worker can only reach once the case was approved.
+_AFTER_APPROVAL = frozenset({"t6.approval_granted", "t6.send_key_persisted",
+                             "t6.request_leaving", "t6.gateway_accepted", "t6.reply_received",
+                             "t7.completed_saved"})
 
 
 def _str(value: Any) -> str:
@@ -192,7 +321,8 @@ def _str(value: Any) -> str:
 
 
 def _type_text(expected: type | tuple[type, ...]) -> str:
-    names = {str: "a string", bool: "true or false", list: "a list", int: "an integer"}
+    names = {str: "a string", bool: "true or false", list: "a list", int: "an integer",
+             float: "a number"}
     types = expected if isinstance(expected, tuple) else (expected,)
     return " or ".join(names.get(t, t.__name__) for t in types)
 

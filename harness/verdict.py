@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.checks import CheckResult
-from harness.evidence import Evidence
+from harness.evidence import Evidence, WorkerRun
 
 if TYPE_CHECKING:
     from harness.execution import ExecutionPlan
@@ -38,8 +38,10 @@ def judge(ev: Evidence, checks: tuple[CheckResult, ...], plan: ExecutionPlan
         ``(verdict, reasons)``.
     """
     unknown = [f"kill point {k} was never reached" for k in ev.unreached]
+    wanted = plan.scenario.expect_worker_error
+    stopped = [w for w in ev.workers if wanted and _stopped_with(w, wanted)]
     for w in ev.workers:
-        if not w.expected_exit:
+        if not w.expected_exit and w not in stopped:
             how = ("was SIGKILLed but not by the harness" if w.returncode == -9
                    and not w.killed_by_harness else f"exited with status {w.returncode}")
             if w.timed_out:
@@ -54,8 +56,18 @@ def judge(ev: Evidence, checks: tuple[CheckResult, ...], plan: ExecutionPlan
     reasons = [f"{c.check_id}: {c.detail}" for c in checks
                if not c.passed and c.check_id not in expected]
     reasons += [f"{c}: expected to fail, but passed" for c in sorted(expected - failing)]
+    if wanted and not stopped:
+        reasons.append(f"expected a worker to stop with {wanted}; none did")
     if reasons:
         return FAIL, tuple(reasons)
-    if expected:
-        return PASS, tuple(f"{c}: failed as the scenario expects" for c in sorted(expected))
-    return PASS, ()
+    notes = [f"{c}: failed as the scenario expects" for c in sorted(expected)]
+    notes += [f"worker {w.index} stopped with {wanted}, as the scenario expects"
+              for w in stopped]
+    return PASS, tuple(notes)
+
+
+def _stopped_with(w: WorkerRun, error: str) -> bool:
+    """The worker exited 1 on its own, its last stderr line naming ``error``."""
+    last = w.stderr_tail.strip().splitlines()[-1:] if w.stderr_tail else []
+    return (w.returncode == 1 and not w.killed_by_harness and not w.timed_out
+            and bool(last) and f"{error}:" in last[0])

@@ -166,6 +166,30 @@ class ApprovalQueue:
             )
         return ticket
 
+    def check_held(self, ticket_id: str | None, case_id: str, draft_digest: str,
+                   key: str | None) -> Ticket:
+        """Re-check, on resume, the ticket a checkpoint past approval claims: issued by this
+        queue for this case and draft, and unconsumed or consumed by this send's ``key``.
+
+        Raises:
+            ApprovalRefused: ``no_ticket``, or as ``verify`` (``consumed`` when another send
+                used it).
+        """
+        if ticket_id is None:
+            raise ApprovalRefused(
+                f"{case_id} is past approval but holds no ticket", ticket_id=None,
+                case_id=case_id, reason="no_ticket",
+            )
+        ticket = self._get(ticket_id, case_id)
+        self._check_binding(ticket, case_id, draft_digest)
+        if ticket.consumed_by_key not in (None, key):
+            raise ApprovalRefused(
+                f"ticket {ticket_id} was consumed by another send (key "
+                f"{ticket.consumed_by_key})", ticket_id=ticket_id, case_id=case_id,
+                reason="consumed",
+            )
+        return ticket
+
     def consume(self, ticket_id: str, case_id: str, draft_digest: str, key: str) -> Ticket:
         """Bind the ticket to the send with idempotency key ``key`` (the send's re-check).
 

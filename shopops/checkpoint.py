@@ -358,6 +358,8 @@ class CheckpointStore:
                 'WHERE excluded."rows" > 0',
                 (MIGRATION_V1_V2, _utc_iso(self._clock()), len(rows)),
             )
+            if rows:
+                failpoint("ckpt.migration_before_commit")
         return len(rows)
 
     def current_lease(self, case_id: str, *, include_expired: bool = False) -> Lease | None:

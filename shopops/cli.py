@@ -124,7 +124,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _work(args: argparse.Namespace, approvals: str) -> int:
     from shopops.checkpoint import CheckpointStore
-    from shopops.runtime import services_from_env, set_default_services
+    from shopops.runtime import clock_from_env, services_from_env, set_default_services
     from shopops.worker import work
 
     env = dict(os.environ, SHOPOPS_APPROVALS_DB=approvals)
@@ -135,7 +135,7 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
     services = services_from_env(env)
     set_default_services(services)
     order = args.order or args.case.removeprefix("case-")
-    with CheckpointStore(args.db) as store:
+    with CheckpointStore(args.db, clock=clock_from_env(env)) as store:
         result = work(args.case, order, store=store, services=services, run_id=args.run_id,
                       owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,
                       require_checkpoint=args.command == "resume")

@@ -56,6 +56,10 @@ CATALOGUE: tuple[Label, ...] = (
         "ckpt.before_commit",
         "inside CheckpointStore.save: the row is written, the transaction not committed",
     ),
+    Label(
+        "ckpt.migration_before_commit",
+        "inside the v1->v2 migration: every row rewritten, the transaction not committed",
+    ),
 )
 
 BY_NAME: dict[str, Label] = {label.name: label for label in CATALOGUE}

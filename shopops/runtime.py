@@ -7,13 +7,16 @@ wiring, so a process-wide default is built on first use from these variables:
 - ``SHOPOPS_GATEWAY_URL``: base URL of the email gateway (none: a send fails);
 - ``SHOPOPS_IDEMPOTENCY_KEYS``: ``on`` (default) or ``off`` (exercise 3 demonstration);
 - ``SHOPOPS_POLICY``: ``deterministic`` (default) or ``varying``;
-- ``SHOPOPS_FIXTURES``: folder with ``customers.json``/``orders.json`` (``fixtures/``).
+- ``SHOPOPS_FIXTURES``: folder with ``customers.json``/``orders.json`` (``fixtures/``);
+- ``SHOPOPS_CLOCK_OFFSET_S``: seconds added to the clock (simulated time; default 0).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shopops.approvals import ApprovalQueue
@@ -29,6 +32,23 @@ TOOL_SCHEMA_HASH = hashlib.sha256(",".join(TOOL_NAMES).encode()).hexdigest()[:16
 
 class ConfigError(ShopOpsError, ValueError):
     """A bad setting (fields: ``variable``, ``value``, ``allowed``)."""
+
+
+def clock_from_env(env: dict[str, str] | None = None) -> Callable[[], float]:
+    """Epoch seconds, shifted by ``SHOPOPS_CLOCK_OFFSET_S`` (a simulated clock: the harness
+    runs a worker "hours later" without waiting hours).
+
+    Raises:
+        ConfigError: the offset is not a number.
+    """
+    raw = (os.environ if env is None else env).get("SHOPOPS_CLOCK_OFFSET_S", "0")
+    try:
+        offset = float(raw)
+    except ValueError:
+        raise ConfigError(f"SHOPOPS_CLOCK_OFFSET_S={raw!r}; allowed: a number of seconds",
+                          variable="SHOPOPS_CLOCK_OFFSET_S", value=raw,
+                          allowed="seconds") from None
+    return (lambda: time.time() + offset) if offset else time.time
 
 
 @dataclass
@@ -82,7 +102,8 @@ def services_from_env(env: dict[str, str] | None = None) -> Services:
     url = env.get("SHOPOPS_GATEWAY_URL")
     gateway = EmailGatewayClient(url, use_idempotency_keys=keys == "on") if url else None
     return Services(
-        approvals=ApprovalQueue(env.get("SHOPOPS_APPROVALS_DB", "shopops-approvals.db")),
+        approvals=ApprovalQueue(env.get("SHOPOPS_APPROVALS_DB", "shopops-approvals.db"),
+                                clock=clock_from_env(env)),
         gateway=gateway,
         policy=policy,
         records=Records.load(env.get("SHOPOPS_FIXTURES") or None),

@@ -8,8 +8,11 @@ server-issued ticket if a human approved, and run the loop.
 
 from __future__ import annotations
 
+import contextlib
+
 from shopops.approvals import grant_approval
 from shopops.checkpoint import CheckpointStore
+from shopops.errors import CheckpointError
 from shopops.failpoints import failpoint
 from shopops.loop import DEFAULT_RUN_ID, LoopResult, run_loop
 from shopops.phases import TERMINAL, Phase
@@ -40,7 +43,9 @@ def work(
         services: approval queue, gateway, policy, records.
         run_id: checkpoint run id.
         owner: lease owner name; with it the worker takes a lease of ``lease_ttl_s``
-            seconds first and every save is fenced (Chapter 8 exercise 4, Chapter 32).
+            seconds first, every save is fenced (Chapter 8 exercise 4, Chapter 32), and the
+            lease is released when the worker stops on its own (a killed worker's lease
+            stays until it expires).
         ticket: a ticket id to grant; default: the newest unconsumed ticket the approval
             queue issued for the case, if any.
         require_checkpoint: refuse to start a new case (``shopops resume``).
@@ -50,7 +55,8 @@ def work(
         shopops.errors.CheckpointNotFound: ``require_checkpoint`` and no checkpoint.
         shopops.errors.CheckpointCorrupt, shopops.errors.UnsupportedSchemaVersion: the
             latest checkpoint cannot be trusted.
-        shopops.errors.ApprovalRefused: the ticket was refused.
+        shopops.errors.ApprovalRefused: the ticket was refused, or a checkpoint past
+            approval holds a ticket the queue did not issue for this case and draft.
     """
     lease = store.acquire_lease(case_id, owner, lease_ttl_s) if owner else None
     state = store.load(case_id, run_id) if require_checkpoint else store.find(case_id, run_id)
@@ -67,7 +73,17 @@ def work(
             elif services.approvals.is_rejected(case_id):
                 state.transition(Phase.REJECTED)
                 store.save(state, run_id=run_id, lease=lease)
+        elif state.phase in (Phase.APPROVED, Phase.SENDING) and state.draft is not None:
+            # A checkpoint past approval is not proof of approval (a model may have written
+            # the ticket into the state): the queue must confirm it before anything else.
+            services.approvals.check_held(state.approval_ticket, case_id,
+                                          state.draft.digest(), state.send_idempotency_key)
         if Phase(state.phase) not in TERMINAL:
             state.max_steps = state.step + STEP_BUDGET
             state.done = False
-    return run_loop(state, store=store, run_id=run_id, services=services, lease=lease)
+    try:
+        return run_loop(state, store=store, run_id=run_id, services=services, lease=lease)
+    finally:
+        if lease is not None:  # a worker that stops on its own hands the case back
+            with contextlib.suppress(CheckpointError):
+                store.release_lease(lease)

@@ -201,11 +201,19 @@ def test_a_forged_ticket_on_the_command_line_is_refused(tmp_path: Path,
 
 
 def test_a_second_owner_is_refused_while_the_lease_is_live(tmp_path: Path) -> None:
-    assert shopops(tmp_path, "run", *DB, "--owner", "worker-a").code == 0
+    # worker-a dies right after parking, still holding its lease
+    died = shopops(tmp_path, "run", *DB, "--owner", "worker-a",
+                   SHOPOPS_FAILPOINTS="t4.parked=kill")
+    assert died.code == -signal.SIGKILL
     ran = shopops(tmp_path, "run", *DB, "--owner", "worker-b")
     assert ran.code == 1
     assert "LeaseHeld" in ran.err and "worker-a" in ran.err
+    assert shopops(tmp_path, "run", *DB, "--owner", "worker-a").code == 0  # the same owner
+
+
+def test_a_worker_that_stops_on_its_own_hands_the_lease_back(tmp_path: Path) -> None:
     assert shopops(tmp_path, "run", *DB, "--owner", "worker-a").code == 0
+    assert shopops(tmp_path, "run", *DB, "--owner", "worker-b").code == 0
 
 
 def test_migrate_the_v1_fixture(tmp_path: Path) -> None:

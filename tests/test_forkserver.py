@@ -316,6 +316,16 @@ def test_close_leaves_no_server_and_no_worker(probe_dir: Path) -> None:
         probe(launcher, probe_dir, "exit", "0")
 
 
+def test_a_held_worker_runs_nothing_until_released(probe_dir: Path) -> None:
+    with ForkLauncher(modules=("fsprobe",), hold=True) as launcher:
+        never = probe(launcher, probe_dir, "hang", str(probe_dir / "never"), name="never")
+        never.kill()
+        assert never.wait(DEADLINE_S).returncode == -signal.SIGKILL
+        assert not (probe_dir / "never").exists()  # killed at the gate, before its code
+        released = probe(launcher, probe_dir, "exit", "4")
+        assert released.wait(DEADLINE_S).returncode == 4  # wait() opened the gate
+
+
 def test_a_dead_server_is_reported_and_replaced(probe_dir: Path) -> None:
     with ForkLauncher(modules=("fsprobe",)) as launcher:
         ready = probe_dir / "ready"

@@ -354,6 +354,8 @@ def test_a_forged_ticket_in_memory_is_refused_at_send(store: CheckpointStore, sv
 def test_a_second_owner_is_refused_while_the_lease_is_live(
         store: CheckpointStore, svc: Services, gateway: MockGateway) -> None:
     assert work(CASE, ORDER, store=store, services=svc, owner="worker-a").stopped == "parked"
+    assert store.current_lease(CASE) is None  # stopping on its own, it handed the case back
+    store.acquire_lease(CASE, "worker-a", 60)  # as if worker-a had died holding its lease
     rows = store.history(CASE, RUN)
     assert {(r.lease_owner, r.fence) for r in rows} == {("worker-a", 1)}
     svc.approvals.approve(CASE, approver="maya")
@@ -373,12 +375,13 @@ def test_after_expiry_the_new_owner_fences_the_old_one_off(
     now = [1_784_419_200.0]
     with CheckpointStore(tmp_path / "leased.db", clock=lambda: now[0]) as store:
         work(CASE, ORDER, store=store, services=svc, owner="worker-a", lease_ttl_s=30)
+        store.acquire_lease(CASE, "worker-a", 30)  # worker-a dies holding its lease
         old = store.current_lease(CASE)
         assert old is not None and (old.owner, old.fence) == ("worker-a", 1)
         now[0] += 31  # worker-a's lease expired (it was killed, say)
         result = work(CASE, ORDER, store=store, services=svc, owner="worker-b")
         assert result.stopped == "parked"
-        lease = store.current_lease(CASE)
+        lease = store.current_lease(CASE, include_expired=True)  # released when it parked
         assert lease is not None and (lease.owner, lease.fence) == ("worker-b", 2)
         count = len(store.history(CASE, RUN))
         with pytest.raises(FencedOff):  # the zombie worker-a tries to write

@@ -128,21 +128,22 @@ def test_unknown_top_level_field(tmp_path: Path) -> None:
     path = write(tmp_path, 'name = "x"\nnmae = "y"\n')
     err = refused(path)
     assert_names(err, path, "nmae", 2)
-    assert "allowed: name, description, [case], [sut], [crash], [expect]" in str(err)
+    assert ("allowed: name, description, [case], [sut], [crash], [human], [gateway], "
+            "[concurrency], [storage], [expect]") in str(err)
 
 
 def test_unknown_table(tmp_path: Path) -> None:
-    path = write(tmp_path, 'name = "x"\n[gateway]\nfaults = []\n')
+    path = write(tmp_path, 'name = "x"\n[gatway]\nfaults = []\n')
     err = refused(path)
     assert err.path == str(path)
-    assert err.field == "gateway"
+    assert err.field == "gatway"
     assert str(path) in str(err)
-    assert "field 'gateway'" in str(err)
+    assert "field 'gatway'" in str(err)
     assert "unknown field or table" in str(err)
 
 
 def test_unknown_table_carries_its_line(tmp_path: Path) -> None:
-    assert refused(write(tmp_path, 'name = "x"\n[gateway]\nfaults = []\n')).line == 2
+    assert refused(write(tmp_path, 'name = "x"\n[gatway]\nfaults = []\n')).line == 2
 
 
 def test_unknown_field_in_crash(tmp_path: Path) -> None:

@@ -1,0 +1,129 @@
+"""The kill controller: what the harness does when a worker reaches a labelled point.
+
+Every hit arrives here — worker-side over the failpoint channel, gateway-side from the
+harness's own mock gateway (``t6.gateway_accepted``). The controller records it in the
+trace, then, in this order: runs the scenario's hooks due at this hit (the human approves
+mid-resume, an exclusive lock is taken), SIGKILLs the worker if the hit is the next kill of
+the crash schedule, or holds the worker there until the story releases it (a slow worker
+whose lease another worker takes over).
+
+Kill points count hits per label across every worker since the execution started or since
+the previous kill fired (``harness.schedule``); hooks and holds count from the start.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from harness.channel import Hit
+from harness.evidence import Event, EventLog
+from harness.mock_gateway import Delivery
+from harness.processes import Worker
+from harness.schedule import KillPoint
+
+_CONTINUE = {"do": "continue"}
+#: Seconds a held worker waits for its release before the controller lets it go anyway.
+HOLD_LIMIT_S = 60.0
+
+
+@dataclass
+class Hold:
+    """A worker held at ``point``: ``held`` is set when one arrives, ``release`` lets it go."""
+
+    point: KillPoint
+    held: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+    worker: Worker | None = None
+
+
+class KillController:
+    """Counts hits, runs hooks and holds, and fires the schedule's kills at the exact hit."""
+
+    def __init__(self, kills: tuple[KillPoint, ...], events: EventLog) -> None:
+        self.pending = list(kills)
+        self.events = events
+        self.counts: dict[str, int] = {}
+        self.totals: dict[str, int] = {}
+        self.hooks: dict[KillPoint, Callable[[Worker], None]] = {}
+        self.holds: dict[KillPoint, Hold] = {}
+        self.current: Worker | None = None
+        self.by_pid: dict[int, Worker] = {}
+        self.fired: list[Event] = []
+        self._lock = threading.Lock()
+
+    def attach(self, worker: Worker) -> None:
+        """Register ``worker``; it becomes the current one (the sender, for gateway points)."""
+        with self._lock:
+            self.current = worker
+            self.by_pid[worker.pid] = worker
+
+    def add_hook(self, point: KillPoint, action: Callable[[Worker], None]) -> None:
+        """Run ``action(worker)`` once, at the hit ``point`` (counted from the start)."""
+        self.hooks[point] = action
+
+    def add_hold(self, point: KillPoint) -> Hold:
+        """Hold the worker that reaches ``point`` until ``Hold.release`` is set."""
+        hold = Hold(point)
+        self.holds[point] = hold
+        return hold
+
+    def on_hit(self, hit: Hit) -> dict[str, object] | None:
+        """Channel callback: ``None`` if it killed the worker, else the reply."""
+        hold: Hold | None = None
+        with self._lock:
+            worker = self.by_pid.get(hit.pid)
+            index = worker.index if worker else None
+            self.events.add("hit", hit.label, hit.pid, index, f"occurrence {hit.occurrence}")
+            if worker is None:  # counted like the trace counts it, but never killed
+                self.counts[hit.label] = self.counts.get(hit.label, 0) + 1
+                self.events.add("error", hit.label, hit.pid, None, "hit from an unknown pid")
+                return dict(_CONTINUE)
+            point = self._total(hit.label)
+            if self._maybe_kill(hit.label, worker):
+                return None
+            hook = self.hooks.pop(point, None)
+            if hook is not None:
+                hook(worker)
+            hold = self.holds.get(point)
+            if hold is not None and not hold.held.is_set():
+                hold.worker = worker
+                self.events.add("hold", hit.label, worker.pid, index, f"held at {point}",
+                                ref=str(point))
+                hold.held.set()
+            else:
+                hold = None
+        if hold is not None:  # outside the lock: other workers' hits go on meanwhile
+            hold.release.wait(HOLD_LIMIT_S)
+            self.events.add("release", hit.label, hit.pid, index, f"released at {hold.point}")
+        return dict(_CONTINUE)
+
+    def on_gateway_accepted(self, delivery: Delivery) -> None:
+        """Mock-gateway callback, after a new delivery is committed, before the reply."""
+        with self._lock:
+            worker = self.current
+            pid, index = (worker.pid, worker.index) if worker else (None, None)
+            self.events.add("delivery", "t6.gateway_accepted", pid, index,
+                            f"{delivery.delivery_id} key {delivery.idempotency_key}",
+                            ref=delivery.delivery_id)
+            self._total("t6.gateway_accepted")
+            if worker is not None:
+                self._maybe_kill("t6.gateway_accepted", worker)
+
+    def _total(self, label: str) -> KillPoint:
+        self.totals[label] = self.totals.get(label, 0) + 1
+        return KillPoint(label, self.totals[label])
+
+    def _maybe_kill(self, label: str, worker: Worker) -> bool:
+        self.counts[label] = self.counts.get(label, 0) + 1
+        if not self.pending or self.pending[0].label != label:
+            return False
+        if self.counts[label] != self.pending[0].occurrence:
+            return False
+        point = self.pending.pop(0)
+        self.counts.clear()
+        worker.kill()
+        self.fired.append(self.events.add("kill", label, worker.pid, worker.index,
+                                          f"SIGKILL at {point}", ref=str(point)))
+        return True
