@@ -297,6 +297,9 @@ class Story:
                                      index=index)
         self.controller.attach(worker)
         self.events.add("worker_start", None, worker.pid, index, role)
+        release = getattr(worker, "release", None)
+        if release is not None:  # a fork-server child held at its start gate until attached
+            release()
         return _Started(worker, role, phase_before, index)
 
     def finish_worker(self, started: _Started) -> WorkerRun:
