@@ -223,15 +223,16 @@ class ForkLauncher:
             refuses it with ``ValueError``.
         start_timeout_s: seconds the server may take to start (its imports).
         hold: each child waits until ``ForkWorker.release()`` or its first ``wait()``
-            before it runs any of the module's code (default: it runs at once, like a
-            spawned worker).
+            before it runs any of the module's code (default), so the driver can attach
+            its pid to the kill controller first (``harness.story`` does: attach, then
+            release); ``False``: it runs at once, like a spawned worker.
     """
 
     name = "fork"
 
     def __init__(self, *, modules: Sequence[str] = DEFAULT_MODULES,
                  fallback: Launcher | None = _DEFAULT, start_timeout_s: float = 60.0,
-                 hold: bool = False) -> None:
+                 hold: bool = True) -> None:
         self.modules = tuple(modules)
         self.hold = hold
         self.fallback: Launcher | None = SpawnLauncher() if fallback is _DEFAULT else fallback
