@@ -7,8 +7,10 @@ Not a timed test: it prints figures, the last line a JSON object::
 
 ``interpreter_start_ms`` is the mean of two bare ``python -c pass`` starts measured in the
 same run, the baseline that a fresh-interpreter worker pays at least once per worker.
+``per_worker_ms`` is the sum of the execution times divided by the worker processes: what a
+worker costs the harness, its start, its work and the execution around it.
 
-Run: ``python benchmarks/matrix_bench.py [--jobs N]``.
+Run: ``python benchmarks/matrix_bench.py [--jobs N] [--launcher fork|spawn]``.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from harness.runner import run
-from harness.scenario import load_scenario
+from harness.scenario import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,36 +40,50 @@ def interpreter_start_ms(samples: int = 2) -> float:
     return sum(times) / len(times)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=None, help="parallel executions")
-    args = parser.parse_args()
-    scenario = load_scenario(ROOT / "scenarios" / "o1001.toml")
-    start_ms = interpreter_start_ms()
+def measure(scenario: Scenario, *, launcher: str, jobs: int | None) -> dict[str, Any]:
+    """Run the scenario's kill matrix once; the figures of the JSON line (without
+    ``interpreter_start_ms``) plus ``verdicts`` and ``worker_lifetime_ms`` (mean start-to-reap
+    time of one worker)."""
     with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
         t = time.perf_counter()
-        result = run([scenario], Path(tmp) / "run", jobs=args.jobs)
+        result = run([scenario], Path(tmp) / "run", jobs=jobs, launcher=launcher)
         wall = time.perf_counter() - t
     n = len(result.results)
-    workers = sum(len(r.evidence.workers) for r in result.results)
-    verdicts = {v: sum(r.verdict == v for r in result.results) for v in ("pass", "fail",
-                                                                          "unknown")}
-    print(f"verdicts: {verdicts}")
+    runs = [w for r in result.results for w in r.evidence.workers]
     serial = sum(r.elapsed_s for r in result.results)
-    print(f"{n} executions, {workers} worker processes, wall {wall:.2f} s "
-          f"(sum of execution times {serial:.2f} s)")
-    figures = {
+    return {
         "executions": n,
         "matrix_wall_s": round(wall, 3),
         "per_execution_ms": round(serial / n * 1000, 1),
-        "interpreter_start_ms": round(start_ms, 1),
-        "workers": workers,
-        "per_worker_ms": round(serial / workers * 1000, 1),
-        "jobs": args.jobs,
+        "workers": len(runs),
+        "per_worker_ms": round(serial / len(runs) * 1000, 1),
+        "jobs": jobs,
         "launcher": result.launcher,
+        "verdicts": {v: sum(r.verdict == v for r in result.results)
+                     for v in ("pass", "fail", "unknown")},
+        "worker_lifetime_ms": round(sum(w.elapsed_s for w in runs) / len(runs) * 1000, 1),
     }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=None, help="parallel executions")
+    parser.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
+                        help="how workers start (default fork, as shopops-chaos run)")
+    args = parser.parse_args()
+    scenario = load_scenario(ROOT / "scenarios" / "o1001.toml")
+    start_ms = interpreter_start_ms()
+    m = measure(scenario, launcher=args.launcher, jobs=args.jobs)
+    print(f"verdicts: {m['verdicts']}")
+    print(f"{m['executions']} executions, {m['workers']} worker processes, wall "
+          f"{m['matrix_wall_s']:.2f} s (sum of execution times "
+          f"{m['per_execution_ms'] * m['executions'] / 1000:.2f} s), launcher {m['launcher']}, "
+          f"mean worker lifetime {m['worker_lifetime_ms']} ms")
+    keys = ("executions", "matrix_wall_s", "per_execution_ms", "interpreter_start_ms",
+            "workers", "per_worker_ms", "jobs", "launcher")
+    figures = {k: round(start_ms, 1) if k == "interpreter_start_ms" else m[k] for k in keys}
     print(json.dumps(figures))
-    return 0 if verdicts["pass"] == n else 1
+    return 0 if m["verdicts"]["pass"] == m["executions"] else 1
 
 
 if __name__ == "__main__":
