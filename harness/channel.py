@@ -15,9 +15,10 @@ import os
 import shutil
 import socketserver
 import tempfile
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from harness.serving import ServerThread
 
 
 @dataclass(frozen=True)
@@ -77,18 +78,11 @@ class FailpointChannel:
         self._dir = tempfile.mkdtemp(prefix="shopops-ctl-")
         self.path = os.path.join(self._dir, "fp.sock")
         self._server = _Server(self.path, on_hit)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.01},
-            name="failpoint-channel", daemon=True,
-        )
-        self._thread.start()
+        self._serving = ServerThread(self._server, "failpoint-channel")
 
     def close(self) -> None:
-        """Stop serving and remove the socket directory. Idempotent."""
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join()
-        self._server.server_close()
+        """Stop serving (at once, not at a poll) and remove the socket directory. Idempotent."""
+        self._serving.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> FailpointChannel:

@@ -43,6 +43,8 @@ from typing import Any, TypeGuard
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from harness.serving import ServerThread
+
 _log = logging.getLogger(__name__)
 
 FAULT_KINDS = ("latency", "error", "drop_after_accept", "pause_after_accept")
@@ -200,7 +202,7 @@ class MockGateway:
         self._faults: deque[FaultSpec] = deque()
         self._faults_lock = threading.Lock()
         self._server: BaseWSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServerThread | None = None
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
@@ -212,11 +214,7 @@ class MockGateway:
             raise RuntimeError("MockGateway already started")
         self._server = make_server(self.host, self.port, self._wsgi, threaded=True,
                                    request_handler=_QuietHandler)
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        kwargs={"poll_interval": 0.05},
-                                        name=f"mock-gateway:{self._server.server_port}",
-                                        daemon=True)
-        self._thread.start()
+        self._serving = ServerThread(self._server, f"mock-gateway:{self._server.server_port}")
         return self
 
     @property
@@ -227,13 +225,11 @@ class MockGateway:
         return f"http://{self.host}:{self._server.server_port}"
 
     def stop(self) -> None:
-        """Stop serving, close the socket, join the thread. Idempotent."""
-        server, thread, self._server, self._thread = self._server, self._thread, None, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join()
+        """Stop serving (at once, not at a poll), join the thread, close the socket.
+        Idempotent."""
+        serving, self._server, self._serving = self._serving, None, None
+        if serving is not None:
+            serving.stop()
 
     def __enter__(self) -> MockGateway:
         return self.start()
