@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.forkserver import kill_worker
 from harness.launcher import Launcher, SpawnLauncher
 from harness.processes import REGISTRY, STOPPING, HarnessStopping, Worker
 
@@ -120,6 +121,13 @@ class ForkWorker(Worker):
                 self._conn.send({"op": "go"})
             except OSError:
                 pass  # the server is gone: the next read says so
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group (or the worker, right after the fork); a no-op
+        once the server reported its exit (the pid may have been reused since)."""
+        self._killed.set()
+        if self._returncode is None and self._exit is None:
+            kill_worker(self.pid)
 
     def _reap(self, timeout_s: float | None) -> int | None:
         self.release()

@@ -16,9 +16,10 @@ Protocol: JSON lines over the socket.
   and exit; so do SIGTERM and SIGINT.
 - Every worker gets a connection of its own: ``{"op": "start", "module": "shopops",
   "args": [...], "env": {...}, "cwd": ..., "stdout": PATH, "stderr": PATH}`` →
-  ``{"op": "started", "pid": ...}`` (the child already has its own session) or ``{"op":
-  "error", "errno": ..., "error": ...}`` (like ``Popen``: a missing ``cwd``, an output file
-  that cannot be opened). With ``"hold": true`` the child waits at a start gate until
+  ``{"op": "started", "pid": ...}`` right after the fork (until the child's ``setsid``
+  there is no group ``pid``: ``kill_worker`` then signals the pid) or ``{"op": "error",
+  "errno": ..., "error": ...}`` (like ``Popen``: a missing ``cwd``, an output file that
+  cannot be opened). With ``"hold": true`` the child waits at a start gate until
   ``{"op": "go"}`` arrives on the same connection (so a driver can route the worker's
   failpoint hits by pid before the first one: a forked child reaches its first labelled
   point ~15 ms after the fork, a fresh interpreter only after its imports); without it the
@@ -159,7 +160,7 @@ class ForkServer:
     def shutdown(self) -> None:
         """SIGKILL every child's process group, reap them, report, close everything."""
         for pid in list(self.children):
-            _killpg(pid)
+            kill_worker(pid)
         deadline = time.monotonic() + _KILL_WAIT_S
         while self.children and time.monotonic() < deadline:
             if not self._reap_once():
@@ -222,7 +223,7 @@ class ForkServer:
         if conn.control:
             self.stopping = True
         if conn.child is not None and conn.child in self.children:
-            _killpg(conn.child)  # nobody waits for it any more: no orphan
+            kill_worker(conn.child)  # nobody waits for it any more: no orphan
             self.children[conn.child] = None
         self._close(conn)
 
@@ -299,7 +300,6 @@ class ForkServer:
         except (KeyError, TypeError, ValueError) as exc:
             conn.send({"op": "error", "errno": errno.EINVAL, "error": f"bad request: {exc}"})
             return
-        ready_r, ready_w = os.pipe()
         gate_r, gate_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -307,19 +307,16 @@ class ForkServer:
         if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
             try:
                 os.close(gate_w)
-                self._become_worker(module, args, env, cwd, out, err, ready_r, ready_w, gate_r)
+                self._become_worker(module, args, env, cwd, out, err, gate_r)
             except BaseException:
                 import traceback
 
                 traceback.print_exc()
             finally:
                 os._exit(127)
-        os.close(ready_w)
         os.close(gate_r)
         os.close(out)
         os.close(err)
-        os.read(ready_r, 1)  # end of file once the child has its own session
-        os.close(ready_r)
         self.children[pid] = conn
         conn.child, conn.gate = pid, gate_w
         if not req.get("hold"):
@@ -327,12 +324,10 @@ class ForkServer:
         conn.send({"op": "started", "pid": pid})
 
     def _become_worker(self, module: str, args: list[str], env: dict[str, str], cwd: str,
-                       out: int, err: int, ready_r: int, ready_w: int, gate: int) -> None:
+                       out: int, err: int, gate: int) -> None:
         """In the child: a session of its own, none of the server's descriptors, then wait
         at the gate and run."""
         os.setsid()
-        os.close(ready_r)
-        os.close(ready_w)  # the server may now report the pid: killpg reaches us
         signal.set_wakeup_fd(-1)
         for sig, handler in self.defaults.items():
             signal.signal(sig, handler)
@@ -414,11 +409,17 @@ def _flush() -> None:
             pass
 
 
-def _killpg(pid: int) -> None:
+def kill_worker(pid: int) -> None:
+    """SIGKILL a fork-server child's process group, or the child itself if it has not
+    reached its ``setsid()`` yet (no group ``pid`` exists then, and it has no children).
+    Only for a child not yet reaped, whose pid cannot have been reused."""
     try:
         os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    except ProcessLookupError:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _ignore(signum: int, frame: object) -> None:
