@@ -134,6 +134,7 @@ class ForkServer:
         os.set_blocking(self.wake_w, False)
         self.defaults = {sig: signal.getsignal(sig)
                          for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT)}
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, _ignore)  # a Python handler, so the wakeup fd is written
         signal.signal(signal.SIGTERM, _exit_on_signal)
@@ -159,6 +160,8 @@ class ForkServer:
 
     def shutdown(self) -> None:
         """SIGKILL every child's process group, reap them, report, close everything."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut this short
         for pid in list(self.children):
             kill_worker(pid)
         deadline = time.monotonic() + _KILL_WAIT_S
@@ -303,22 +306,28 @@ class ForkServer:
         gate_r, gate_w = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
-            try:
-                os.close(gate_w)
-                self._become_worker(module, args, env, cwd, out, err, gate_r)
-            except BaseException:
-                import traceback
+        # SIGTERM/SIGINT raise SystemExit: not between the fork and the bookkeeping that
+        # lets shutdown() find the child
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM, signal.SIGINT])
+        try:
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
+                try:
+                    os.close(gate_w)
+                    self._become_worker(module, args, env, cwd, out, err, gate_r)
+                except BaseException:
+                    import traceback
 
-                traceback.print_exc()
-            finally:
-                os._exit(127)
+                    traceback.print_exc()
+                finally:
+                    os._exit(127)
+            self.children[pid] = conn
+            conn.child, conn.gate = pid, gate_w
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
         os.close(gate_r)
         os.close(out)
         os.close(err)
-        self.children[pid] = conn
-        conn.child, conn.gate = pid, gate_w
         if not req.get("hold"):
             self._release(conn)
         conn.send({"op": "started", "pid": pid})
@@ -331,6 +340,7 @@ class ForkServer:
         signal.set_wakeup_fd(-1)
         for sig, handler in self.defaults.items():
             signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
         self.selector.close()  # no epoll_ctl: the server's registrations are untouched
         for sock in [c.sock for c in self.conns.values()] + [self.listener]:
             if sock.fileno() >= 0:
