@@ -340,6 +340,17 @@ def test_a_dead_server_is_reported_and_replaced(probe_dir: Path) -> None:
         assert probe(launcher, probe_dir, "exit", "0").wait(DEADLINE_S).returncode == 0
 
 
+def test_sigterm_to_the_server_kills_and_reports_its_children(probe_dir: Path) -> None:
+    with ForkLauncher(modules=("fsprobe",)) as launcher:
+        ready = probe_dir / "ready"
+        worker = probe(launcher, probe_dir, "hang", str(ready))
+        wait_for_file(ready, worker)
+        assert launcher.server_pid is not None
+        os.kill(launcher.server_pid, signal.SIGTERM)
+        info = worker.wait(DEADLINE_S)
+        assert (info.returncode, info.killed_by_harness) == (-signal.SIGKILL, False)
+
+
 CHILD_HARNESS = '''
 import json, os, sys
 from harness.fork_launcher import ForkLauncher
