@@ -3,18 +3,17 @@
 A Unix stream socket server (``socketserver.ThreadingUnixStreamServer``): each worker
 connects once and, at every labelled point, sends one JSON line and blocks for the reply.
 The ``on_hit`` callback decides: it returns a reply (the worker continues) or ``None``
-after it has SIGKILLed the worker, which then never reads a reply. The socket lives in a
-short private directory under the system temp dir (AF_UNIX paths are limited to 108 bytes)
-that ``close()`` removes.
+after it has SIGKILLed the worker, which then never reads a reply. The socket is in Linux's
+abstract namespace (``unix(7)``): no file exists, so nothing is left behind even when the
+harness itself is SIGKILLed. Its name travels in the environment as ``@name``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import socketserver
-import tempfile
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,15 +74,13 @@ class FailpointChannel:
     """
 
     def __init__(self, on_hit: OnHit) -> None:
-        self._dir = tempfile.mkdtemp(prefix="shopops-ctl-")
-        self.path = os.path.join(self._dir, "fp.sock")
-        self._server = _Server(self.path, on_hit)
+        self.path = f"@shopops-ctl-{os.getpid()}-{uuid.uuid4().hex[:16]}"
+        self._server = _Server("\0" + self.path[1:], on_hit)
         self._serving = ServerThread(self._server, "failpoint-channel")
 
     def close(self) -> None:
-        """Stop serving (at once, not at a poll) and remove the socket directory. Idempotent."""
+        """Stop serving (at once, not at a poll). Idempotent."""
         self._serving.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> FailpointChannel:
         return self

@@ -8,6 +8,7 @@ deadline), a bad scenario file, a harness error, or an interrupted run.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -56,6 +57,22 @@ def _points() -> int:
     return 0
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse option values that cannot mean anything (before anything runs).
+
+    Raises:
+        ValueError: naming the option and what is allowed.
+    """
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs {args.jobs}: must be at least 1")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
+    if args.schedule is not None and not args.schedule.strip():
+        raise ValueError("--schedule is empty; allowed: 'no-kill' or kill points joined by '>'")
+    if Path(args.report_dir).exists() and not Path(args.report_dir).is_dir():
+        raise ValueError(f"--report-dir {args.report_dir}: is a file, not a folder")
+
+
 def _default_paths() -> list[Path]:
     here = Path(DEFAULT_SCENARIOS)
     if here.is_dir():
@@ -65,22 +82,30 @@ def _default_paths() -> list[Path]:
 
 def _run(args: argparse.Namespace) -> int:
     from harness.processes import reaping_on_signals
-    from harness.reports import write_reports
-    from harness.runner import new_run_id, run
+    from harness.reports import point_latest, write_reports
+    from harness.runner import RunResult, new_run_id, run
     from harness.scenario import load_scenarios
     from harness.schedule import CrashSchedule
 
+    paths = args.paths or _default_paths()
     try:
-        scenarios = load_scenarios(args.paths or _default_paths())
-        schedule = CrashSchedule.parse(args.schedule) if args.schedule else None
+        _check_options(args)
+        scenarios = load_scenarios(paths)
+        schedule = CrashSchedule.parse(args.schedule) if args.schedule is not None else None
     except (ScenarioError, ValueError) as exc:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
     if not scenarios:
-        print("shopops-chaos: error: no scenario files found", file=sys.stderr)
+        print(f"shopops-chaos: error: no scenario files (*.toml) in {', '.join(map(str, paths))}",
+              file=sys.stderr)
         return 2
     out_dir = Path(args.report_dir) / new_run_id()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        point_latest(out_dir)  # a run that dies now leaves latest without a summary
+    except OSError as exc:
+        print(f"shopops-chaos: error: --report-dir {args.report_dir}: {exc}", file=sys.stderr)
+        return 2
     print(f"shopops-chaos: {len(scenarios)} scenario(s) -> {out_dir}", flush=True)
 
     def progress(done: int, total: int, res: object) -> None:
@@ -92,9 +117,17 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[{done:>3}/{total:<3}] {mark:<7} {res.plan.id:<55} {res.elapsed_s:6.2f}s{extra}",
               flush=True)
 
-    with reaping_on_signals():
-        result = run(scenarios, out_dir, jobs=args.jobs, launcher=args.launcher,
-                     schedule=schedule, worker_timeout_s=args.timeout, progress=progress)
+    try:
+        with reaping_on_signals():
+            result = run(scenarios, out_dir, jobs=args.jobs, launcher=args.launcher,
+                         schedule=schedule, worker_timeout_s=args.timeout, progress=progress)
+    except Exception as exc:  # a harness error is never a verdict about the loop
+        import traceback
+
+        traceback.print_exc()
+        print(f"shopops-chaos: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        write_reports(RunResult(out_dir.name, out_dir, interrupted=True), out_dir)
+        return 2
     if result.interrupted:
         print("shopops-chaos: interrupted; every worker was reaped; reporting the "
               f"{len(result.results)} execution(s) that finished", file=sys.stderr)
@@ -110,9 +143,10 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     counts = {v: sum(r.verdict == v for r in result.results) for v in ("pass", "fail", "unknown")}
     dupes = [r for r in result.results if r.evidence.deliveries != 1]
     print()
-    print(f"verdict: {result.verdict.upper()}   pass {counts['pass']}  fail {counts['fail']}  "
-          f"unknown {counts['unknown']}   ({len(result.results)} executions, "
-          f"{result.elapsed_s:.1f} s)")
+    state = " (INTERRUPTED)" if result.interrupted else ""
+    print(f"verdict: {result.verdict.upper()}{state}   pass {counts['pass']}  "
+          f"fail {counts['fail']}  unknown {counts['unknown']}   "
+          f"({len(result.results)} executions, {result.elapsed_s:.1f} s)")
     for res in result.results:
         if res.verdict != "pass":
             first = res.reasons[0] if res.reasons else ""

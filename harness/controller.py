@@ -99,10 +99,17 @@ class KillController:
             self.events.add("release", hit.label, hit.pid, index, f"released at {hold.point}")
         return dict(_CONTINUE)
 
-    def on_gateway_accepted(self, delivery: Delivery) -> None:
-        """Mock-gateway callback, after a new delivery is committed, before the reply."""
+    def on_gateway_accepted(self, delivery: Delivery, sender_pid: int | None = None) -> None:
+        """Mock-gateway callback, after a new delivery is committed, before the reply.
+
+        Args:
+            delivery: the new delivery.
+            sender_pid: the pid the request came from, if known; a pid that is not one of
+                this execution's workers is ignored and the current worker is the sender.
+        """
         with self._lock:
-            worker = self.current
+            worker = self.by_pid.get(sender_pid) if sender_pid is not None else None
+            worker = worker or self.current
             pid, index = (worker.pid, worker.index) if worker else (None, None)
             self.events.add("delivery", "t6.gateway_accepted", pid, index,
                             f"{delivery.delivery_id} key {delivery.idempotency_key}",

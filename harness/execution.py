@@ -19,7 +19,7 @@ from harness.checks import CheckResult, run_checks
 from harness.controller import KillController
 from harness.evidence import EventLog, Evidence, read_approvals, read_checkpoints, read_gateway
 from harness.launcher import Launcher, SpawnLauncher
-from harness.mock_gateway import MockGateway
+from harness.mock_gateway import Delivery, MockGateway
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule, KillPoint
 from harness.storage_faults import migrations
@@ -82,7 +82,9 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     workdir.mkdir(parents=True, exist_ok=True)
     events = EventLog()
     controller = KillController(plan.schedule.kills, events)
-    gateway = MockGateway(workdir / "gateway.db", on_accepted=controller.on_gateway_accepted)
+    gateway = MockGateway(workdir / "gateway.db")
+    gateway.on_accepted = lambda delivery: controller.on_gateway_accepted(
+        delivery, _sender_pid(gateway, delivery))
     gateway.set_faults(plan.scenario.gateway_faults)
     with FailpointChannel(controller.on_hit) as channel, gateway:
         story = Story(plan.scenario, workdir, launcher or SpawnLauncher(), controller, events,
@@ -114,6 +116,12 @@ def _collect(plan: ExecutionPlan, story: Story, controller: KillController,
         expected_deliveries=s.expect_deliveries, injected=tuple(story.injected),
         v1_rows=story.v1_rows, migrations=migrations(story.ckpt_db),
     )
+
+
+def _sender_pid(gateway: MockGateway, delivery: Delivery) -> int | None:
+    """The worker pid the gateway logged for the request that made ``delivery``."""
+    record = next((r for r in gateway.log().requests if r.seq == delivery.request_seq), None)
+    return record.worker_pid if record is not None else None
 
 
 def _unreached_hooks(s: Scenario, controller: KillController) -> tuple[KillPoint, ...]:

@@ -39,3 +39,29 @@ def single_kill_plans(scenario: Scenario, reached: tuple[KillPoint, ...]
     schedules = [CrashSchedule((p,)) for p in points] + list(scenario.schedules)
     unique = dict.fromkeys(s for s in schedules if s.kills)  # once each, in order
     return [ExecutionPlan(scenario, s) for s in unique]
+
+
+def points_after_first_kill(ev: Evidence) -> tuple[KillPoint, ...]:
+    """The kill points the recovery from an execution's first kill passed, numbered from
+    that kill (the way a second kill of a schedule counts its hits)."""
+    first = next((e.seq for e in ev.events if e.kind == "kill"), None)
+    if first is None:
+        return ()
+    counts: dict[str, int] = {}
+    points = []
+    for event in ev.events:
+        if event.seq > first and event.kind in ("hit", "delivery") and event.label:
+            counts[event.label] = counts.get(event.label, 0) + 1
+            points.append(KillPoint(event.label, counts[event.label]))
+    return tuple(points)
+
+
+def double_kill_plans(first: ExecutionPlan, evidence: Evidence) -> list[ExecutionPlan]:
+    """The double-crash matrix row of one single-kill execution: its kill, then a second
+    kill at every point its recovery reached (learned from its own trace, not written by
+    hand)."""
+    if len(first.schedule.kills) != 1:
+        return []
+    (kill,) = first.schedule.kills
+    return [ExecutionPlan(first.scenario, CrashSchedule((kill, second)))
+            for second in dict.fromkeys(points_after_first_kill(evidence))]

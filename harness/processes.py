@@ -209,16 +209,19 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str, stdout: str, stderr
 
 @contextmanager
 def reaping_on_signals() -> Iterator[None]:
-    """Within the block SIGTERM raises ``SystemExit(143)`` (SIGINT already raises
-    ``KeyboardInterrupt``), so ``finally`` blocks run; on the way out every live worker is
-    reaped, whatever happened. Main thread only (``signal.signal``)."""
+    """Within the block SIGTERM raises ``SystemExit(143)`` and SIGINT ``KeyboardInterrupt``
+    — installed explicitly, since a shell starts background jobs with SIGINT ignored — so
+    ``finally`` blocks run; on the way out every live worker is reaped, whatever happened.
+    Main thread only (``signal.signal``)."""
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         raise SystemExit(128 + signum)
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous_term = signal.signal(signal.SIGTERM, on_term)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         REGISTRY.reap_all()
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous_term)
+        signal.signal(signal.SIGINT, previous_int)

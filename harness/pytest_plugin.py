@@ -16,6 +16,7 @@ A failing execution raises ``harness.checks.CheckFailed`` (an ``AssertionError``
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -54,9 +55,24 @@ def pytest_configure(config: pytest.Config) -> None:
         base = Path(keep)
         base.mkdir(parents=True, exist_ok=True)
     else:
-        base = Path(tempfile.mkdtemp(prefix="shopops-chaos-"))
+        _remove_orphaned_temp_dirs()
+        base = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-"))
     config.stash[_TMP_KEY] = base
     config.stash[_RESULTS_KEY] = {}
+
+
+_TMP_PREFIX = "shopops-chaos-"
+
+
+def _remove_orphaned_temp_dirs() -> None:
+    """Remove execution folders of pytest processes that died without cleaning up (a
+    SIGKILLed run cannot): their names carry the owner's pid, which is gone."""
+    import psutil
+
+    for folder in Path(tempfile.gettempdir()).glob(f"{_TMP_PREFIX}*-*"):
+        owner = folder.name[len(_TMP_PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not psutil.pid_exists(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -8,6 +8,7 @@ it can be found) and what is allowed.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Iterable
@@ -20,6 +21,7 @@ from harness.mock_gateway import FaultSpec
 from harness.schedule import CrashSchedule, KillPoint
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
+from shopops.records import Records
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
@@ -197,6 +199,9 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
                 raise fail(dotted, f"must be {_type_text(allowed[key])}, got "
                            f"{type(value).__name__}")
     case, sut, crash, expect = (data.get(t, {}) for t in ("case", "sut", "crash", "expect"))
+    if not data:
+        raise fail("name", "the file is empty; a scenario needs at least a name or a table "
+                   "(see scenarios/README.md)")
     name = data.get("name", path.stem)
     if not _NAME.fullmatch(name):
         raise fail("name", f"{name!r}: use lowercase letters, digits, '-' and '_'")
@@ -225,6 +230,12 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         if check not in CHECK_IDS:
             raise fail("expect.failing_checks",
                        f"unknown check {check!r}; allowed: {', '.join(CHECK_IDS)}")
+    order_id = case.get("order_id", "O-1001")
+    try:
+        Records.load().order(order_id)
+    except ShopOpsError as exc:
+        raise fail("case.order_id", f"{exc}; allowed: "
+                   + ", ".join(sorted(Records.load().orders))) from None
     human, gw, conc, storage = (data.get(t, {}) for t in ("human", "gateway", "concurrency",
                                                            "storage"))
 
@@ -244,8 +255,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
 
     def positive(table: dict[str, Any], dotted: str, default: float, minimum: float) -> float:
         value = table.get(dotted.split(".")[1], default)
-        if isinstance(value, bool) or value < minimum:
-            raise fail(dotted, f"{value!r}: must be a number >= {minimum:g}")
+        if isinstance(value, bool) or not math.isfinite(value) or value < minimum:
+            raise fail(dotted, f"{value!r}: must be a finite number >= {minimum:g}")
         return float(value)
 
     faults = []
@@ -280,12 +291,19 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         lock_at=point(storage, "storage.lock_at"),
         lock_ms=int(positive(storage, "storage.lock_ms", 300, 0)),
         expect_failing=frozenset(failing),
-        expect_deliveries=int(positive(expect, "expect.deliveries", 1, 0)),
+        expect_deliveries=_deliveries(expect, fail),
         expect_worker_error=worker_error,
     )
     for dotted, reason in impossible(scenario):
         raise fail(dotted, reason)
     return scenario
+
+
+def _deliveries(expect: dict[str, Any], fail: Any) -> int:
+    value = expect.get("deliveries", 1)
+    if value not in (0, 1) or isinstance(value, bool):
+        raise fail("expect.deliveries", f"{value!r}; allowed: 0 (nothing may be sent) or 1")
+    return int(value)
 
 
 def impossible(s: Scenario) -> list[tuple[str, str]]:
@@ -302,12 +320,23 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
     if (s.lock_at is not None) != (s.storage_fault == "lock"):
         problems.append(("storage.lock_at", "lock_at goes with fault = \"lock\" (and it "
                                             "needs one)"))
+    if s.approve_at is not None and (s.ticket != "issued" or s.approve_twice):
+        problems.append(("human.approve_at", "an approval mid-resume issues the ticket itself: "
+                                             "ticket and twice need approve_at unset"))
+    if s.takeover_at is not None and s.takeover_at.label not in _RESUMER_POINTS:
+        problems.append(("concurrency.takeover_at",
+                         f"{s.takeover_at.label} is not reached by a resuming worker; allowed: "
+                         + ", ".join(sorted(_RESUMER_POINTS))))
     if s.approve_at is not None and s.approve_at.label in _AFTER_APPROVAL:
         problems.append(("human.approve_at", f"{s.approve_at.label} is only reached after "
                                              "an approval"))
     return problems
 
 
+#: Points a worker resuming an approved case reaches (where a slow one can be held).
+_RESUMER_POINTS = frozenset({"t6.checkpoint_loaded", "t6.approval_granted",
+                             "t6.send_key_persisted", "t6.request_leaving",
+                             "t6.reply_received", "ckpt.before_commit"})
 #: Points a worker can only reach once the case was approved.
 _AFTER_APPROVAL = frozenset({"t6.approval_granted", "t6.send_key_persisted",
                              "t6.request_leaving", "t6.gateway_accepted", "t6.reply_received",
@@ -328,21 +357,30 @@ def _type_text(expected: type | tuple[type, ...]) -> str:
 
 
 def _line_of(text: str, dotted: str) -> int | None:
-    """The 1-based line where ``dotted``'s key is set (inside its table), if found."""
+    """The 1-based line where ``dotted`` (``table.key`` or ``key``) is set, if found: under
+    its ``[table]`` header, as a dotted or quoted key, in an inline table, or as
+    ``[[table.key]]``; else the line of its table's header."""
     table, _, key = dotted.rpartition(".")
-    if not table:  # a top-level name: either `key = ...` before any table, or `[key]`
-        for number, line in enumerate(text.splitlines(), start=1):
-            if re.match(rf"^\[\s*{re.escape(key)}\s*\]", line.strip()):
-                return number
+    k = rf'(?:{re.escape(key)}|"{re.escape(key)}"|\'{re.escape(key)}\')'
+    t = rf'(?:{re.escape(table)}|"{re.escape(table)}")' if table else ""
+    lines = text.splitlines()
     current = ""
-    for number, line in enumerate(text.splitlines(), start=1):
+    header_line = None
+    for number, line in enumerate(lines, start=1):
         stripped = line.strip()
-        header = re.match(r"^\[([^\]]+)\]", stripped)
+        header = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
         if header:
-            current = header[1].strip()
-            if not key and current == table:
-                return number
+            current = header[1].strip().replace('"', "")
+            if not table and current == key:
+                return number  # a top-level name used as a table
+            if table and current == f"{table}.{key}":
+                return number  # [[table.key]]
+            if table and current == table and header_line is None:
+                header_line = number
             continue
-        if current == table and re.match(rf"^{re.escape(key)}\s*=", stripped):
+        if current == table and re.match(rf"^{k}\s*=", stripped):
             return number
-    return None
+        if table and not current and (re.match(rf"^{t}\s*\.\s*{k}\s*=", stripped)
+                                       or re.match(rf"^{t}\s*=\s*\{{.*\b{k}\s*=", stripped)):
+            return number  # a dotted key, or an inline table, at the top level
+    return header_line

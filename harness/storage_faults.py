@@ -57,6 +57,7 @@ def inject_row(db: Path, case_id: str, run_id: str, kind: str) -> CheckpointRow 
             "INSERT INTO checkpoints (case_id, run_id, schema_version, state_json, created_at)"
             " VALUES (?, ?, ?, ?, ?)", (case_id, run_id, version, blob, rows[-1].created_at))
         seq = cur.lastrowid
+    assert seq is not None
     return CheckpointRow(seq, case_id, run_id, version, blob, rows[-1].created_at, None, None,
                          str(db))
 

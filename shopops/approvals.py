@@ -277,17 +277,15 @@ class ApprovalQueue:
     # -- evidence ---------------------------------------------------------------------
     def requests(self, case_id: str | None = None) -> list[ApprovalRequest]:
         """All requests (of one case), oldest first."""
-        sql, args = "SELECT * FROM approval_requests", ()
-        if case_id is not None:
-            sql, args = sql + " WHERE case_id = ?", (case_id,)
-        return [ApprovalRequest(*r) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
+        where, args = (" WHERE case_id = ?", [case_id]) if case_id is not None else ("", [])
+        rows = self._conn.execute(f"SELECT * FROM approval_requests{where} ORDER BY rowid", args)
+        return [ApprovalRequest(*r) for r in rows]
 
     def tickets(self, case_id: str | None = None) -> list[Ticket]:
         """All tickets (of one case), in issue order."""
-        sql, args = "SELECT * FROM tickets", ()
-        if case_id is not None:
-            sql, args = sql + " WHERE case_id = ?", (case_id,)
-        return [Ticket(*r) for r in self._conn.execute(sql + " ORDER BY rowid", args)]
+        where, args = (" WHERE case_id = ?", [case_id]) if case_id is not None else ("", [])
+        rows = self._conn.execute(f"SELECT * FROM tickets{where} ORDER BY rowid", args)
+        return [Ticket(*r) for r in rows]
 
     def _next_ticket_id(self) -> str:
         (n,) = self._conn.execute("SELECT COUNT(*) FROM tickets").fetchone()

@@ -78,7 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     except (OSError, sqlite3.Error) as exc:  # a missing or unreadable database file
-        print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        files = [f"{name} {getattr(args, attr)}" for name, attr in
+                 (("--db", "db"), ("--approvals", "approvals")) if getattr(args, attr, None)]
+        print(f"shopops: error: {type(exc).__name__}: {exc} ({', '.join(files)})",
+              file=sys.stderr)
         return 1
 
 
@@ -124,6 +127,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _work(args: argparse.Namespace, approvals: str) -> int:
     from shopops.checkpoint import CheckpointStore
+    from shopops.errors import CheckpointNotFound
     from shopops.runtime import clock_from_env, services_from_env, set_default_services
     from shopops.worker import work
 
@@ -135,6 +139,10 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
     services = services_from_env(env)
     set_default_services(services)
     order = args.order or args.case.removeprefix("case-")
+    if args.command == "resume" and not os.path.exists(args.db):
+        raise CheckpointNotFound(f"no checkpoint database {args.db}: nothing to resume for "
+                                 f"case_id={args.case!r} run_id={args.run_id!r}",
+                                 path=args.db, case_id=args.case, run_id=args.run_id)
     with CheckpointStore(args.db, clock=clock_from_env(env)) as store:
         result = work(args.case, order, store=store, services=services, run_id=args.run_id,
                       owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,

@@ -20,9 +20,9 @@ attempt through and SIGKILLs the process at the second. ``kill`` is ``SIGKILL`` 
 reports the hit to the controller and blocks until released or killed.
 
 ``SHOPOPS_FAILPOINT_CHANNEL`` — path of a Unix stream socket the controlling process
-(the harness) listens on. With it set every hit is reported, synchronously, as one JSON
-line ``{"label", "pid", "occurrence", "action"}`` and the worker blocks for a one-line
-reply ``{"do": "continue" | "raise" | "kill" | "sleep", "ms": int}``. The controller can
+(the harness) listens on (``@name`` for a Linux abstract-namespace socket). With it set
+every hit is reported, synchronously, as one JSON line ``{"label", "pid", "occurrence",
+"action"}`` and the worker blocks for a one-line reply ``{"do": "continue" | "raise" | "kill" | "sleep", "ms": int}``. The controller can
 therefore trace every hit, or SIGKILL the worker from outside while it waits: the kill
 lands exactly at the labelled point.
 """
@@ -137,7 +137,9 @@ class _Armed:
         try:
             if self.sock is None:
                 self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                self.sock.connect(self.channel)
+                # "@name" is a Linux abstract socket (no file): see harness/channel.py
+                address = "\0" + self.channel[1:] if self.channel.startswith("@") else self.channel
+                self.sock.connect(address)
                 self.reader = self.sock.makefile("rb")
             message = {"label": label, "pid": os.getpid(), "occurrence": occurrence,
                        "action": action}

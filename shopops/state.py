@@ -148,6 +148,7 @@ class State:
                 field="schema_version",
                 reason="unsupported version",
             )
+        _check_invariants(data)
         draft = data["draft"]
         if draft is not None:
             if set(draft) != {"to", "subject", "body"} or not all(
@@ -207,6 +208,33 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "tool_schema_hash": (str,),
     "model_route_id": (str,),
 }
+
+
+_NEEDS_DRAFT = {"awaiting_approval", "approved", "sending", "completed"}
+_NEEDS_TICKET = {"approved", "sending", "completed"}
+
+
+def _check_invariants(data: dict[str, Any]) -> None:
+    """Facts a state in each phase must have, so that a consistent-looking but impossible
+    checkpoint (``completed`` with nothing sent, ``approved`` without a ticket) fails closed
+    instead of being resumed as if it were true.
+
+    Raises:
+        StateInvalid: naming the field the phase requires.
+    """
+    phase = data["phase"]
+    required = [("draft", phase in _NEEDS_DRAFT and data["draft"] is None),
+                ("approval_ticket", phase in _NEEDS_TICKET and data["approval_ticket"] is None),
+                ("email_sent", phase == "completed" and not data["email_sent"]),
+                ("step", data["step"] < 0 or data["max_steps"] < 0)]
+    for name, broken in required:
+        if broken:
+            raise StateInvalid(
+                f"state field {name!r} contradicts phase {phase!r} (a state needs a draft "
+                "from awaiting_approval on, a ticket from approved on, email_sent when "
+                "completed, and non-negative steps)", field=name,
+                reason="inconsistent with phase",
+            )
 
 
 def _type_ok(value: Any, expected: tuple[type, ...]) -> bool:

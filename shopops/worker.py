@@ -55,6 +55,7 @@ def work(
         shopops.errors.CheckpointNotFound: ``require_checkpoint`` and no checkpoint.
         shopops.errors.CheckpointCorrupt, shopops.errors.UnsupportedSchemaVersion: the
             latest checkpoint cannot be trusted.
+        shopops.runtime.ConfigError: the case is ready to send but no gateway is configured.
         shopops.errors.ApprovalRefused: the ticket was refused, or a checkpoint past
             approval holds a ticket the queue did not issue for this case and draft.
     """
@@ -82,6 +83,8 @@ def work(
             state.max_steps = state.step + STEP_BUDGET
             state.done = False
     try:
+        if state.phase in (Phase.APPROVED, Phase.SENDING):
+            services.require_gateway()  # fail before any state change, not after the key
         return run_loop(state, store=store, run_id=run_id, services=services, lease=lease)
     finally:
         if lease is not None:  # a worker that stops on its own hands the case back

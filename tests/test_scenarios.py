@@ -89,13 +89,27 @@ def test_demo_keys_off_expects_its_duplicate() -> None:
 
 
 def test_defaults_of_a_minimal_file(tmp_path: Path) -> None:
-    s = load_scenario(write(tmp_path, "", "min-1.toml"))
+    s = load_scenario(write(tmp_path, "[crash]\n", "min-1.toml"))
     assert s == Scenario(name="min-1", path=tmp_path / "min-1.toml")
 
 
+def test_an_empty_file_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "# nothing but a comment\n", "empty.toml")
+    err = refused(path)
+    assert (err.path, err.field) == (str(path), "name")
+    assert "the file is empty" in str(err)
+
+
 def test_case_id_defaults_from_the_order(tmp_path: Path) -> None:
-    s = load_scenario(write(tmp_path, '[case]\norder_id = "O-2002"\n', "o2002.toml"))
-    assert (s.case_id, s.order_id) == ("case-O-2002", "O-2002")
+    s = load_scenario(write(tmp_path, '[case]\norder_id = "O-1002"\n', "o1002.toml"))
+    assert (s.case_id, s.order_id) == ("case-O-1002", "O-1002")
+
+
+def test_an_order_missing_from_the_fixtures_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, '[case]\norder_id = "O-9999"\n')
+    err = refused(path)
+    assert (err.field, err.line) == ("case.order_id", 2)
+    assert "O-9999" in str(err) and "allowed: O-1001" in str(err)
 
 
 def test_lists_of_points_and_schedules_parse(tmp_path: Path) -> None:

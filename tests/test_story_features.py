@@ -244,11 +244,6 @@ def test_concurrent_resumers_one_lease_holder(launcher: Launcher, tmp_path: Path
     assert final_state(ev).phase == "completed"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: harness/controller.py KillController."
-                   "on_gateway_accepted kills self.current (the last worker attached), not the "
-                   "sender: with two resumers a kill at t6.gateway_accepted 'fires' on the "
-                   "LeaseHeld worker that had already exited, the real sender completes "
-                   "unkilled and the verdict is pass")
 def test_a_gateway_kill_with_two_resumers_kills_the_sender(launcher: Launcher,
                                                            tmp_path: Path) -> None:
     """Which resumer gets the lease is a race; the bug shows whenever it is not the one
