@@ -22,9 +22,9 @@ reports the hit to the controller and blocks until released or killed.
 ``SHOPOPS_FAILPOINT_CHANNEL`` — path of a Unix stream socket the controlling process
 (the harness) listens on (``@name`` for a Linux abstract-namespace socket). With it set
 every hit is reported, synchronously, as one JSON line ``{"label", "pid", "occurrence",
-"action"}`` and the worker blocks for a one-line reply ``{"do": "continue" | "raise" | "kill" | "sleep", "ms": int}``. The controller can
-therefore trace every hit, or SIGKILL the worker from outside while it waits: the kill
-lands exactly at the labelled point.
+"action"}`` and the worker blocks for a one-line reply ``{"do": "continue" | "raise" |
+"kill" | "sleep", "ms": int}``. The controller can therefore trace every hit, or SIGKILL
+the worker from outside while it waits: the kill lands exactly at the labelled point.
 """
 
 from __future__ import annotations
