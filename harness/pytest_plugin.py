@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ class ScenarioFile(pytest.File):
         """Validate the file (``ScenarioError`` becomes a collection error), trace it,
         yield the items."""
         from harness.execution import ExecutionPlan
-        from harness.matrix import points_from_trace, single_kill_plans
+        from harness.matrix import double_kill_plans, points_from_trace, single_kill_plans
         from harness.scenario import load_scenario
         from harness.schedule import CrashSchedule
 
@@ -132,8 +133,24 @@ class ScenarioFile(pytest.File):
         if scenario.baseline:
             yield ExecutionItem.from_parent(self, name=trace.plan.id, plan=trace.plan,
                                             done=trace)
-        for plan in single_kill_plans(scenario, points_from_trace(trace.evidence)):
-            yield ExecutionItem.from_parent(self, name=plan.id, plan=plan, done=None)
+        singles = single_kill_plans(scenario, points_from_trace(trace.evidence))
+        if not scenario.double:
+            for plan in singles:
+                yield ExecutionItem.from_parent(self, name=plan.id, plan=plan, done=None)
+            return
+        # The double matrix is learned from each single-kill execution's own trace, so the
+        # singles run here, at collection (their items then report those results).
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            results = list(pool.map(lambda p: _execute(self.config, p), singles))
+        seen = {plan.id for plan in singles}
+        for plan, result in zip(singles, results, strict=True):
+            yield ExecutionItem.from_parent(self, name=plan.id, plan=plan, done=result)
+        for plan, result in zip(singles, results, strict=True):
+            for second in double_kill_plans(plan, result.evidence):
+                if second.id not in seen:
+                    seen.add(second.id)
+                    yield ExecutionItem.from_parent(self, name=second.id, plan=second,
+                                                    done=None)
 
 
 class ExecutionItem(pytest.Item):

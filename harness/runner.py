@@ -18,7 +18,7 @@ from pathlib import Path
 
 from harness.execution import ExecutionPlan, ExecutionResult, execute
 from harness.launcher import Launcher, make_launcher
-from harness.matrix import points_from_trace, single_kill_plans
+from harness.matrix import double_kill_plans, points_from_trace, single_kill_plans
 from harness.processes import REGISTRY, STOPPING, HarnessStopping
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule
@@ -125,6 +125,8 @@ def run(
 
         def submit(plan: ExecutionPlan) -> None:
             nonlocal total
+            if plan.id in order:  # the double matrix may reach a listed schedule again
+                return
             order.append(plan.id)
             pending[pool.submit(do, plan)] = plan
             total += 1
@@ -151,7 +153,10 @@ def run(
                         total -= 1
                         continue
                 else:
-                    pending.pop(fut)
+                    plan = pending.pop(fut)
+                    if plan.scenario.double and schedule is None:
+                        for second in double_kill_plans(plan, res.evidence):
+                            submit(second)
                 finished[res.plan.id] = res
                 if progress:
                     progress(len(finished), total, res)
