@@ -24,15 +24,18 @@ from harness.scenario import Scenario
 from harness.schedule import CrashSchedule, KillPoint
 from harness.storage_faults import migrations
 from harness.story import Story
+from harness.sut import REFERENCE, Sut
 from harness.verdict import judge
 
 
 @dataclass(frozen=True)
 class ExecutionPlan:
-    """A scenario and one crash schedule; ``id`` is ``name[schedule]``, stable across runs."""
+    """A scenario and one crash schedule, run against an implementation (``sut``, the
+    reference by default); ``id`` is ``name[schedule]``, stable across runs."""
 
     scenario: Scenario
     schedule: CrashSchedule
+    sut: Sut = REFERENCE
 
     @property
     def id(self) -> str:
@@ -45,8 +48,9 @@ class ExecutionPlan:
         if self.scenario.path is None:
             return (f"(scenario {self.scenario.name!r} was built in code: re-run the test that "
                     f"built it; schedule {self.schedule.id})")
+        sut = f" --sut {shlex.quote(str(self.sut.path))}" if self.sut.path else ""
         return (f"shopops-chaos run {shlex.quote(str(self.scenario.path))} "
-                f"--schedule {shlex.quote(self.schedule.id)}")
+                f"--schedule {shlex.quote(self.schedule.id)}{sut}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     gateway.set_faults(plan.scenario.gateway_faults)
     with FailpointChannel(controller.on_hit) as channel, gateway:
         story = Story(plan.scenario, workdir, launcher or SpawnLauncher(), controller, events,
+                      sut=plan.sut,
                       gateway_url=gateway.url, channel=channel.path,
                       worker_timeout_s=worker_timeout_s,
                       max_workers=len(plan.schedule.kills) + plan.scenario.resumers + 4)

@@ -9,10 +9,13 @@ without touching the harness.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.evidence import Evidence
 from harness.execution import ExecutionPlan
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule, KillPoint
+from harness.sut import REFERENCE, Sut
 
 
 def points_from_trace(trace: Evidence) -> tuple[KillPoint, ...]:
@@ -30,15 +33,15 @@ def points_from_trace(trace: Evidence) -> tuple[KillPoint, ...]:
     return tuple(points)
 
 
-def single_kill_plans(scenario: Scenario, reached: tuple[KillPoint, ...]
-                      ) -> list[ExecutionPlan]:
+def single_kill_plans(scenario: Scenario, reached: tuple[KillPoint, ...],
+                      sut: Sut = REFERENCE) -> list[ExecutionPlan]:
     """One plan per kill point: the scenario's own list if it has one (a listed point the
     trace never reached still runs, and comes out ``unknown``), else every reached point;
     then the scenario's extra multi-kill schedules. A schedule listed twice runs once."""
     points = scenario.points if scenario.points is not None else reached
     schedules = [CrashSchedule((p,)) for p in points] + list(scenario.schedules)
     unique = dict.fromkeys(s for s in schedules if s.kills)  # once each, in order
-    return [ExecutionPlan(scenario, s) for s in unique]
+    return [ExecutionPlan(scenario, s, sut) for s in unique]
 
 
 def points_after_first_kill(ev: Evidence) -> tuple[KillPoint, ...]:
@@ -63,5 +66,5 @@ def double_kill_plans(first: ExecutionPlan, evidence: Evidence) -> list[Executio
     if len(first.schedule.kills) != 1:
         return []
     (kill,) = first.schedule.kills
-    return [ExecutionPlan(first.scenario, CrashSchedule((kill, second)))
+    return [replace(first, schedule=CrashSchedule((kill, second)))
             for second in dict.fromkeys(points_after_first_kill(evidence))]

@@ -18,13 +18,11 @@ state except for an injected fault, which it records.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import shopops
 from harness.controller import HOLD_LIMIT_S, KillController
 from harness.evidence import EventLog, WorkerRun, read_checkpoints
 from harness.launcher import Launcher
@@ -32,6 +30,7 @@ from harness.processes import Worker
 from harness.scenario import Scenario
 from harness.schedule import KillPoint
 from harness.storage_faults import LockHolder, inject_row, install_v1_fixture
+from harness.sut import REFERENCE, Sut
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CheckpointRow, CheckpointStore
 from shopops.errors import ShopOpsError
@@ -47,8 +46,10 @@ class Story:
 
     def __init__(self, scenario: Scenario, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
-                 channel: str, worker_timeout_s: float, max_workers: int) -> None:
+                 channel: str, worker_timeout_s: float, max_workers: int,
+                 sut: Sut = REFERENCE) -> None:
         self.s = scenario
+        self.sut = sut
         self.workdir = workdir
         self.launcher = launcher
         self.controller = controller
@@ -101,7 +102,7 @@ class Story:
 
     def _before_approval_v1(self) -> None:
         self.v1_rows = install_v1_fixture(self.ckpt_db)
-        migrate = [sys.executable, "-m", "shopops", "migrate", str(self.ckpt_db)]
+        migrate = self.sut.argv("migrate", str(self.ckpt_db))
         run = self.worker("migrate", migrate)
         while self._again(run):
             run = self.worker("migrate", migrate)
@@ -248,10 +249,11 @@ class Story:
     # -- workers -------------------------------------------------------------------------
     def argv(self, index: int) -> list[str]:
         s = self.s
-        argv = [sys.executable, "-m", "shopops", "run", "--db", str(self.ckpt_db),
-                "--approvals", str(self.appr_db), "--gateway", self.gateway_url,
-                "--case", s.case_id, "--order", s.order_id, "--run-id", RUN_ID,
-                "--keys", "on" if s.idempotency_keys else "off", "--policy", s.policy]
+        argv = self.sut.argv(
+            "run", "--db", str(self.ckpt_db), "--approvals", str(self.appr_db),
+            "--gateway", self.gateway_url, "--case", s.case_id, "--order", s.order_id,
+            "--run-id", RUN_ID, "--keys", "on" if s.idempotency_keys else "off",
+            "--policy", s.policy)
         if s.leases:
             argv += ["--owner", f"worker-{index}", "--lease-ttl", f"{s.lease_ttl_s:g}"]
         if self.offered_ticket is not None:
@@ -260,8 +262,7 @@ class Story:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
-        src = str(Path(shopops.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
         env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
         if self.clock_offset_s:
             env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
