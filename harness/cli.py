@@ -36,6 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
                    help="how workers start: forked from a pre-imported server (default, "
                         "fast) or a fresh interpreter each (full isolation)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="soak: run the whole matrix N times (the same ids each time; "
+                        "soak.json says which repeat each execution belongs to)")
+    p.add_argument("--fail-fast", action="store_true",
+                   help="stop at the first failing execution (no new execution, no further "
+                        "repeat)")
     sub.add_parser("points", help="list the labelled points of the crash timeline")
     return parser
 
@@ -63,6 +69,8 @@ def _check_options(args: argparse.Namespace) -> None:
     Raises:
         ValueError: naming the option and what is allowed.
     """
+    if args.repeat < 1:
+        raise ValueError(f"--repeat {args.repeat}: must be at least 1")
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     if not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -117,10 +125,15 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[{done:>3}/{total:<3}] {mark:<7} {res.plan.id:<55} {res.elapsed_s:6.2f}s{extra}",
               flush=True)
 
+    def on_repeat(rep: int) -> None:
+        if args.repeat > 1:
+            print(f"-- repeat {rep}/{args.repeat}", flush=True)
+
     try:
         with reaping_on_signals():
             result = run(scenarios, out_dir, jobs=args.jobs, launcher=args.launcher,
-                         schedule=schedule, worker_timeout_s=args.timeout, progress=progress)
+                         schedule=schedule, worker_timeout_s=args.timeout, progress=progress,
+                         repeat=args.repeat, fail_fast=args.fail_fast, on_repeat=on_repeat)
     except Exception as exc:  # a harness error is never a verdict about the loop
         import traceback
 
@@ -132,8 +145,30 @@ def _run(args: argparse.Namespace) -> int:
         print("shopops-chaos: interrupted; every worker was reaped; reporting the "
               f"{len(result.results)} execution(s) that finished", file=sys.stderr)
     paths = write_reports(result, out_dir)
+    if args.repeat > 1 or args.fail_fast:
+        paths["soak"] = _write_soak(result, args.repeat, args.fail_fast)
     _summary(result, paths)
     return result.exit_status
+
+
+def _write_soak(result: object, repeat: int, fail_fast: bool) -> Path:
+    """``soak.json``: per repeat, its verdict, counts and executions (ids repeat as-is)."""
+    from harness.reports.base import write_json
+    from harness.runner import RunResult
+
+    assert isinstance(result, RunResult)
+    repeats = []
+    for rep in sorted(set(result.repeats)):
+        mine = [r for r, i in zip(result.results, result.repeats, strict=True) if i == rep]
+        counts = {v: sum(r.verdict == v for r in mine) for v in ("pass", "fail", "unknown")}
+        verdict = "fail" if counts["fail"] else "unknown" if counts["unknown"] else "pass"
+        repeats.append({"repeat": rep, "verdict": verdict, "counts": counts,
+                        "executions": [{"id": r.plan.id, "verdict": r.verdict,
+                                        "workdir": r.evidence.workdir} for r in mine]})
+    return write_json(result.out_dir / "soak.json", {
+        "run_id": result.run_id, "repeat": repeat, "fail_fast": fail_fast,
+        "repeats_run": len(repeats), "stopped_early": result.stopped_early,
+        "verdict": result.verdict, "repeats": repeats})
 
 
 def _summary(result: object, paths: dict[str, Path]) -> None:
@@ -144,13 +179,20 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     dupes = [r for r in result.results if r.evidence.deliveries != 1]
     print()
     state = " (INTERRUPTED)" if result.interrupted else ""
+    if result.stopped_early:
+        state += " (stopped at the first failure: --fail-fast)"
+    soak = len(set(result.repeats)) > 1
     print(f"verdict: {result.verdict.upper()}{state}   pass {counts['pass']}  "
           f"fail {counts['fail']}  unknown {counts['unknown']}   "
-          f"({len(result.results)} executions, {result.elapsed_s:.1f} s)")
-    for res in result.results:
+          f"({len(result.results)} executions"
+          f"{f' in {len(set(result.repeats))} repeats' if soak else ''}, "
+          f"{result.elapsed_s:.1f} s)")
+    for res, rep in zip(result.results, result.repeats or [1] * len(result.results),
+                        strict=True):
         if res.verdict != "pass":
             first = res.reasons[0] if res.reasons else ""
-            print(f"  {res.verdict.upper():<7} {res.plan.id}: {first}")
+            where = f" (repeat {rep})" if soak else ""
+            print(f"  {res.verdict.upper():<7} {res.plan.id}{where}: {first}")
             print(f"          replay: {res.plan.replay}")
     if dupes:
         print(f"  deliveries != 1 in {len(dupes)} execution(s) (see duplicates.json):")

@@ -39,6 +39,9 @@ class RunResult:
         elapsed_s: wall seconds.
         interrupted: the run was stopped by SIGINT/SIGTERM before it finished.
         launcher: the launcher's name.
+        repeats: for each of ``results``, the repeat (1-based) it belongs to (soak runs,
+            ``repeat`` > 1: the same ids come back once per repeat).
+        stopped_early: ``fail_fast`` stopped the run at its first failing execution.
     """
 
     run_id: str
@@ -48,6 +51,8 @@ class RunResult:
     elapsed_s: float = 0.0
     interrupted: bool = False
     launcher: str = "spawn"
+    repeats: list[int] = field(default_factory=list)
+    stopped_early: bool = False
 
     @property
     def verdict(self) -> str:
@@ -85,6 +90,9 @@ def run(
     schedule: CrashSchedule | None = None,
     worker_timeout_s: float = 30.0,
     progress: Progress | None = None,
+    repeat: int = 1,
+    fail_fast: bool = False,
+    on_repeat: Callable[[int], None] | None = None,
 ) -> RunResult:
     """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
 
@@ -96,48 +104,62 @@ def run(
             (``"fork"``, the default, or ``"spawn"``; that one is closed here).
         schedule: run only this schedule for every scenario (replay); no trace run.
         worker_timeout_s: per-worker deadline in seconds.
-        progress: called as ``progress(done, total, result)`` after each execution.
+        progress: called as ``progress(done, total, result)`` after each execution (counted
+            within the current repeat).
+        repeat: run the whole matrix (trace runs included) this many times, one after the
+            other (soak). Ids stay the same in every repeat; ``RunResult.repeats`` says which
+            repeat each result belongs to, and with ``repeat`` > 1 the executions of repeat
+            ``i`` live under ``executions/repeat-<i>/``.
+        fail_fast: stop at the first failing execution: nothing new starts (executions
+            already running finish and are reported), no further repeat; sets
+            ``RunResult.stopped_early``.
+        on_repeat: called as ``on_repeat(i)`` when repeat ``i`` (1-based) starts.
 
     Returns:
         the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
         worker is reaped and the executions that finished are returned with
         ``interrupted`` set.
     """
+    if repeat < 1:
+        raise ValueError(f"repeat: {repeat!r} must be at least 1")
     owned = launcher is None or isinstance(launcher, str)
     if launcher is None or isinstance(launcher, str):
         launcher = make_launcher(launcher or "fork")
     started = time.monotonic()
     result = RunResult(out_dir.name, out_dir, started_at=datetime.now(UTC).isoformat(),
                        launcher=launcher.name)
-    exe_dir = out_dir / "executions"
-
-    def do(plan: ExecutionPlan) -> ExecutionResult:
-        return execute(plan, exe_dir / execution_dirname(plan), launcher=launcher,
-                       worker_timeout_s=worker_timeout_s)
-
-    finished: dict[str, ExecutionResult] = {}
-    order: list[str] = []
+    finished: dict[tuple[int, str], ExecutionResult] = {}  # (repeat, id)
+    order: list[tuple[int, str]] = []
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
                               thread_name_prefix="execution")
-    try:
+
+    def matrix(rep: int) -> bool:
+        """One repeat of the whole matrix; ``True`` if ``fail_fast`` stopped it."""
+        exe_dir = out_dir / "executions" / (f"repeat-{rep}" if repeat > 1 else "")
+
+        def do(plan: ExecutionPlan) -> ExecutionResult:
+            return execute(plan, exe_dir / execution_dirname(plan), launcher=launcher,
+                           worker_timeout_s=worker_timeout_s)
+
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
-        total = 0
+        traces: dict[Future[ExecutionResult], Scenario] = {}
+        total = done_here = 0
+        stop = False
 
         def submit(plan: ExecutionPlan) -> None:
             nonlocal total
-            if plan.id in order:  # the double matrix may reach a listed schedule again
+            if stop or (rep, plan.id) in order:  # the double matrix may reach one again
                 return
-            order.append(plan.id)
+            order.append((rep, plan.id))
             pending[pool.submit(do, plan)] = plan
             total += 1
 
-        traces: dict[Future[ExecutionResult], Scenario] = {}
         for scenario in scenarios:
             if schedule is not None:
                 submit(ExecutionPlan(scenario, schedule))
             else:  # the no-kill execution is the trace run
                 plan = ExecutionPlan(scenario, CrashSchedule())
-                order.append(plan.id)
+                order.append((rep, plan.id))
                 traces[pool.submit(do, plan)] = scenario
                 total += 1
         while pending or traces:
@@ -149,7 +171,7 @@ def run(
                     for plan in single_kill_plans(scenario, points_from_trace(res.evidence)):
                         submit(plan)
                     if not scenario.baseline:
-                        order.remove(res.plan.id)
+                        order.remove((rep, res.plan.id))
                         total -= 1
                         continue
                 else:
@@ -157,9 +179,25 @@ def run(
                     if plan.scenario.double and schedule is None:
                         for second in double_kill_plans(plan, res.evidence):
                             submit(second)
-                finished[res.plan.id] = res
+                finished[(rep, res.plan.id)] = res
+                done_here += 1
                 if progress:
-                    progress(len(finished), total, res)
+                    progress(done_here, total, res)
+                if fail_fast and res.verdict == FAIL and not stop:
+                    stop = True  # cancel what has not started; running ones finish
+                    for queued in (pending, traces):
+                        for f in [f for f in queued if f.cancel()]:
+                            del queued[f]
+                            total -= 1
+        return stop
+
+    try:
+        for rep in range(1, repeat + 1):
+            if on_repeat:
+                on_repeat(rep)
+            if matrix(rep):
+                result.stopped_early = True
+                break
     except (KeyboardInterrupt, SystemExit, HarnessStopping):
         result.interrupted = True  # the caller reports what finished; nothing is lost
         STOPPING.set()
@@ -174,6 +212,8 @@ def run(
         REGISTRY.reap_all()  # a worker started in the window before STOPPING was seen
         if owned:
             launcher.close()
-        result.results = [finished[i] for i in order if i in finished]
+        keys = [k for k in order if k in finished]
+        result.results = [finished[k] for k in keys]
+        result.repeats = [rep for rep, _ in keys]
         result.elapsed_s = round(time.monotonic() - started, 3)
     return result
