@@ -16,9 +16,10 @@ and SIGINT/SIGTERM (the runner's and pytest plugin's ``finally``) close the laun
 harness killed with SIGKILL closes the control connection implicitly, and the server then
 SIGKILLs its children and exits.
 
-Only the reference loop (``[sys.executable, "-m", "shopops", ...]``) is forked; any other
-argv — a foreign implementation — goes to ``fallback`` (a fresh interpreter by default) or,
-with ``fallback=None``, is refused with ``ValueError``.
+Only the reference loop (``[sys.executable, "-m", "shopops", ...]``, importing the
+``shopops`` the server preloaded) is forked; anything else — a foreign implementation —
+goes to ``fallback`` (a fresh interpreter by default) or, with ``fallback=None``, is
+refused with ``ValueError`` saying why.
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ from harness.processes import REGISTRY, STOPPING, HarnessStopping, Worker
 DEFAULT_MODULES = ("shopops",)
 _SRC = str(Path(__file__).resolve().parent.parent)
 _DEFAULT: Any = object()
+
+
+def _shadowing_copy(module: str, env: dict[str, str], cwd: str) -> str | None:
+    """The folder a fresh ``python -m`` would import the preloaded package ``module`` from
+    (``cwd``, then ``PYTHONPATH``) when it is not the server's; ``None`` otherwise. Only
+    packages the server imported itself (``shopops``) can be shadowed."""
+    top = module.split(".")[0]
+    if top != "shopops":
+        return None
+    for entry in [cwd, *env.get("PYTHONPATH", "").split(os.pathsep)]:
+        if entry and (os.path.isfile(os.path.join(entry, top, "__init__.py"))
+                      or os.path.isfile(os.path.join(entry, top + ".py"))):
+            same = os.path.realpath(os.path.join(cwd, entry)) == os.path.realpath(_SRC)
+            return None if same else entry
+    return None
 
 
 class ForkServerError(OSError):
@@ -251,10 +267,18 @@ class ForkLauncher:
         with _LIVE_LOCK:
             _LIVE.add(self)
 
-    def forks(self, argv: Sequence[str]) -> bool:
-        """Whether ``argv`` is ``[sys.executable, "-m", MODULE, ...]`` for one of ``modules``."""
-        return (len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m"
-                and argv[2] in self.modules)
+    def forks(self, argv: Sequence[str], env: dict[str, str] | None = None,
+              cwd: str | None = None) -> str | None:
+        """Why ``argv`` is not forked here, or ``None`` if it is: it must be
+        ``[sys.executable, "-m", MODULE, ...]`` for one of ``modules``, and with ``env`` and
+        ``cwd`` a fresh interpreter must import the same ``shopops`` the server preloaded
+        (not another one first on ``PYTHONPATH`` or in ``cwd``, e.g. a student's)."""
+        if not (len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m"
+                and argv[2] in self.modules):
+            return (f"only python -m {'/'.join(self.modules)} with {sys.executable} is "
+                    f"forked; got {list(argv)!r}")
+        shadow = _shadowing_copy(argv[2], env or {}, cwd or os.getcwd())
+        return f"{argv[2]} would be imported from {shadow}, not {_SRC}" if shadow else None
 
     @property
     def server_pid(self) -> int | None:
@@ -280,10 +304,10 @@ class ForkLauncher:
                 an ``OSError`` with the ``errno`` of a missing ``cwd`` or an output file that
                 cannot be opened.
         """
-        if not self.forks(argv):
+        why_not = self.forks(argv, env, cwd)
+        if why_not is not None:
             if self.fallback is None:
-                raise ValueError(f"the fork launcher only starts python -m "
-                                 f"{'/'.join(self.modules)} with {sys.executable}; got {argv!r}")
+                raise ValueError(f"the fork launcher cannot start this worker: {why_not}")
             return self.fallback.start(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr,
                                        index=index)
         if STOPPING.is_set():

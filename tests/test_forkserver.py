@@ -285,11 +285,29 @@ def test_only_the_reference_loop_is_forked(tmp_path: Path) -> None:
     with ForkLauncher() as launcher:
         assert isinstance(start(launcher, tmp_path, argv, base_env()), PopenWorker)
         assert launcher.server_pid is None  # no server was needed
-    with ForkLauncher(fallback=None) as strict, pytest.raises(ValueError, match="only starts"):
+    with ForkLauncher(fallback=None) as strict, pytest.raises(ValueError, match="only python"):
         start(strict, tmp_path, argv, base_env())
     assert make_launcher("fork").name == "fork" and make_launcher("spawn").name == "spawn"
     with pytest.raises(ValueError, match="allowed: fork, spawn"):
         make_launcher("thread")
+
+
+def test_another_shopops_first_on_the_path_is_never_forked(tmp_path: Path) -> None:
+    student = tmp_path / "student"
+    (student / "shopops").mkdir(parents=True)
+    (student / "shopops" / "__init__.py").write_text("")
+    (student / "shopops" / "__main__.py").write_text("raise SystemExit(7)\n")
+    env = base_env(PYTHONPATH=f"{student}{os.pathsep}{ROOT}")
+    argv = [sys.executable, "-m", "shopops", "run"]
+    with ForkLauncher() as launcher:
+        assert launcher.forks(argv, env, str(tmp_path)) == (
+            f"shopops would be imported from {student}, not {ROOT}")
+        worker = start(launcher, tmp_path, argv, env)
+        assert isinstance(worker, PopenWorker)  # the student's code, in a fresh interpreter
+        assert worker.wait(DEADLINE_S).returncode == 7
+        assert launcher.forks(argv, base_env(), str(tmp_path)) is None
+    with ForkLauncher(fallback=None) as strict, pytest.raises(ValueError, match="student"):
+        start(strict, tmp_path, argv, env)
 
 
 # ----------------------------------------------------------------------------- no orphans
