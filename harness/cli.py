@@ -1,8 +1,10 @@
-"""``shopops-chaos``: run the kill matrix, list the labelled points.
+"""``shopops-chaos``: run the kill matrix, explore crash schedules, list the labelled points.
 
 Exit status of ``run``: 0 every execution passed; 1 any execution failed; 2 otherwise
 unknown (a kill point never reached, a worker died of something other than our SIGKILL, a
 deadline), a bad scenario file, a harness error, or an interrupted run.
+Exit status of ``explore``: 0 no failure found, 1 a failure found (shrunk, with its replay
+command), 2 a bad scenario file or option, a harness error, or an interrupted run.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from harness.scenario import ScenarioError
 
 DEFAULT_SCENARIOS = "scenarios"
+DEFAULT_EXPLORE = "o1001.toml"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,6 +45,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failing execution (no new execution, no further "
                         "repeat)")
+    e = sub.add_parser("explore", help="let Hypothesis draw crash schedules against a scenario "
+                                       "and shrink a failure to the smallest one")
+    e.add_argument("scenario", nargs="?", default=None,
+                   help=f"the scenario file to vary (default: scenarios/{DEFAULT_EXPLORE})")
+    e.add_argument("--examples", type=int, default=None, metavar="N",
+                   help="variants to draw (default: 40 with --profile ci, 100 with dev)")
+    e.add_argument("--seed", type=int, default=None,
+                   help="Hypothesis seed: repeat a run's draws (ci default: its fixed "
+                        "derandomised sequence; dev default: a fresh seed, printed; with a "
+                        "seed the example database is not used)")
+    e.add_argument("--profile", choices=("ci", "dev"), default="ci",
+                   help="ci: derandomised, no example database; dev: randomised, failing "
+                        "examples kept under .hypothesis/explore/")
+    e.add_argument("--report-dir", default="reports", help="where reports/<run-id>/ goes")
+    e.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds one worker may run before it is killed (verdict unknown)")
+    e.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
+                   help="how workers start (default fork: one fork server for the whole "
+                        "exploration)")
     sub.add_parser("points", help="list the labelled points of the crash timeline")
     return parser
 
@@ -51,6 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "points":
         return _points()
+    if args.command == "explore":
+        return _explore(args)
     return _run(args)
 
 
@@ -169,6 +193,91 @@ def _write_soak(result: object, repeat: int, fail_fast: bool) -> Path:
         "run_id": result.run_id, "repeat": repeat, "fail_fast": fail_fast,
         "repeats_run": len(repeats), "stopped_early": result.stopped_early,
         "verdict": result.verdict, "repeats": repeats})
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from harness.explore import Example, explore, write_explore_report
+    from harness.processes import reaping_on_signals
+    from harness.reports import point_latest
+    from harness.runner import new_run_id
+    from harness.scenario import load_scenario
+
+    path = Path(args.scenario) if args.scenario else _default_paths()[0] / DEFAULT_EXPLORE
+    try:
+        if args.examples is not None and args.examples < 1:
+            raise ValueError(f"--examples {args.examples}: must be at least 1")
+        if not (math.isfinite(args.timeout) and args.timeout > 0):
+            raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
+        if Path(args.report_dir).exists() and not Path(args.report_dir).is_dir():
+            raise ValueError(f"--report-dir {args.report_dir}: is a file, not a folder")
+        if path.is_dir():
+            raise ValueError(f"{path}: explore takes one scenario file, not a folder")
+        scenario = load_scenario(path)
+    except (ScenarioError, ValueError) as exc:
+        print(f"shopops-chaos: error: {exc}", file=sys.stderr)
+        return 2
+    out_dir = Path(args.report_dir) / new_run_id()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        point_latest(out_dir)
+    except OSError as exc:
+        print(f"shopops-chaos: error: --report-dir {args.report_dir}: {exc}", file=sys.stderr)
+        return 2
+    print(f"shopops-chaos explore: {scenario.name} ({args.profile} profile"
+          f"{f', seed {args.seed}' if args.seed is not None else ''}) -> {out_dir}", flush=True)
+
+    def progress(ex: Example) -> None:
+        mark = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}[ex.verdict]
+        phase = "shrink " if ex.shrinking else ""
+        print(f"[{ex.n:>4}] {phase}{mark:<7} {ex.execution_id:<50} {ex.variant.describe()}  "
+              f"{ex.elapsed_s:5.2f}s", flush=True)
+
+    try:
+        with reaping_on_signals():
+            result = explore(scenario, out_dir, max_examples=args.examples,
+                             seed_value=args.seed, profile=args.profile,
+                             launcher=args.launcher, worker_timeout_s=args.timeout,
+                             progress=progress)
+    except (KeyboardInterrupt, SystemExit):
+        print("shopops-chaos: explore interrupted; every worker was reaped", file=sys.stderr)
+        return 2
+    except Exception as exc:  # a harness error is never a verdict about the loop
+        import traceback
+
+        traceback.print_exc()
+        print(f"shopops-chaos: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    paths = write_explore_report(result)
+    counts = result.counts()
+    print()
+    seed = f"seed {result.seed}" if result.seed is not None else "derandomised"
+    print(f"explore: {'FAILURE FOUND' if result.failure else 'no failure'}   "
+          f"{counts['executions']} executions (pass {counts['pass']}  fail {counts['fail']}  "
+          f"unknown {counts['unknown']}; {counts['shrink_executions']} while shrinking), "
+          f"{result.profile} profile, {seed}, {result.elapsed_s:.1f} s")
+    if result.trace.verdict != "pass":
+        print(f"  note: the trace run (no kill) itself was {result.trace.verdict}: "
+              f"{result.trace.reasons[0] if result.trace.reasons else ''}")
+    for reason, n in list(result.unknown_reasons().items())[:5]:
+        print(f"  unknown x{n}: {reason}")
+    if counts["unknown_with_failing_checks"]:
+        print(f"  {counts['unknown_with_failing_checks']} unknown execution(s) had failing "
+              "checks too (see explore.json)")
+    if result.failure is not None and result.first_failure is not None:
+        print(f"  first failure: {result.first_failure.execution_id}  "
+              f"{result.first_failure.variant.describe()}")
+        print(f"  shrunk to:     {result.failure.execution_id}  "
+              f"{result.failure.variant.describe()}")
+        for reason in result.failure.reasons:
+            print(f"    {reason}")
+        if result.flaky:
+            print(f"  flaky: {result.flaky}")
+        if result.replay_result is not None:
+            print(f"  replayed from the scenario file: {result.replay_result.verdict.upper()}")
+        print(f"  replay: {result.replay}")
+    for name, p in paths.items():
+        print(f"  {name:<10} {os.path.relpath(p)}")
+    return result.exit_status
 
 
 def _summary(result: object, paths: dict[str, Path]) -> None:
