@@ -41,9 +41,10 @@ elif mode == "raise":
     raise RuntimeError("boom from the probe")
 elif mode == "exit":
     sys.exit(int(sys.argv[2]))
-elif mode == "hang":
-    with open(sys.argv[2], "w") as f:
+elif mode == "hang":  # the ready file appears with its content (rename is atomic)
+    with open(sys.argv[2] + ".tmp", "w") as f:
         f.write(str(os.getpid()))
+    os.rename(sys.argv[2] + ".tmp", sys.argv[2])
     while True:
         signal.pause()
 '''
