@@ -7,6 +7,7 @@ see why. None of them reads a file or asks the loop anything.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -327,6 +328,14 @@ def storage_safe(ev: Evidence) -> CheckResult:
             bad.append(f"rows {v1_left} are still schema v1")
         if migrated != ev.v1_rows:
             bad.append(f"{migrated} row(s) recorded as migrated, expected {ev.v1_rows}")
+        for r in ev.checkpoints[:ev.v1_rows]:  # the fixture's rows come first
+            try:
+                channel = json.loads(r.state_json or b"{}").get("preferred_channel")
+            except ValueError:
+                channel = None
+            if channel != "email":
+                bad.append(f"migrated row seq {r.seq}: preferred_channel is {channel!r}, "
+                           "expected 'email' (exercise 2)")
     lines += bad
     if bad:
         return CheckResult("storage_safe", False, bad[0], tuple(lines))

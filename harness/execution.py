@@ -20,6 +20,7 @@ from harness.controller import KillController
 from harness.evidence import EventLog, Evidence, read_approvals, read_checkpoints, read_gateway
 from harness.launcher import Launcher, SpawnLauncher
 from harness.mock_gateway import Delivery, MockGateway
+from harness.processes import HarnessStopping
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule, KillPoint
 from harness.storage_faults import migrations
@@ -96,7 +97,13 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                       gateway_url=gateway.url, channel=channel.path,
                       worker_timeout_s=worker_timeout_s,
                       max_workers=len(plan.schedule.kills) + plan.scenario.resumers + 4)
-        story.run()
+        try:
+            story.run()
+        except (HarnessStopping, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # judged unknown with the reason; the run goes on
+            story.errors.append(f"harness error during the story: {type(exc).__name__}: "
+                                f"{exc}")
     evidence = _collect(plan, story, controller, events)
     checks = run_checks(evidence)
     verdict, reasons = judge(evidence, checks, plan)

@@ -180,7 +180,7 @@ class ForkWorker(Worker):
 class _Server:
     """The fork server process, its socket folder and the control connection."""
 
-    def __init__(self, timeout_s: float) -> None:
+    def __init__(self, timeout_s: float, code_path: str | None = None) -> None:
         self.dir = tempfile.mkdtemp(prefix="shopops-fs-")
         self.path = os.path.join(self.dir, "fs.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -188,11 +188,13 @@ class _Server:
             listener.bind(self.path)
             listener.listen(128)
             env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (_SRC, env.get("PYTHONPATH")) if p)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (code_path, _SRC, env.get("PYTHONPATH")) if p)
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.forkserver", "--fd", str(listener.fileno()),
                  self.path],
-                pass_fds=(listener.fileno(),), env=env, cwd=_SRC, stdin=subprocess.DEVNULL,
+                pass_fds=(listener.fileno(),), env=env, cwd=code_path or _SRC,
+                stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
             )
         except BaseException:
@@ -246,6 +248,9 @@ class ForkLauncher:
         fallback: the launcher for any other argv (default: a ``SpawnLauncher``); ``None``
             refuses it with ``ValueError``.
         start_timeout_s: seconds the server may take to start (its imports).
+        code_path: a folder put first on the server's path, so that the loop it preloads
+            and forks is the one in that folder (a trusted variant such as a mutant; a
+            foreign implementation is never forked: its argv goes to ``fallback``).
         hold: each child waits until ``ForkWorker.release()`` or its first ``wait()``
             before it runs any of the module's code (default), so the driver can attach
             its pid to the kill controller first (``harness.story`` does: attach, then
@@ -256,7 +261,8 @@ class ForkLauncher:
 
     def __init__(self, *, modules: Sequence[str] = DEFAULT_MODULES,
                  fallback: Launcher | None = _DEFAULT, start_timeout_s: float = 60.0,
-                 hold: bool = True) -> None:
+                 hold: bool = True, code_path: str | None = None) -> None:
+        self.code_path = code_path
         self.modules = tuple(modules)
         self.hold = hold
         self.fallback: Launcher | None = SpawnLauncher() if fallback is _DEFAULT else fallback
@@ -338,7 +344,7 @@ class ForkLauncher:
                 self._server.close()  # died (killed from outside): start a fresh one
                 self._server = None
             if self._server is None:
-                self._server = _Server(self.start_timeout_s)
+                self._server = _Server(self.start_timeout_s, self.code_path)
             return self._server
 
     def close(self) -> None:

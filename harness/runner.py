@@ -22,6 +22,7 @@ from harness.matrix import double_kill_plans, points_from_trace, single_kill_pla
 from harness.processes import REGISTRY, STOPPING, HarnessStopping
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule
+from harness.sut import REFERENCE, Sut
 from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN
 
 Progress = Callable[[int, int, ExecutionResult], None]
@@ -93,6 +94,7 @@ def run(
     repeat: int = 1,
     fail_fast: bool = False,
     on_repeat: Callable[[int], None] | None = None,
+    sut: Sut = REFERENCE,
 ) -> RunResult:
     """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
 
@@ -114,6 +116,7 @@ def run(
             already running finish and are reported), no further repeat; sets
             ``RunResult.stopped_early``.
         on_repeat: called as ``on_repeat(i)`` when repeat ``i`` (1-based) starts.
+        sut: the implementation under test (default: the reference loop).
 
     Returns:
         the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
@@ -156,9 +159,9 @@ def run(
 
         for scenario in scenarios:
             if schedule is not None:
-                submit(ExecutionPlan(scenario, schedule))
+                submit(ExecutionPlan(scenario, schedule, sut))
             else:  # the no-kill execution is the trace run
-                plan = ExecutionPlan(scenario, CrashSchedule())
+                plan = ExecutionPlan(scenario, CrashSchedule(), sut)
                 order.append((rep, plan.id))
                 traces[pool.submit(do, plan)] = scenario
                 total += 1
@@ -168,7 +171,8 @@ def run(
                 res = fut.result()
                 if fut in traces:
                     scenario = traces.pop(fut)
-                    for plan in single_kill_plans(scenario, points_from_trace(res.evidence)):
+                    reached = points_from_trace(res.evidence)
+                    for plan in single_kill_plans(scenario, reached, sut):
                         submit(plan)
                     if not scenario.baseline:
                         order.remove((rep, res.plan.id))

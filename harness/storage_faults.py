@@ -24,7 +24,7 @@ def corrupt_bytes(kind: str, latest: bytes) -> tuple[int | None, bytes]:
     """The ``(schema_version, state_json)`` of an injected row of ``kind``.
 
     Args:
-        kind: ``corrupt_json`` (valid JSON, not a state), ``truncated_json`` (the latest
+        kind: ``corrupt_json`` (a JSON object missing most state fields), ``truncated_json`` (the latest
             state cut in half, as a torn write leaves it), ``invalid_utf8``,
             ``unknown_version`` (schema 99).
         latest: the latest good row's ``state_json``.
@@ -32,8 +32,8 @@ def corrupt_bytes(kind: str, latest: bytes) -> tuple[int | None, bytes]:
     Raises:
         ValueError: an unknown kind.
     """
-    if kind == "corrupt_json":
-        return 2, b'["not", "a", "state"]'
+    if kind == "corrupt_json":  # a loop that fills gaps with defaults would start over
+        return 2, b'{"case_id":"case-O-1001","order_id":"O-1001","schema_version":2}'
     if kind == "truncated_json":
         return 2, latest[: len(latest) // 2]
     if kind == "invalid_utf8":

@@ -138,6 +138,7 @@ class Story:
             runs = self._together(s.resumers)
             if not any(r.killed_by_harness for r in runs):
                 return
+            self.clock_offset_s += s.lease_ttl_s + 1  # the killed holder's lease expires
         run = self.worker("resume")
         while self._again(run):
             run = self.worker("resume")
@@ -162,10 +163,15 @@ class Story:
             return
         offset = self.clock_offset_s
         self.clock_offset_s += self.s.lease_ttl_s + 1
-        self.worker("takeover")
+        run = self.worker("takeover")
         self.clock_offset_s = offset
         hold.release.set()
         self.finish_worker(slow)
+        if run.killed_by_harness:  # the takeover worker died: the case goes on without it
+            self.clock_offset_s += 2 * (self.s.lease_ttl_s + 1)
+            run = self.worker("resume")
+            while self._again(run):
+                run = self.worker("resume")
 
     # -- the human and the queue --------------------------------------------------------
     def approve(self) -> None:
@@ -220,7 +226,8 @@ class Story:
 
     def _forge_into_state(self) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval
-        on resume"): the harness appends that state as a checkpoint."""
+        on resume"): the harness appends that state as a checkpoint. Raises the store's
+        error if the loop left no readable parked checkpoint to forge from."""
         with CheckpointStore(self.ckpt_db) as store:
             state = store.load(self.s.case_id, RUN_ID)
             state.approval_ticket = FORGED_TICKET

@@ -36,6 +36,8 @@ class Sut:
         module: the package name run as ``python -m MODULE``.
         memory_mib, file_size_mib, cpu_s: limits for a foreign worker (address space in
             MiB, largest file it may write in MiB, CPU seconds).
+        trusted: our own variant (a mutant): started like the reference, without limits,
+            so a fork server preloaded from ``path`` may fork it.
     """
 
     path: Path | None = None
@@ -43,6 +45,7 @@ class Sut:
     memory_mib: int = 1024
     file_size_mib: int = 64
     cpu_s: int = 60
+    trusted: bool = False
 
     @property
     def foreign(self) -> bool:
@@ -51,7 +54,7 @@ class Sut:
 
     def argv(self, *args: str) -> list[str]:
         """The command line of one worker running ``MODULE ARGS``."""
-        if not self.foreign:
+        if not self.foreign or self.trusted:
             return [sys.executable, "-m", self.module, *args]
         return [sys.executable, "-m", "harness.sut_boot", str(self.memory_mib),
                 str(self.file_size_mib), str(self.cpu_s), self.module, *args]

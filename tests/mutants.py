@@ -1,0 +1,172 @@
+"""A catalogue of deliberately broken variants of the reference loop (mutants).
+
+Each is one small, readable change to a copy of ``shopops/``; ``tests/test_mutants.py``
+grades every one and asserts that it loses the points of the rubric item it breaks, with
+``fail`` verdicts (never ``unknown``), while the reference scores full marks. The README
+keeps this catalogue as a table (mutant -> what catches it -> the smallest schedule).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """``name``; ``edits``: ``(file under shopops/, old text, new text)``, each ``old`` found
+    exactly once; ``breaks``: rubric item name prefixes that must score 0; ``shown_by``:
+    an execution id that comes out ``fail``."""
+
+    name: str
+    edits: tuple[tuple[str, str, str], ...]
+    breaks: tuple[str, ...]
+    shown_by: str
+
+    def build(self, into: Path) -> Path:
+        """Copy ``shopops/`` and ``fixtures/`` into ``into`` and apply the edits."""
+        shutil.copytree(ROOT / "shopops", into / "shopops",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(ROOT / "fixtures", into / "fixtures")
+        for file, old, new in self.edits:
+            path = into / "shopops" / file
+            text = path.read_text(encoding="utf-8")
+            assert text.count(old) == 1, f"{self.name}: {file} has {text.count(old)} x {old!r}"
+            path.write_text(text.replace(old, new), encoding="utf-8")
+        return into
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        "fresh-key-per-send",
+        (("tools.py", "idempotency_key=state.send_idempotency_key,",
+          "idempotency_key=__import__('uuid').uuid4().hex,"),),
+        ("Checklist 5", "Exactly one delivery"),
+        "o1001[t6.gateway_accepted]",
+    ),
+    Mutant(
+        "key-from-pid",
+        (("tools.py", 'return f"{state.case_id}:send_email:{_require_draft(state).digest()[:16]}"',
+          'return f"{state.case_id}:send_email:{__import__(\'os\').getpid()}"'),
+         ("tools.py", "idempotency_key=state.send_idempotency_key,",
+          "idempotency_key=send_key(state),")),
+        ("Checklist 5", "Exactly one delivery"),
+        "o1001[t6.gateway_accepted]",
+    ),
+    Mutant(
+        "retries-with-fresh-key",
+        (("gateway_client.py", "            failpoint(\"t6.request_leaving\")\n",
+          "            failpoint(\"t6.request_leaving\")\n"
+          "            if attempt > 1 and \"Idempotency-Key\" in headers:\n"
+          "                headers[\"Idempotency-Key\"] = f\"{idempotency_key}-retry{attempt}\"\n"),),
+        ("Checklist 5",),
+        "reply-lost-first-attempt[no-kill]",
+    ),
+    Mutant(
+        "keys-never-sent",
+        (("gateway_client.py", "        if self.use_idempotency_keys:\n",
+          "        if False:\n"),),
+        ("Checklist 5", "Exactly one delivery"),
+        "o1001[t6.gateway_accepted]",
+    ),
+    Mutant(
+        "step-reset-on-resume",
+        (("worker.py", "            state.max_steps = state.step + STEP_BUDGET\n",
+          "            state.step = 0\n            state.max_steps = state.step + STEP_BUDGET\n"),),
+        ("Checklist 4",),
+        "o1001[t4.parked]",
+    ),
+    Mutant(
+        "redraft-on-resume",
+        (("worker.py", "        failpoint(\"t6.checkpoint_loaded\")\n",
+          "        failpoint(\"t6.checkpoint_loaded\")\n"
+          "        if state.phase == Phase.AWAITING_APPROVAL and state.customer and state.order:\n"
+          "            from shopops.tools import draft_email\n"
+          "            state.draft = None\n"
+          "            draft_email(state, services)\n"),),
+        ("Checklist 1",),
+        "o1001[t4.parked]",
+    ),
+    Mutant(
+        "email-sent-before-send",
+        (("loop.py", "            tools.send_email(state, svc)\n",
+          "            if not state.email_sent:\n"
+          "                state.email_sent = True  # recorded before the send happens\n"
+          "                save()\n"
+          "                tools.send_email(state, svc)\n"),),
+        ("Checklist 3", "Exactly one delivery"),
+        "o1001[t6.request_leaving]",
+    ),
+    Mutant(
+        "checkpoint-only-at-end",
+        (("loop.py", "        if store is not None:\n            store.save(",
+          "        if store is not None and state.phase == Phase.COMPLETED:\n"
+          "            store.save("),),
+        ("Exactly one delivery",),
+        "o1001[no-kill]",
+    ),
+    Mutant(
+        "load-ignores-schema-version",
+        (("state.py", "        if data[\"schema_version\"] != SCHEMA_VERSION:",
+          "        if False:"),
+         ("checkpoint.py", "        version = self.schema_version\n        if version != SCHEMA_VERSION:",
+          "        version = self.schema_version\n        if False:")),
+        ("Exercise 1",),
+        "checkpoint-unknown-version[no-kill]",
+    ),
+    Mutant(
+        "missing-fields-defaulted",
+        (("state.py", """        missing = sorted(known - set(data))
+        if missing:""", """        missing = sorted(known - set(data))
+        defaults = cls(case_id=str(data.get("case_id", "")),
+                       order_id=str(data.get("order_id", ""))).to_dict()
+        data = {**defaults, **data}
+        missing = []
+        if missing:"""),),
+        ("Exercise 1",),
+        "checkpoint-corrupt-json[no-kill]",
+    ),
+    Mutant(
+        "any-ticket-accepted",
+        (("approvals.py", """        if found is None:
+            raise ApprovalRefused(""", """        if found is None:  # whatever the caller says it holds
+            return Ticket(ticket_id, "?", case_id, "?", "?", "", 0.0, None, None)
+        if found is None:
+            raise ApprovalRefused("""),
+         ("approvals.py", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
+""", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
+        return
+""")),
+        ("No send without a server-issued ticket",),
+        "forged-ticket[no-kill]",
+    ),
+    Mutant(
+        "ticket-not-bound-to-case",
+        (("approvals.py", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
+""", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
+        return
+"""),),
+        ("No send without a server-issued ticket",),
+        "ticket-other-case[no-kill]",
+    ),
+    Mutant(
+        "lease-ignored",
+        (("checkpoint.py", "            if old is not None and old.owner != owner and old.expires_at > now:",
+          "            if False:"),),
+        ("Exercise 4",),
+        "two-resumers[no-kill]",
+    ),
+    Mutant(
+        "corrupt-checkpoint-is-a-fresh-start",
+        (("checkpoint.py", "        return None if row is None else CheckpointRow._from_sql(row, self.path).state()",
+          "        try:\n"
+          "            return None if row is None else CheckpointRow._from_sql(row, self.path).state()\n"
+          "        except Exception:\n"
+          "            return None  # \"no checkpoint yet\""),),
+        ("Exercise 1",),
+        "checkpoint-truncated-json[no-kill]",
+    ),
+)

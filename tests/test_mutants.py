@@ -1,0 +1,50 @@
+"""Proof of detection: the grader catches every mutant on the rubric item it breaks.
+
+A grader that passes a broken implementation is worse than none. Every mutant of
+``tests/mutants.py`` is graded (a fork server preloaded from the mutant's folder: they are
+our own code) on the rubric items it must lose, over the scenario of the execution that
+shows it, and must lose them through ``fail`` verdicts — never ``unknown``; the reference
+scores full marks on the whole default rubric.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from mutants import MUTANTS, Mutant
+
+from harness.grading import DEFAULT_RUBRIC, grade
+from harness.sut import Sut
+
+FULL = sum(item.points for item in DEFAULT_RUBRIC)
+
+
+def test_the_reference_scores_full_marks(tmp_path: Path) -> None:
+    result = grade(Sut(), tmp_path / "out")
+    assert [t.name for t in result.tests if t.score != t.max_score] == []
+    assert result.score == FULL
+    written = json.loads(result.results_path.read_text())
+    assert written["score"] == FULL
+    assert {t["name"] for t in written["tests"]} == {i.name for i in DEFAULT_RUBRIC}
+
+
+def test_the_catalogue_has_twelve_distinct_mutants() -> None:
+    assert len({m.name for m in MUTANTS}) == len(MUTANTS) >= 12
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
+def test_each_mutant_is_caught_by_the_check_it_breaks(mutant: Mutant, tmp_path: Path) -> None:
+    scenario = mutant.shown_by.split("[", 1)[0]
+    rubric = [replace(item, scenarios=(scenario,)) for item in DEFAULT_RUBRIC
+              if item.name.startswith(mutant.breaks)]
+    assert len(rubric) == len(mutant.breaks)
+    folder = mutant.build(tmp_path / "sut")
+    result = grade(Sut(path=folder, trusted=True), tmp_path / "out", rubric=rubric)
+    assert [(t.name, t.score) for t in result.tests] == [(i.name, 0.0) for i in rubric], (
+        result.output, [t.output for t in result.tests])
+    summary = json.loads((tmp_path / "out" / "run" / "summary.json").read_text())
+    verdicts = {e["id"]: e["verdict"] for e in summary["executions"]}
+    assert verdicts[mutant.shown_by] == "fail", summary
