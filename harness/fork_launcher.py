@@ -49,18 +49,30 @@ _SRC = str(Path(__file__).resolve().parent.parent)
 _DEFAULT: Any = object()
 
 
-def _shadowing_copy(module: str, env: dict[str, str], cwd: str) -> str | None:
+def _holds(folder: str, package: str) -> bool:
+    return (os.path.isfile(os.path.join(folder, package, "__init__.py"))
+            or os.path.isfile(os.path.join(folder, package + ".py")))
+
+
+def _package_root(package: str, candidates: Sequence[str | None]) -> str | None:
+    """The first of ``candidates`` that holds ``package`` (real path), else ``None``."""
+    for folder in candidates:
+        if folder and _holds(folder, package):
+            return os.path.realpath(folder)
+    return None
+
+
+def _shadowing_copy(module: str, env: dict[str, str], cwd: str,
+                    root: str | None) -> str | None:
     """The folder a fresh ``python -m`` would import the preloaded package ``module`` from
-    (``cwd``, then ``PYTHONPATH``) when it is not the server's; ``None`` otherwise. Only
-    packages the server imported itself (``shopops``) can be shadowed."""
+    (``cwd``, then ``PYTHONPATH``) when it is not ``root``, the server's; ``None``
+    otherwise. Only packages the server imported itself (``shopops``) can be shadowed."""
     top = module.split(".")[0]
     if top != "shopops":
         return None
     for entry in [cwd, *env.get("PYTHONPATH", "").split(os.pathsep)]:
-        if entry and (os.path.isfile(os.path.join(entry, top, "__init__.py"))
-                      or os.path.isfile(os.path.join(entry, top + ".py"))):
-            same = os.path.realpath(os.path.join(cwd, entry)) == os.path.realpath(_SRC)
-            return None if same else entry
+        if entry and _holds(os.path.join(cwd, entry), top):
+            return None if os.path.realpath(os.path.join(cwd, entry)) == root else entry
     return None
 
 
@@ -212,6 +224,7 @@ class _Server:
             why = self._stop()
             raise ForkServerError(f"the fork server did not start: {exc}\n{why}") from None
         self.pid = int(reply["pid"])
+        self.root = str(reply.get("root"))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -263,6 +276,8 @@ class ForkLauncher:
                  fallback: Launcher | None = _DEFAULT, start_timeout_s: float = 60.0,
                  hold: bool = True, code_path: str | None = None) -> None:
         self.code_path = code_path
+        #: where the server imports ``shopops`` from: the first of its path that has it
+        self.root = _package_root("shopops", (code_path, _SRC))
         self.modules = tuple(modules)
         self.hold = hold
         self.fallback: Launcher | None = SpawnLauncher() if fallback is _DEFAULT else fallback
@@ -283,8 +298,9 @@ class ForkLauncher:
                 and argv[2] in self.modules):
             return (f"only python -m {'/'.join(self.modules)} with {sys.executable} is "
                     f"forked; got {list(argv)!r}")
-        shadow = _shadowing_copy(argv[2], env or {}, cwd or os.getcwd())
-        return f"{argv[2]} would be imported from {shadow}, not {_SRC}" if shadow else None
+        shadow = _shadowing_copy(argv[2], env or {}, cwd or os.getcwd(), self.root)
+        return (f"{argv[2]} would be imported from {shadow}, not {self.root}"
+                if shadow else None)
 
     @property
     def server_pid(self) -> int | None:
@@ -344,7 +360,12 @@ class ForkLauncher:
                 self._server.close()  # died (killed from outside): start a fresh one
                 self._server = None
             if self._server is None:
-                self._server = _Server(self.start_timeout_s, self.code_path)
+                server = _Server(self.start_timeout_s, self.code_path)
+                if self.root is not None and server.root != self.root:
+                    server.close()  # it would fork another loop than forks() vetted
+                    raise ForkServerError(f"the fork server imported shopops from "
+                                          f"{server.root}, not {self.root}")
+                self._server = server
             return self._server
 
     def close(self) -> None:

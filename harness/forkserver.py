@@ -11,7 +11,8 @@ from outside by the harness.
 Protocol: JSON lines over the socket.
 
 - The launcher's first connection is the *control* connection: ``{"op": "hello"}`` →
-  ``{"op": "ready", "pid": ...}``. Its end of file (the launcher closed, or the harness
+  ``{"op": "ready", "pid": ..., "root": ...}`` (``root``: the folder it imported
+  ``shopops`` from). Its end of file (the launcher closed, or the harness
   died, even by SIGKILL) makes the server SIGKILL every child's process group, reap them
   and exit; so do SIGTERM and SIGINT.
 - Every worker gets a connection of its own: ``{"op": "start", "module": "shopops",
@@ -214,7 +215,7 @@ class ForkServer:
                 continue
             if op == "hello":
                 conn.control = self.controlled = True
-                conn.send({"op": "ready", "pid": os.getpid()})
+                conn.send({"op": "ready", "pid": os.getpid(), "root": _shopops_root()})
             elif op == "start":
                 self._start(conn, message)
             elif op == "go":
@@ -399,6 +400,13 @@ def run_module(module: str, args: Sequence[str], env: dict[str, str], cwd: str) 
         status = 1
     _flush()
     return status
+
+
+def _shopops_root() -> str:
+    """The folder holding the ``shopops`` package this server preloaded."""
+    import shopops
+
+    return os.path.dirname(os.path.dirname(os.path.realpath(shopops.__file__)))
 
 
 def _exit_status(code: object) -> int:

@@ -309,6 +309,13 @@ def test_another_shopops_first_on_the_path_is_never_forked(tmp_path: Path) -> No
         assert launcher.forks(argv, base_env(), str(tmp_path)) is None
     with ForkLauncher(fallback=None) as strict, pytest.raises(ValueError, match="student"):
         start(strict, tmp_path, argv, env)
+    # a trusted variant preloaded from its own folder is forked when that folder comes first
+    with ForkLauncher(code_path=str(student)) as variant:
+        assert variant.forks(argv, env, str(tmp_path)) is None
+        assert variant.forks(argv, base_env(), str(tmp_path)) is not None  # the reference
+        worker = start(variant, tmp_path, argv, env)
+        assert isinstance(worker, ForkWorker)
+        assert worker.wait(DEADLINE_S).returncode == 7
 
 
 # ----------------------------------------------------------------------------- no orphans
