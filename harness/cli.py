@@ -64,6 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
                    help="how workers start (default fork: one fork server for the whole "
                         "exploration)")
+    g = sub.add_parser("grade", help="grade an implementation of the chapter (Gradescope "
+                                     "results.json and report.md)")
+    g.add_argument("--sut", default=None,
+                   help="folder holding the implementation's package (default: the reference)")
+    g.add_argument("--module", default="shopops", help="its package name (python -m MODULE)")
+    g.add_argument("--rubric", default=None, help="rubric TOML file (default: built in)")
+    g.add_argument("--out", default=None, help="output folder (default reports/grade-<id>)")
+    g.add_argument("--results", default=None,
+                   help="where results.json goes (default OUT/results.json; Gradescope: "
+                        "/autograder/results/results.json)")
+    g.add_argument("--timeout", type=float, default=30.0, help="seconds per worker")
+    g.add_argument("--jobs", "-j", type=int, default=None, help="parallel executions")
     sub.add_parser("points", help="list the labelled points of the crash timeline")
     return parser
 
@@ -75,7 +87,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _points()
     if args.command == "explore":
         return _explore(args)
+    if args.command == "grade":
+        return _grade(args)
     return _run(args)
+
+
+def _grade(args: argparse.Namespace) -> int:
+    """Exit 0 when graded (whatever the score), 2 on bad input."""
+    from harness.grading import DEFAULT_RUBRIC, RubricError, grade, load_rubric
+    from harness.runner import new_run_id
+    from harness.sut import Sut
+
+    try:
+        rubric = load_rubric(args.rubric) if args.rubric else DEFAULT_RUBRIC
+        if args.sut is not None and not Path(args.sut, args.module).is_dir():
+            raise ValueError(f"--sut {args.sut}: no package folder {args.module}/ in it")
+        if not (math.isfinite(args.timeout) and args.timeout > 0):
+            raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
+    except (RubricError, ValueError) as exc:
+        print(f"shopops-chaos: error: {exc}", file=sys.stderr)
+        return 2
+    sut = Sut(path=Path(args.sut) if args.sut else None, module=args.module)
+    out = Path(args.out) if args.out else Path("reports") / f"grade-{new_run_id()}"
+    result = grade(sut, out, rubric=rubric, jobs=args.jobs, worker_timeout_s=args.timeout,
+                   results_path=Path(args.results) if args.results else None)
+    for t in result.tests:
+        print(f"{t.score:5g} / {t.max_score:<4g} {t.name}")
+    print(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)")
+    print(f"  results.json {result.results_path}\n  report.md    {result.report_path}")
+    return 0
 
 
 def _points() -> int:

@@ -1,0 +1,116 @@
+"""Grading mode end to end: untrusted implementations that do not start, hang, or try to
+write their own score get a sensible, explained score; rubric files are validated."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.grading import DEFAULT_RUBRIC, RubricError, RubricItem, grade, load_rubric
+from harness.sut import Sut
+
+ROOT = Path(__file__).resolve().parent.parent
+ONE_ITEM = (RubricItem("Exercise 4: a lease owner rejects resume from another owner", 10,
+                       ("two-resumers",), ("exactly_one_delivery",)),)
+
+
+def student(tmp_path: Path, cli_main: str | None = None, init: str = "") -> Path:
+    """A copy of the reference with ``shopops/__init__.py`` prefixed by ``init`` and, if
+    given, ``cli.main`` replaced by ``cli_main``."""
+    folder = tmp_path / "student"
+    shutil.copytree(ROOT / "shopops", folder / "shopops",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "fixtures", folder / "fixtures")
+    package = folder / "shopops" / "__init__.py"
+    package.write_text(init + package.read_text())
+    if cli_main is not None:
+        cli = folder / "shopops" / "cli.py"
+        cli.write_text(cli.read_text() + "\n" + cli_main)
+    return folder
+
+
+def test_an_implementation_that_does_not_import_scores_zero_with_the_reason(
+        tmp_path: Path) -> None:
+    folder = student(tmp_path, init="raise ImportError('student forgot a module')\n")
+    result = grade(Sut(path=folder), tmp_path / "out", rubric=ONE_ITEM)
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["score"] == 0 and result.score == 0
+    (test,) = data["tests"]
+    assert test["max_score"] == 10 and test["score"] == 0
+    assert "does not start" in test["output"] and "student forgot a module" in test["output"]
+    assert "could not be started" in data["output"]
+
+
+def test_a_hanging_implementation_is_killed_and_scores_zero(tmp_path: Path) -> None:
+    hang = ("def main(argv=None):  # noqa: F811\n"
+            "    import sys, time\n"
+            "    if sys.argv[1:2] == ['--help'] or (argv and argv[:1] == ['--help']):\n"
+            "        return 0\n"
+            "    time.sleep(3600)\n")
+    folder = student(tmp_path, cli_main=hang)
+    result = grade(Sut(path=folder), tmp_path / "out", rubric=ONE_ITEM, worker_timeout_s=2)
+    (test,) = result.tests
+    assert test.score == 0
+    assert "could not be verified" in test.output and "deadline" in test.output
+    assert json.loads(result.results_path.read_text())["score"] == 0
+
+
+def test_an_implementation_cannot_write_its_own_score(tmp_path: Path) -> None:
+    results = tmp_path / "results" / "results.json"
+    forge = (f"_real_main = main\n"
+             f"def main(argv=None):  # noqa: F811\n"
+             f"    import json, pathlib\n"
+             f"    p = pathlib.Path({str(results)!r})\n"
+             f"    p.parent.mkdir(parents=True, exist_ok=True)\n"
+             f"    p.write_text(json.dumps({{'score': 999, 'tests': []}}))\n"
+             f"    return _real_main(argv)\n")
+    folder = student(tmp_path, cli_main=forge)
+    result = grade(Sut(path=folder), tmp_path / "out", rubric=ONE_ITEM, results_path=results)
+    data = json.loads(results.read_text())
+    assert data["score"] == result.score == 10  # the reference behaviour, honestly scored
+    assert [t["name"] for t in data["tests"]] == [ONE_ITEM[0].name]
+
+
+def test_the_reference_grade_is_deterministic(tmp_path: Path) -> None:
+    first = grade(Sut(), tmp_path / "a", rubric=DEFAULT_RUBRIC[:2])
+    second = grade(Sut(), tmp_path / "b", rubric=DEFAULT_RUBRIC[:2])
+    assert [(t.name, t.score) for t in first.tests] == [(t.name, t.score) for t in second.tests]
+    assert first.score == second.score == 20
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("tests = []\n", "tests"),
+    ('[[tests]]\nname = "x"\npoints = -1\nscenarios = ["o1001"]\n', "tests[0].points"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["nope"]\n', "tests[0].scenarios"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = ["bogus"]\n',
+     "tests[0].checks"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nvisibility = "secret"\n',
+     "tests[0].visibility"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nweight = 2\n',
+     "tests[0].weight"),
+])
+def test_a_bad_rubric_names_the_field(tmp_path: Path, text: str, field: str) -> None:
+    path = tmp_path / "rubric.toml"
+    path.write_text(text)
+    with pytest.raises(RubricError) as info:
+        load_rubric(path)
+    assert info.value.field == field and str(path) in str(info.value)
+
+
+def test_a_rubric_file_loads(tmp_path: Path) -> None:
+    path = tmp_path / "rubric.toml"
+    path.write_text('[[tests]]\nname = "Keys"\npoints = 5\nscenarios = ["o1001"]\n'
+                    'checks = ["same_key_one_delivery"]\nvisibility = "hidden"\n')
+    assert load_rubric(path) == (RubricItem("Keys", 5.0, ("o1001",),
+                                            ("same_key_one_delivery",), "hidden"),)
+
+
+def test_grade_cli_refuses_a_folder_without_the_package(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "harness", "grade", "--sut", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "no package folder shopops/" in proc.stderr
