@@ -201,8 +201,8 @@ def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTe
         return GradedTest(item.name, item.points, item.points, "\n".join(lines),
                           item.visibility)
     lines.append(f"Broken in {len(broken)} of {len(mine)} executions, for example:")
-    for r, why in broken[:5]:
-        lines += [f"- {r.plan.id}: {why}", f"  replay: {r.plan.replay}"]
+    for r, reason in broken[:5]:
+        lines += [f"- {r.plan.id}: {reason}", f"  replay: {r.plan.replay}"]
     return GradedTest(item.name, 0.0, item.points, "\n".join(lines), item.visibility)
 
 

@@ -25,9 +25,8 @@ def corrupt_bytes(kind: str, latest: bytes) -> tuple[int | None, bytes]:
 
     Args:
         kind: ``corrupt_json`` (a JSON object missing most state fields),
-            ``truncated_json`` (the latest
-            state cut in half, as a torn write leaves it), ``invalid_utf8``,
-            ``unknown_version`` (schema 99).
+            ``truncated_json`` (the latest state cut in half, as a torn write leaves it),
+            ``invalid_utf8``, ``unknown_version`` (schema 99).
         latest: the latest good row's ``state_json``.
 
     Raises:
