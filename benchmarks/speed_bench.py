@@ -1,0 +1,115 @@
+"""Benchmark for the speed targets (issue "Fast and deep"): one run, side by side.
+
+Prints progress, then on its last line a JSON object::
+
+    {"speedup_fork_vs_spawn", "single_matrix_s", "double_matrix_s", "peak_rss_mib",
+     "per_execution_ms_100", "per_execution_ms_5000", "leaked_fds", "leaked_processes",
+     "leaked_temp_entries", "executions_long"}
+
+- ``speedup_fork_vs_spawn``: per-worker time with fresh interpreters / with the fork
+  server, on the single-crash matrix of ``scenarios/o1001.toml`` (same machine, same run);
+- ``single_matrix_s`` / ``double_matrix_s``: wall seconds of the full single-crash and
+  double-crash matrices with the fork launcher and ``--jobs`` (default 2);
+- ``per_execution_ms_100`` / ``per_execution_ms_5000``: mean wall milliseconds per
+  execution over the first 100 and the last 100 of a long run of ``--long`` executions
+  (default 5000) of one schedule: flat means no growth with run length;
+- ``peak_rss_mib``: the harness process's peak resident memory;
+- ``leaked_*``: open fds, child processes and temp-dir entries after the long run minus
+  before it.
+
+Run: ``python benchmarks/speed_bench.py [--jobs 2] [--long 5000]`` (minutes, not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from matrix_bench import ROOT, measure  # noqa: E402
+
+from harness.execution import ExecutionPlan, execute  # noqa: E402
+from harness.launcher import make_launcher  # noqa: E402
+from harness.runner import run  # noqa: E402
+from harness.scenario import load_scenario  # noqa: E402
+from harness.schedule import CrashSchedule  # noqa: E402
+
+
+def long_run(n: int, jobs: int) -> tuple[float, float, dict[str, int]]:
+    """``n`` executions of ``o1001[t6.gateway_accepted]``; per-execution wall ms of the first
+    and last 100, and what leaked."""
+    me = psutil.Process()
+    tmp_before = set(os.listdir(tempfile.gettempdir()))
+    fds_before, kids_before = me.num_fds(), len(me.children(recursive=True))
+    plan = ExecutionPlan(load_scenario(ROOT / "scenarios" / "o1001.toml"),
+                         CrashSchedule.parse("t6.gateway_accepted"))
+    launcher = make_launcher("fork")
+    stamps: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
+        def one(i: int) -> str:
+            result = execute(plan, Path(tmp) / f"e{i}", launcher=launcher)
+            stamps.append(time.perf_counter())
+            for path in sorted(Path(tmp, f"e{i}").iterdir()):  # keep the disk small
+                path.unlink()
+            return result.verdict
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(jobs) as pool:
+            verdicts = list(pool.map(one, range(n)))
+    launcher.close()
+    assert set(verdicts) == {"pass"}, {v: verdicts.count(v) for v in set(verdicts)}
+    stamps.sort()
+    first = (stamps[99] - start) / 100 * 1000 if n >= 100 else float("nan")
+    last = (stamps[-1] - stamps[-101]) / 100 * 1000 if n >= 200 else first
+    leaks = {"leaked_fds": me.num_fds() - fds_before,
+             "leaked_processes": len(me.children(recursive=True)) - kids_before,
+             "leaked_temp_entries": len(set(os.listdir(tempfile.gettempdir())) - tmp_before)}
+    return first, last, leaks
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--long", type=int, default=5000, help="executions of the long run")
+    args = parser.parse_args()
+    o1001 = load_scenario(ROOT / "scenarios" / "o1001.toml")
+    fork = measure(o1001, launcher="fork", jobs=args.jobs)
+    spawn = measure(o1001, launcher="spawn", jobs=args.jobs)
+    print(f"single matrix: fork {fork['matrix_wall_s']:.2f} s, "
+          f"spawn {spawn['matrix_wall_s']:.2f} s", flush=True)
+    double = load_scenario(ROOT / "scenarios" / "o1001-double.toml")
+    with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
+        t = time.perf_counter()
+        result = run([double], Path(tmp) / "run", jobs=args.jobs, launcher="fork")
+        double_s = time.perf_counter() - t
+    assert result.verdict == "pass", result.verdict
+    print(f"double matrix: {len(result.results)} executions in {double_s:.2f} s", flush=True)
+    first, last, leaks = long_run(args.long, args.jobs)
+    print(f"long run: {args.long} executions, first 100 {first:.1f} ms each, last 100 "
+          f"{last:.1f} ms each; leaks {leaks}", flush=True)
+    figures = {
+        "speedup_fork_vs_spawn": round(spawn["per_worker_ms"] / fork["per_worker_ms"], 2),
+        "single_matrix_s": round(fork["matrix_wall_s"], 3),
+        "double_matrix_s": round(double_s, 3),
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "per_execution_ms_100": round(first, 1),
+        "per_execution_ms_5000": round(last, 1),
+        "executions_long": args.long,
+        **leaks,
+    }
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
