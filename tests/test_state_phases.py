@@ -284,3 +284,20 @@ def test_errors_keep_their_stdlib_bases() -> None:
     assert issubclass(errors.CheckpointNotFound, LookupError)
     assert issubclass(errors.FailpointSpecError, ValueError)
     assert issubclass(errors.CheckpointCorrupt, errors.CheckpointError)
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"phase": "completed", "email_sent": False}, "email_sent"),
+    ({"phase": "approved", "approval_ticket": None}, "approval_ticket"),
+    ({"phase": "awaiting_approval", "draft": None}, "draft"),
+    ({"step": -1}, "step"),
+])
+def test_a_state_that_contradicts_its_phase_is_invalid(changes: dict, field: str) -> None:
+    """A consistent-looking but impossible checkpoint must fail closed, not be resumed."""
+    good = State(case_id="case-O-1001", order_id="O-1001", phase="sending",
+                 draft=Draft("a@example.com", "s", "b"), approval_ticket="apr-desk-1",
+                 send_idempotency_key="k").to_dict()
+    State.from_dict(good)  # the unchanged state is fine
+    with pytest.raises(StateInvalid) as info:
+        State.from_dict({**good, **changes})
+    assert info.value.fields["field"] == field
