@@ -188,7 +188,7 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
     if len(keys) > 1 or len(durable) > 1 or (durable and keys != durable):
         changed = sorted(k for k in keys | durable if k is not None)
         return CheckResult("same_key_one_delivery", False,
-                           f"keys changed across the crash: {changed}",
+                           f"the send used different keys: {changed}",
                            tuple(lines))
     if ev.deliveries != 1:
         return CheckResult("same_key_one_delivery", False,

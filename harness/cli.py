@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failing execution (no new execution, no further "
                         "repeat)")
+    p.add_argument("--sut", default=None,
+                   help="folder holding the implementation to test (default: the reference); "
+                        "it runs under limits, with fresh interpreters")
+    p.add_argument("--module", default="shopops", help="its package name (python -m MODULE)")
     e = sub.add_parser("explore", help="let Hypothesis draw crash schedules against a scenario "
                                        "and shrink a failure to the smallest one")
     e.add_argument("scenario", nargs="?", default=None,
@@ -104,6 +108,8 @@ def _grade(args: argparse.Namespace) -> int:
             raise ValueError(f"--sut {args.sut}: no package folder {args.module}/ in it")
         if not (math.isfinite(args.timeout) and args.timeout > 0):
             raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
+        if args.jobs is not None and args.jobs < 1:
+            raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     except (RubricError, ValueError) as exc:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
@@ -141,6 +147,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
     if args.schedule is not None and not args.schedule.strip():
         raise ValueError("--schedule is empty; allowed: 'no-kill' or kill points joined by '>'")
+    if args.sut is not None and not Path(args.sut, args.module).is_dir():
+        raise ValueError(f"--sut {args.sut}: no package folder {args.module}/ in it")
     if Path(args.report_dir).exists() and not Path(args.report_dir).is_dir():
         raise ValueError(f"--report-dir {args.report_dir}: is a file, not a folder")
 
@@ -158,6 +166,7 @@ def _run(args: argparse.Namespace) -> int:
     from harness.runner import RunResult, new_run_id, run
     from harness.scenario import load_scenarios
     from harness.schedule import CrashSchedule
+    from harness.sut import REFERENCE, Sut
 
     paths = args.paths or _default_paths()
     try:
@@ -193,11 +202,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.repeat > 1:
             print(f"-- repeat {rep}/{args.repeat}", flush=True)
 
+    sut = Sut(path=Path(args.sut), module=args.module) if args.sut else REFERENCE
     try:
         with reaping_on_signals():
-            result = run(scenarios, out_dir, jobs=args.jobs, launcher=args.launcher,
+            result = run(scenarios, out_dir, jobs=args.jobs,
+                         launcher="spawn" if sut.foreign else args.launcher,
                          schedule=schedule, worker_timeout_s=args.timeout, progress=progress,
-                         repeat=args.repeat, fail_fast=args.fail_fast, on_repeat=on_repeat)
+                         repeat=args.repeat, fail_fast=args.fail_fast, on_repeat=on_repeat,
+                         sut=sut)
     except Exception as exc:  # a harness error is never a verdict about the loop
         import traceback
 
@@ -344,10 +356,13 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
             print(f"  {res.verdict.upper():<7} {res.plan.id}{where}: {first}")
             print(f"          replay: {res.plan.replay}")
     if dupes:
-        print(f"  deliveries != 1 in {len(dupes)} execution(s) (see duplicates.json):")
+        expected = [r for r in dupes if r.verdict == "pass"]
+        print(f"  deliveries != 1 in {len(dupes)} execution(s) (see duplicates.json), "
+              f"{len(expected)} of them as their scenario expects")
         for res in dupes:
-            print(f"    {res.plan.id}: {res.evidence.deliveries} deliveries"
-                  f"{' (expected by the scenario)' if res.verdict == 'pass' else ''}")
+            if res.verdict != "pass" or res.evidence.deliveries > 1:
+                print(f"    {res.plan.id}: {res.evidence.deliveries} deliveries"
+                      f"{' (expected by the scenario)' if res.verdict == 'pass' else ''}")
     for name, path in paths.items():
         print(f"  {name:<10} {os.path.relpath(path)}")
 

@@ -50,6 +50,8 @@ class ExecutionPlan:
             return (f"(scenario {self.scenario.name!r} was built in code: re-run the test that "
                     f"built it; schedule {self.schedule.id})")
         sut = f" --sut {shlex.quote(str(self.sut.path))}" if self.sut.path else ""
+        if self.sut.path and self.sut.module != "shopops":
+            sut += f" --module {shlex.quote(self.sut.module)}"
         return (f"shopops-chaos run {shlex.quote(str(self.scenario.path))} "
                 f"--schedule {shlex.quote(self.schedule.id)}{sut}")
 

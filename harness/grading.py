@@ -47,8 +47,9 @@ class RubricItem:
         scenarios: scenario names (files under ``scenarios/``) whose executions count.
         checks: the check ids this item is about: in every one of those executions each
             must come out as its scenario expects (pass, or fail for a teaching demo's
-            expected failure), and a scenario's expected worker error must have happened;
-            other checks do not count here. Empty means every verdict must be ``pass``.
+            expected failure). Always, a scenario's expected worker error must have
+            happened and the verdict must be definite (not ``unknown``); other checks do
+            not count here, so one bug costs the items about it, not every item.
         visibility: Gradescope visibility.
         explain: one line for the student: what the item means.
     """
@@ -69,33 +70,36 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                ("o1001", "rejection"), ("parked_until_approval",),
                explain="A resume without an approval must park again and send nothing."),
     RubricItem("Checklist 3: email_sent is false until the post-approval send", 10,
-               ("o1001",), ("not_sent_before_approval",)),
+               ("o1001",), ("not_sent_before_approval",),
+               explain="Record the send only after the gateway confirmed it."),
     RubricItem("Checklist 4: step continues across resume", 10, ("o1001",),
-               ("step_continues",)),
+               ("step_continues",), explain="Load step from the checkpoint; never reset it."),
     RubricItem("Checklist 5: the same idempotency key after a crash; one delivery", 10,
                ("o1001", "reply-lost-first-attempt", "gateway-5xx"),
-               ("same_key_one_delivery",)),
+               ("same_key_one_delivery",),
+               explain="Persist the key before the first attempt; every retry reuses it."),
     RubricItem("Exactly one delivery at every kill point", 10, ("o1001",),
-               ("exactly_one_delivery",)),
+               ("exactly_one_delivery",),
+               explain="The gateway's own log must show one delivery, and the case done."),
     RubricItem("No send without a server-issued ticket", 10,
                ("forged-ticket", "forged-ticket-in-state", "ticket-other-case",
                 "ticket-stale-draft", "ticket-consumed"),
-               ("ticket_server_issued", "exactly_one_delivery"),
+               ("ticket_server_issued",),
                explain="Tickets are server-side facts: verify them with the queue."),
     RubricItem("Exercise 1: a corrupt state_json raises a clear error", 10,
                ("checkpoint-corrupt-json", "checkpoint-truncated-json",
                 "checkpoint-invalid-utf8", "checkpoint-unknown-version"),
-               ("storage_safe", "exactly_one_delivery"),
+               ("storage_safe",),
                explain="Fail closed: a typed error, the row untouched, never a fresh start."),
     RubricItem("Exercise 2: v1->v2 migration adds preferred_channel = \"email\"", 10,
-               ("v1-migration",), ("storage_safe", "draft_identical", "exactly_one_delivery"),
+               ("v1-migration",), ("storage_safe",),
                explain="Explicit, recorded, safe to run twice and to kill half-way."),
     RubricItem("Exercise 3: without keys a double resume duplicates; with keys it does not",
                10, ("demo-keys-off", "reply-lost-first-attempt"),
-               ("same_key_one_delivery", "exactly_one_delivery"),
+               ("same_key_one_delivery",),
                explain="The keys-off switch must really send without a key."),
     RubricItem("Exercise 4: a lease owner rejects resume from another owner", 10,
-               ("two-resumers", "lease-takeover"), ("exactly_one_delivery",),
+               ("two-resumers", "lease-takeover"),
                explain="Leases with an owner and an expiry; fence a taken-over worker."),
 )
 
@@ -189,12 +193,10 @@ def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTe
     for r in mine:
         if r.verdict == "unknown":
             broken.append((r, "could not be verified: " + "; ".join(r.reasons[:2])))
-        elif item.checks:
+        else:
             why = _item_problems(item, r)
             if why:
                 broken.append((r, "; ".join(why)))
-        elif r.verdict != "pass":
-            broken.append((r, "; ".join(r.reasons[:2])))
     lines = [item.explain] if item.explain else []
     if not broken:
         lines.append(f"Held in all {len(mine)} executions.")

@@ -436,8 +436,10 @@ def test_fork_and_spawn_give_the_same_verdicts_and_checks(tmp_path: Path) -> Non
     from harness.runner import run
     from harness.scenario import load_scenarios
 
-    scenarios = load_scenarios([ROOT / "scenarios"])
-    assert scenarios
+    # Every shipped scenario but the double-crash matrix: its ~255 executions are pairs of
+    # the single kills compared here, and with fresh interpreters they alone take minutes.
+    scenarios = [s for s in load_scenarios([ROOT / "scenarios"]) if not s.double]
+    assert len(scenarios) >= 20
     outcomes = {}
     for name in ("fork", "spawn"):
         result = run(scenarios, tmp_path / name, jobs=2, launcher=name)
