@@ -38,6 +38,12 @@ class _Handler(socketserver.StreamRequestHandler):
     server: _Server
 
     def handle(self) -> None:
+        try:
+            self._serve_worker()
+        except ConnectionError:
+            pass  # a worker killed with unread data on its socket: a reset, like EOF
+
+    def _serve_worker(self) -> None:
         for line in self.rfile:
             try:
                 data = json.loads(line)

@@ -214,6 +214,7 @@ def run(
         REGISTRY.reap_all()
         pool.shutdown(wait=True)
         REGISTRY.reap_all()  # a worker started in the window before STOPPING was seen
+        STOPPING.clear()  # scoped to this run: a later run in the same process starts clean
         if owned:
             launcher.close()
         keys = [k for k in order if k in finished]
