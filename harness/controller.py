@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from harness.channel import Hit
-from harness.evidence import Event, EventLog
+from harness.evidence import EventLog
 from harness.mock_gateway import Delivery
 from harness.processes import Worker
 from harness.schedule import KillPoint
@@ -50,7 +50,6 @@ class KillController:
         self.holds: dict[KillPoint, Hold] = {}
         self.current: Worker | None = None
         self.by_pid: dict[int, Worker] = {}
-        self.fired: list[Event] = []
         self._lock = threading.Lock()
 
     def attach(self, worker: Worker) -> None:
@@ -131,6 +130,6 @@ class KillController:
         point = self.pending.pop(0)
         self.counts.clear()
         worker.kill()
-        self.fired.append(self.events.add("kill", label, worker.pid, worker.index,
-                                          f"SIGKILL at {point}", ref=str(point)))
+        self.events.add("kill", label, worker.pid, worker.index, f"SIGKILL at {point}",
+                        ref=str(point))
         return True

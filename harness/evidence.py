@@ -12,7 +12,7 @@ import contextlib
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.mock_gateway import GatewayLog, read_log
@@ -120,7 +120,6 @@ class Evidence:
         unreached: scheduled kills that never fired.
         errors: harness-side problems (deadline passed, approval refused, unreadable file).
         workdir: where the execution's files are.
-        kills: the kill events, in order.
         expected_deliveries: what the case must end with (the scenario's expectation).
         injected: checkpoint rows the harness itself appended (storage faults, a forged
             ticket), as it wrote them.
@@ -141,11 +140,15 @@ class Evidence:
     unreached: tuple[KillPoint, ...]
     errors: tuple[str, ...] = ()
     workdir: str = ""
-    kills: tuple[Event, ...] = field(default=())
     expected_deliveries: int = 1
     injected: tuple[CheckpointRow, ...] = ()
     v1_rows: int = 0
     migrations: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def kills(self) -> tuple[Event, ...]:
+        """The kill events of the trace, in order."""
+        return tuple(e for e in self.events if e.kind == "kill")
 
     @property
     def loop_checkpoints(self) -> tuple[CheckpointRow, ...]:

@@ -126,7 +126,7 @@ def _collect(plan: ExecutionPlan, story: Story, controller: KillController,
         tickets=tickets, gateway=gateway_log, approval_event=story.approval_event,
         checkpoint_seq_at_approval=story.checkpoint_seq_at_approval,
         unreached=tuple(controller.pending) + _unreached_hooks(s, controller),
-        errors=tuple(errors), workdir=str(story.workdir), kills=tuple(controller.fired),
+        errors=tuple(errors), workdir=str(story.workdir),
         expected_deliveries=s.expect_deliveries, injected=tuple(story.injected),
         v1_rows=story.v1_rows, migrations=migrations(story.ckpt_db),
     )

@@ -18,7 +18,6 @@ state except for an injected fault, which it records.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from harness.sut import REFERENCE, Sut
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CheckpointRow, CheckpointStore
 from shopops.errors import ShopOpsError
+from shopops.runtime import offset_clock
 
 RUN_ID = "run-1"
 APPROVER = "maya"
@@ -180,7 +180,7 @@ class Story:
         self.checkpoint_seq_at_approval = rows[-1].seq if rows else 0
         hours = self.s.approve_delay_h
         try:
-            with ApprovalQueue(self.appr_db, clock=self._clock(hours * 3600)) as queue:
+            with ApprovalQueue(self.appr_db, clock=offset_clock(hours * 3600)) as queue:
                 ticket = queue.approve(self.s.case_id, approver=APPROVER)
             event = self.events.add("approve", "t5.approved", None, None,
                                     f"{ticket.ticket_id} by {APPROVER}"
@@ -337,10 +337,6 @@ class Story:
             return rows[-1].state().phase if rows else None
         except ShopOpsError:
             return None
-
-    @staticmethod
-    def _clock(offset_s: float) -> Callable[[], float]:
-        return (lambda: time.time() + offset_s) if offset_s else time.time
 
 
 @dataclass(frozen=True)

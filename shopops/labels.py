@@ -26,10 +26,6 @@ class Label:
     moment: str
     side: str = "worker"
 
-    @property
-    def timeline(self) -> str:
-        """The chapter's timeline slot, ``"t0"`` … ``"t7"``, or ``"ckpt"``."""
-        return self.name.split(".", 1)[0]
 
 
 CATALOGUE: tuple[Label, ...] = (
@@ -63,18 +59,4 @@ CATALOGUE: tuple[Label, ...] = (
 )
 
 BY_NAME: dict[str, Label] = {label.name: label for label in CATALOGUE}
-WORKER_LABELS: frozenset[str] = frozenset(lab.name for lab in CATALOGUE if lab.side == "worker")
 
-
-def get(name: str) -> Label:
-    """Look a label up by name.
-
-    Raises:
-        KeyError: not in the catalogue; the message lists the known labels.
-    """
-    try:
-        return BY_NAME[name]
-    except KeyError:
-        raise KeyError(
-            f"unknown label {name!r}; known labels: {', '.join(BY_NAME)}"
-        ) from None

@@ -48,7 +48,12 @@ def clock_from_env(env: dict[str, str] | None = None) -> Callable[[], float]:
         raise ConfigError(f"SHOPOPS_CLOCK_OFFSET_S={raw!r}; allowed: a number of seconds",
                           variable="SHOPOPS_CLOCK_OFFSET_S", value=raw,
                           allowed="seconds") from None
-    return (lambda: time.time() + offset) if offset else time.time
+    return offset_clock(offset)
+
+
+def offset_clock(offset_s: float) -> Callable[[], float]:
+    """``time.time`` shifted by ``offset_s`` seconds (``time.time`` itself for 0)."""
+    return (lambda: time.time() + offset_s) if offset_s else time.time
 
 
 @dataclass

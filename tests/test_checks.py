@@ -208,8 +208,7 @@ def evidence(*, specs: list[Spec] | None = None, states: list[State] | None = No
                                            "2026-07-19T00:00:03.000000Z", "approved"),),
         tickets=(ticket(),), gateway=good_gateway(),
         approval_event=approvals[0] if approvals else None,
-        checkpoint_seq_at_approval=cut if approvals else None, unreached=(),
-        kills=tuple(e for e in evs if e.kind == "kill"))
+        checkpoint_seq_at_approval=cut if approvals else None, unreached=())
     base.update(fields)
     return Evidence(**base)
 
