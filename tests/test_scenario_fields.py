@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from scenario_helpers import ROOT, SHIPPED, assert_names, refused
 
 from harness.mock_gateway import FaultSpec
 from harness.scenario import (
@@ -24,13 +25,10 @@ from harness.scenario import (
     Scenario,
     ScenarioError,
     load_scenario,
-    load_scenarios,
 )
 from harness.schedule import CrashSchedule, KillPoint
 
-ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "scenarios" / "README.md"
-SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
 DOCUMENTED_FAULT_KINDS = ("latency", "error", "drop_after_accept")
 
 
@@ -42,23 +40,6 @@ def write(folder: Path, text: str, name: str = "bad.toml") -> Path:
     path = folder / name
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def refused(path: Path) -> ScenarioError:
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    return info.value
-
-
-def assert_names(err: ScenarioError, path: Path, field: str, line: int | None) -> None:
-    """The structured fields, and a message that starts with the file (and line) and names
-    the field."""
-    message = str(err)
-    assert err.path == str(path)
-    assert err.field == field
-    assert err.line == line
-    assert message.startswith(str(path) if line is None else f"{path}:{line}: ")
-    assert f"field '{field}'" in message
 
 
 def allowed_list(err: ScenarioError) -> list[str]:
@@ -482,18 +463,6 @@ def test_the_readme_commented_alternatives_are_valid(tmp_path: Path, table: str,
 
 
 # --------------------------------------------------------------------------- shipped files
-
-
-@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_every_shipped_file_loads(path: Path) -> None:
-    s = load_scenario(path)
-    assert s.path == path
-    assert s.name == path.stem
-    assert s.description
-
-
-def test_the_folder_loads_in_file_order() -> None:
-    assert [s.path for s in load_scenarios([ROOT / "scenarios"])] == SHIPPED
 
 
 SHIPPED_STORIES: dict[str, dict[str, object]] = {

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from scenario_helpers import ROOT, SHIPPED, assert_names, refused
 
 from harness.checks import CHECK_IDS
 from harness.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
@@ -19,8 +20,6 @@ from shopops import labels
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).resolve().parent.parent
-SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))
 KILLABLE = [lab.name for lab in labels.CATALOGUE if lab.side != "queue"]
 
 
@@ -28,24 +27,6 @@ def write(folder: Path, text: str, name: str = "bad.toml") -> Path:
     path = folder / name
     path.write_text(text, encoding="utf-8")
     return path
-
-
-def refused(path: Path) -> ScenarioError:
-    with pytest.raises(ScenarioError) as info:
-        load_scenario(path)
-    return info.value
-
-
-def assert_names(err: ScenarioError, path: Path, field: str | None,
-                 line: int | None) -> None:
-    """The structured fields, and a message that names the file and the field."""
-    message = str(err)
-    assert err.path == str(path)
-    assert err.field == field
-    assert err.line == line
-    assert message.startswith(str(path) if line is None else f"{path}:{line}: ")
-    if field is not None:
-        assert f"field '{field}'" in message
 
 
 # --------------------------------------------------------------------------- shipped files
@@ -60,7 +41,8 @@ def test_there_are_shipped_scenarios() -> None:
 def test_every_shipped_scenario_loads(path: Path) -> None:
     scenario = load_scenario(path)
     assert scenario.path == path
-    assert scenario.name
+    assert scenario.name == path.stem
+    assert scenario.description
     assert scenario.expect_failing <= set(CHECK_IDS)
 
 
