@@ -71,6 +71,7 @@ class Story:
         self.gw_db = workdir / "gateway.db"
         self._lock_holder: LockHolder | None = None
         self._started = 0
+        self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
 
     # -- the story ----------------------------------------------------------------------
     def run(self) -> None:
@@ -102,6 +103,7 @@ class Story:
 
     def _before_approval_v1(self) -> None:
         self.v1_rows = install_v1_fixture(self.ckpt_db)
+        self._phase = self.latest_phase()
         migrate = self.sut.argv("migrate", str(self.ckpt_db))
         run = self.worker("migrate", migrate)
         while self._again(run):
@@ -296,9 +298,11 @@ class Story:
 
     def start_worker(self, role: str, argv: list[str] | None = None) -> _Started:
         """Start one worker (index = launch order) without waiting for it."""
+        # Only workers change the phase and it is read as each one ends; while another
+        # worker still runs (a held or concurrent one), read it afresh.
+        phase_before = self._phase if self._started == len(self.runs) else self.latest_phase()
         index = self._started
         self._started += 1
-        phase_before = self.latest_phase()
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
         worker = self.launcher.start(argv or self.argv(index), env=self.env(),
                                      cwd=str(self.workdir), stdout=str(out), stderr=str(err),
@@ -323,10 +327,14 @@ class Story:
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
         run = WorkerRun(index, role, worker.pid, info.returncode, info.killed_by_harness,
                         info.timed_out, info.leftovers, _tail(out), _tail(err),
-                        round(info.elapsed_s, 4), self.latest_phase(), phase_before)
+                        round(info.elapsed_s, 4), self._read_phase(), phase_before)
         self.runs.append(run)
         self.runs.sort(key=lambda r: r.index)
         return run
+
+    def _read_phase(self) -> str | None:
+        self._phase = self.latest_phase()
+        return self._phase
 
     def latest_phase(self) -> str | None:
         """The phase of the latest checkpoint the loop wrote, read by the harness."""
