@@ -75,7 +75,7 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
     RubricItem("Checklist 4: step continues across resume", 10, ("o1001",),
                ("step_continues",), explain="Load step from the checkpoint; never reset it."),
     RubricItem("Checklist 5: the same idempotency key after a crash; one delivery", 10,
-               ("o1001", "reply-lost-first-attempt", "gateway-5xx"),
+               ("o1001", "reply-lost-first-attempt", "gateway-5xx", "reply-after-timeout"),
                ("same_key_one_delivery",),
                explain="Persist the key before the first attempt; every retry reuses it."),
     RubricItem("Exactly one delivery at every kill point", 10, ("o1001",),
@@ -99,7 +99,7 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                ("same_key_one_delivery",),
                explain="The keys-off switch must really send without a key."),
     RubricItem("Exercise 4: a lease owner rejects resume from another owner", 10,
-               ("two-resumers", "lease-takeover"),
+               ("two-resumers", "lease-takeover", "lease-same-owner"),
                explain="Leases with an owner and an expiry; fence a taken-over worker."),
 )
 

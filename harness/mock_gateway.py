@@ -16,9 +16,12 @@ Endpoints:
 Faults (``FaultSpec``) are consumed one per ``POST /v1/messages`` in FIFO order; an empty
 plan means normal behaviour. ``latency`` sleeps ``ms`` then answers normally; ``error`` answers
 ``status`` (5xx) and delivers nothing; ``drop_after_accept`` delivers, commits, then closes
-the TCP connection with no reply; ``pause_after_accept`` answers normally and marks, in the
-request log, the request at which the harness's ``on_accepted`` hook (called for every new
-delivery) is meant to act.
+the TCP connection with no reply; ``delay_after_accept`` delivers, commits, then holds the
+reply ``ms`` milliseconds — longer than the client's read timeout, the client has given up
+(requests raises ``ReadTimeout``) before the answer comes, so only a retry with the *same*
+key is safe; ``pause_after_accept`` answers normally and marks, in the request log, the
+request at which the harness's ``on_accepted`` hook (called for every new delivery) is meant
+to act.
 """
 
 from __future__ import annotations
@@ -47,7 +50,10 @@ from harness.serving import ServerThread
 
 _log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("latency", "error", "drop_after_accept", "pause_after_accept")
+FAULT_KINDS = ("latency", "error", "drop_after_accept", "pause_after_accept",
+               "delay_after_accept")
+#: Longest ``ms`` a latency or delayed reply may have (a minute: a fault, not a hang).
+MAX_FAULT_MS = 60_000
 MESSAGE_FIELDS = ("case_id", "to", "subject", "body")
 
 _SCHEMA = """
@@ -67,7 +73,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
 @dataclass(frozen=True)
 class FaultSpec:
     """One planned misbehaviour. ``kind`` is one of ``FAULT_KINDS``; ``ms`` (milliseconds,
-    ``latency`` only) and ``status`` (500–599, ``error`` only)."""
+    0..``MAX_FAULT_MS``; ``latency`` and ``delay_after_accept`` only, required there) and
+    ``status`` (500–599, ``error`` only)."""
 
     kind: str
     ms: int | None = None
@@ -87,14 +94,17 @@ class FaultSpec:
         kind = data.get("kind")
         if kind not in FAULT_KINDS:
             raise ValueError(f"fault.kind: {kind!r} is not one of {', '.join(FAULT_KINDS)}")
-        allowed = {"kind"} | {"latency": {"ms"}, "error": {"status"}}.get(kind, set())
+        allowed = {"kind"} | {"latency": {"ms"}, "delay_after_accept": {"ms"},
+                              "error": {"status"}}.get(kind, set())
         for key in data:
             if key not in allowed:
                 raise ValueError(f"fault.{key}: not allowed for kind {kind!r} "
                                  f"(allowed: {', '.join(sorted(allowed))})")
         ms, status = data.get("ms"), data.get("status")
-        if kind == "latency" and not (_is_int(ms) and ms >= 0):
-            raise ValueError(f"fault.ms: {ms!r} must be an integer >= 0 (milliseconds)")
+        if kind in ("latency", "delay_after_accept") and not (
+                _is_int(ms) and 0 <= ms <= MAX_FAULT_MS):
+            raise ValueError(f"fault.ms: {ms!r} must be an integer in 0..{MAX_FAULT_MS} "
+                             "(milliseconds)")
         if kind == "error" and not (_is_int(status) and 500 <= status <= 599):
             raise ValueError(f"fault.status: {status!r} must be an integer in 500..599")
         return cls(kind, ms, status)
@@ -102,8 +112,8 @@ class FaultSpec:
     @property
     def label(self) -> str:
         """How the request log records it: ``latency:50ms``, ``error:503``, or the kind."""
-        if self.kind == "latency":
-            return f"latency:{self.ms}ms"
+        if self.kind in ("latency", "delay_after_accept"):
+            return f"{self.kind}:{self.ms}ms"
         return f"error:{self.status}" if self.kind == "error" else self.kind
 
 
@@ -201,6 +211,7 @@ class MockGateway:
         self.on_accepted = on_accepted
         self._faults: deque[FaultSpec] = deque()
         self._faults_lock = threading.Lock()
+        self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
         self._server: BaseWSGIServer | None = None
         self._serving: ServerThread | None = None
         with contextlib.closing(self._connect()) as conn:
@@ -212,6 +223,7 @@ class MockGateway:
         """Bind and serve in a daemon thread; returns ``self``."""
         if self._server is not None:
             raise RuntimeError("MockGateway already started")
+        self._stopping.clear()
         self._server = make_server(self.host, self.port, self._wsgi, threaded=True,
                                    request_handler=_QuietHandler)
         self._serving = ServerThread(self._server, f"mock-gateway:{self._server.server_port}")
@@ -228,6 +240,7 @@ class MockGateway:
         """Stop serving (at once, not at a poll), join the thread, close the socket.
         Idempotent."""
         serving, self._server, self._serving = self._serving, None, None
+        self._stopping.set()
         if serving is not None:
             serving.stop()
 
@@ -334,6 +347,8 @@ class MockGateway:
             self.on_accepted(delivery)
         if fault is not None and fault.kind == "drop_after_accept":
             return _drop_connection(request.environ)
+        if fault is not None and fault.kind == "delay_after_accept":
+            self._stopping.wait((fault.ms or 0) / 1000.0)
         return _json(reply, status)
 
     def _accept(self, evidence: dict[str, Any], message: dict[str, str]

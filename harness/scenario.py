@@ -49,6 +49,8 @@ class Scenario:
         case_id, order_id: the case.
         policy: ``deterministic`` or ``varying``.
         idempotency_keys: SUT option; ``False`` demonstrates duplicates (exercise 3).
+        read_timeout_s: SUT option ``--read-timeout``: seconds the gateway client waits for
+            a reply per attempt (``None``: the SUT's default, 5 s for the reference).
         points: kill points for single-kill executions; ``None`` means every point the
             trace run reaches.
         schedules: extra multi-kill schedules.
@@ -67,6 +69,8 @@ class Scenario:
         leases: workers take a lease (owner ``worker-<n>``) of ``lease_ttl_s`` seconds.
         takeover_at: hold the first resumer at this point until a second worker, its clock
             past the lease, took the case over; then release it (it must be fenced).
+        same_owner: every worker takes its lease as ``worker-0`` (a restarted worker
+            reusing its identity): a re-acquired lease must still get a new fence.
         storage_fault: injected before the resume (``STORAGE_FAULTS``).
         lock_at, lock_ms: for ``lock``: hold an exclusive SQLite lock for ``lock_ms``
             milliseconds from the moment a worker reaches ``lock_at``.
@@ -83,6 +87,7 @@ class Scenario:
     order_id: str = "O-1001"
     policy: str = "deterministic"
     idempotency_keys: bool = True
+    read_timeout_s: float | None = None
     points: tuple[KillPoint, ...] | None = None
     schedules: tuple[CrashSchedule, ...] = ()
     baseline: bool = True
@@ -97,6 +102,7 @@ class Scenario:
     leases: bool = False
     lease_ttl_s: float = 30.0
     takeover_at: KillPoint | None = None
+    same_owner: bool = False
     storage_fault: str = "none"
     lock_at: KillPoint | None = None
     lock_ms: int = 300
@@ -109,12 +115,13 @@ _NUM = (int, float)
 _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "": {"name": str, "description": str},
     "case": {"case_id": str, "order_id": str},
-    "sut": {"policy": str, "idempotency_keys": bool},
+    "sut": {"policy": str, "idempotency_keys": bool, "read_timeout_s": _NUM},
     "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool},
     "human": {"action": str, "approve_at": str, "delay_hours": _NUM, "twice": bool,
               "ticket": str},
     "gateway": {"faults": list},
-    "concurrency": {"resumers": int, "leases": bool, "lease_ttl_s": _NUM, "takeover_at": str},
+    "concurrency": {"resumers": int, "leases": bool, "lease_ttl_s": _NUM, "takeover_at": str,
+                    "same_owner": bool},
     "storage": {"fault": str, "lock_at": str, "lock_ms": int},
     "expect": {"failing_checks": list, "deliveries": int, "worker_error": str},
 }
@@ -272,6 +279,10 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
     if worker_error is not None and worker_error not in WORKER_ERRORS:
         raise fail("expect.worker_error",
                    f"{worker_error!r}; allowed: {', '.join(WORKER_ERRORS)}")
+    read_timeout = (positive(sut, "sut.read_timeout_s", 5, 0.05)
+                    if "read_timeout_s" in sut else None)
+    if read_timeout is not None and read_timeout > 60:
+        raise fail("sut.read_timeout_s", f"{read_timeout:g}: at most 60 seconds")
     resumers = int(positive(conc, "concurrency.resumers", 1, 1))
     if resumers > 4:
         raise fail("concurrency.resumers", f"{resumers}: at most 4 workers at once")
@@ -279,7 +290,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         name=name, path=path, description=data.get("description", ""),
         case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
         order_id=case.get("order_id", "O-1001"), policy=policy,
-        idempotency_keys=sut.get("idempotency_keys", True), points=points,
+        idempotency_keys=sut.get("idempotency_keys", True), read_timeout_s=read_timeout,
+        points=points,
         schedules=schedules, baseline=crash.get("baseline", True),
         double=crash.get("double", False), human_action=action,
         approve_at=point(human, "human.approve_at"),
@@ -287,7 +299,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         approve_twice=human.get("twice", False), ticket=ticket,
         gateway_faults=tuple(faults), resumers=resumers, leases=conc.get("leases", False),
         lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30, 0.1),
-        takeover_at=point(conc, "concurrency.takeover_at"), storage_fault=fault,
+        takeover_at=point(conc, "concurrency.takeover_at"),
+        same_owner=conc.get("same_owner", False), storage_fault=fault,
         lock_at=point(storage, "storage.lock_at"),
         lock_ms=int(positive(storage, "storage.lock_ms", 300, 0)),
         expect_failing=frozenset(failing),
@@ -315,6 +328,9 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
     if s.takeover_at and (not s.leases or s.resumers != 1):
         problems.append(("concurrency.takeover_at", "a takeover needs leases = true and "
                                                     "resumers = 1"))
+    if s.same_owner and not s.leases:
+        problems.append(("concurrency.same_owner", "one owner id for every worker needs "
+                                                   "leases = true"))
     if s.resumers > 1 and not s.leases:
         problems.append(("concurrency.resumers", "concurrent resumers need leases = true"))
     if (s.lock_at is not None) != (s.storage_fault == "lock"):
@@ -323,6 +339,12 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
     if s.approve_at is not None and (s.ticket != "issued" or s.approve_twice):
         problems.append(("human.approve_at", "an approval mid-resume issues the ticket itself: "
                                              "ticket and twice need approve_at unset"))
+    timeout_ms = 1000 * (5.0 if s.read_timeout_s is None else s.read_timeout_s)
+    for f in s.gateway_faults:
+        if f.kind == "delay_after_accept" and (f.ms or 0) <= timeout_ms:
+            problems.append(("gateway.faults", f"delay_after_accept ms = {f.ms} must exceed "
+                             f"the client's read timeout ({timeout_ms:g} ms; "
+                             "sut.read_timeout_s) to answer after it"))
     if s.takeover_at is not None and s.takeover_at.label not in _RESUMER_POINTS:
         problems.append(("concurrency.takeover_at",
                          f"{s.takeover_at.label} is not reached by a resuming worker; allowed: "

@@ -59,7 +59,7 @@ def inject_row(db: Path, case_id: str, run_id: str, kind: str) -> CheckpointRow 
         seq = cur.lastrowid
     assert seq is not None
     return CheckpointRow(seq, case_id, run_id, version, blob, rows[-1].created_at, None, None,
-                         str(db))
+                         db_path=str(db))
 
 
 def install_v1_fixture(db: Path) -> int:

@@ -263,8 +263,11 @@ class Story:
             "--gateway", self.gateway_url, "--case", s.case_id, "--order", s.order_id,
             "--run-id", RUN_ID, "--keys", "on" if s.idempotency_keys else "off",
             "--policy", s.policy)
+        if s.read_timeout_s is not None:
+            argv += ["--read-timeout", f"{s.read_timeout_s:g}"]
         if s.leases:
-            argv += ["--owner", f"worker-{index}", "--lease-ttl", f"{s.lease_ttl_s:g}"]
+            owner = "worker-0" if s.same_owner else f"worker-{index}"  # a restart reuses it
+            argv += ["--owner", owner, "--lease-ttl", f"{s.lease_ttl_s:g}"]
         if self.offered_ticket is not None:
             argv += ["--ticket", self.offered_ticket]
         return argv

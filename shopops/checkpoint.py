@@ -42,7 +42,7 @@ _NO_UPDATE = (
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS checkpoints(seq INTEGER PRIMARY KEY AUTOINCREMENT,"
     " case_id TEXT NOT NULL, run_id TEXT NOT NULL, schema_version INTEGER, state_json TEXT,"
-    " created_at TEXT NOT NULL, lease_owner TEXT, fence INTEGER)",
+    " created_at TEXT NOT NULL, lease_owner TEXT, fence INTEGER, writer_pid INTEGER)",
     "CREATE INDEX IF NOT EXISTS checkpoints_case_run ON checkpoints(case_id, run_id, seq)",
     _NO_UPDATE,
     "CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints "
@@ -56,8 +56,11 @@ _SCHEMA = (
 # would fail with an OperationalError on invalid UTF-8 instead of a typed error.
 _ROW_SQL = (
     "SELECT seq, case_id, run_id, schema_version, CAST(state_json AS BLOB), created_at,"
-    " lease_owner, fence FROM checkpoints"
+    " lease_owner, fence, writer_pid FROM checkpoints"
 )
+#: Columns added after the first release; a database written before them gets them (NULL in
+#: old rows) when a store opens it, and is read with NULL until then.
+_ADDED_COLUMNS = (("writer_pid", "INTEGER"),)
 
 
 @dataclass(frozen=True)
@@ -78,8 +81,10 @@ class Lease:
 class CheckpointRow:
     """One raw ``checkpoints`` row, not parsed, so a corrupt row can still be listed.
 
-    ``state_json`` holds the stored bytes (``None`` for SQL NULL). ``db_path`` (not part of
-    equality) names the database in error messages.
+    ``state_json`` holds the stored bytes (``None`` for SQL NULL). ``writer_pid`` is the
+    pid of the process that saved it, as that process reported it (``None`` in rows of
+    older databases and rows the harness injected): the harness ties rows to the workers it
+    started. ``db_path`` (not part of equality) names the database in error messages.
     """
 
     seq: int
@@ -90,11 +95,12 @@ class CheckpointRow:
     created_at: str
     lease_owner: str | None
     fence: int | None
+    writer_pid: int | None = None
     db_path: str = field(default="", compare=False, repr=False)
 
     @classmethod
     def _from_sql(cls, r: tuple[Any, ...], db_path: str) -> CheckpointRow:
-        return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], db_path)
+        return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], db_path)
 
     def state(self) -> State:
         """Parse the row with the checks of ``CheckpointStore.load`` (Chapter 8 exercise 1).
@@ -190,9 +196,19 @@ def _utc_iso(epoch_s: float) -> str:
     return stamp.replace("+00:00", "Z")
 
 
+def _row_sql(conn: sqlite3.Connection) -> str:
+    """``_ROW_SQL``, with NULL for a column an older database does not have yet."""
+    have = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
+    sql = _ROW_SQL
+    for name, _ in _ADDED_COLUMNS:
+        if name not in have:
+            sql = sql.replace(f" {name} FROM", f" NULL AS {name} FROM")
+    return sql
+
+
 def _select_rows(conn: sqlite3.Connection, path: str, case_id: str,
                  run_id: str | None) -> list[CheckpointRow]:
-    sql, args = f"{_ROW_SQL} WHERE case_id = ?", [case_id]
+    sql, args = f"{_row_sql(conn)} WHERE case_id = ?", [case_id]
     if run_id is not None:
         sql, args = sql + " AND run_id = ?", [case_id, run_id]
     return [CheckpointRow._from_sql(r, path) for r in conn.execute(sql + " ORDER BY seq", args)]
@@ -239,6 +255,11 @@ class CheckpointStore:
             with self._write():
                 for statement in _SCHEMA:
                     self._conn.execute(statement)
+                have = {r[1] for r in self._conn.execute("PRAGMA table_info(checkpoints)")}
+                for name, sql_type in _ADDED_COLUMNS:
+                    if name not in have:
+                        self._conn.execute(
+                            f"ALTER TABLE checkpoints ADD COLUMN {name} {sql_type}")
         except BaseException:
             self._conn.close()
             raise
@@ -287,9 +308,9 @@ class CheckpointStore:
                 self._check_lease(lease, state.case_id, run_id)
             cur = self._conn.execute(
                 "INSERT INTO checkpoints(case_id, run_id, schema_version, state_json, created_at,"
-                " lease_owner, fence) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " lease_owner, fence, writer_pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (state.case_id, run_id, state.schema_version, text, stamp,
-                 lease.owner if lease else None, lease.fence if lease else None),
+                 lease.owner if lease else None, lease.fence if lease else None, os.getpid()),
             )
             failpoint("ckpt.before_commit")
         assert cur.lastrowid is not None
@@ -374,7 +395,10 @@ class CheckpointStore:
     def acquire_lease(self, case_id: str, owner: str, ttl_s: float) -> Lease:
         """Take or extend the case's lease for ``ttl_s`` seconds (Chapter 8 ex. 4, Ch 32).
 
-        The same owner extends its lease (same fence); a new owner gets fence + 1 (1 first).
+        The owner of a live lease extends it (same fence). Anyone else, and the same owner
+        name once the lease expired or was released (a restarted worker reusing its id),
+        gets fence + 1 (1 first): a stale process holding the old lease under that name is
+        then fenced off (Kleppmann, "How to do distributed locking": a token per grant).
 
         Raises:
             LeaseHeld: another owner's lease is live (``expires_at > clock()``).
@@ -389,9 +413,10 @@ class CheckpointStore:
                     path=self.path, case_id=case_id, owner=owner, holder=old.owner,
                     expires_at=old.expires_at,
                 )
-            if old is not None and old.owner == owner:
-                fence = old.fence
-            else:
+            if old is not None and old.owner == owner and old.expires_at > now:
+                fence = old.fence  # a live lease extended by its holder
+            else:  # a new owner, or any owner after expiry or release: a new fence, so a
+                # stale process with the same owner name is fenced off too
                 fence = (old.fence if old is not None else 0) + 1
             lease = Lease(case_id, owner, fence, now + ttl_s)
             self._conn.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?)",

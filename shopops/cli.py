@@ -46,6 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--owner", default=None, help="take a lease as this owner")
         p.add_argument("--lease-ttl", type=float, default=60.0, help="lease seconds")
         p.add_argument("--ticket", default=None, help="ticket to grant (default: the queue's)")
+        p.add_argument("--read-timeout", type=float, default=None, metavar="SECONDS",
+                       help="seconds to wait for the gateway's reply per attempt "
+                            "($SHOPOPS_READ_TIMEOUT_S, default 5)")
     p = sub.add_parser("approve", help="a human approves the case's pending send (t5)")
     _common(p)
     p.add_argument("--case", default="case-O-1001")
@@ -133,9 +136,10 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
 
     env = dict(os.environ, SHOPOPS_APPROVALS_DB=approvals)
     for flag, var in ((args.gateway, "SHOPOPS_GATEWAY_URL"), (args.keys,
-                      "SHOPOPS_IDEMPOTENCY_KEYS"), (args.policy, "SHOPOPS_POLICY")):
+                      "SHOPOPS_IDEMPOTENCY_KEYS"), (args.policy, "SHOPOPS_POLICY"),
+                      (args.read_timeout, "SHOPOPS_READ_TIMEOUT_S")):
         if flag is not None:
-            env[var] = flag
+            env[var] = str(flag)
     services = services_from_env(env)
     set_default_services(services)
     order = args.order or args.case.removeprefix("case-")

@@ -8,7 +8,9 @@ wiring, so a process-wide default is built on first use from these variables:
 - ``SHOPOPS_IDEMPOTENCY_KEYS``: ``on`` (default) or ``off`` (exercise 3 demonstration);
 - ``SHOPOPS_POLICY``: ``deterministic`` (default) or ``varying``;
 - ``SHOPOPS_FIXTURES``: folder with ``customers.json``/``orders.json`` (``fixtures/``);
-- ``SHOPOPS_CLOCK_OFFSET_S``: seconds added to the clock (simulated time; default 0).
+- ``SHOPOPS_CLOCK_OFFSET_S``: seconds added to the clock (simulated time; default 0);
+- ``SHOPOPS_READ_TIMEOUT_S``: seconds the gateway client waits for a reply per attempt
+  (requests' read timeout; default 5).
 """
 
 from __future__ import annotations
@@ -49,6 +51,27 @@ def clock_from_env(env: dict[str, str] | None = None) -> Callable[[], float]:
                           variable="SHOPOPS_CLOCK_OFFSET_S", value=raw,
                           allowed="seconds") from None
     return offset_clock(offset)
+
+
+def positive_seconds(env: dict[str, str], variable: str, default: float,
+                     maximum: float = 3600.0) -> float:
+    """A finite number ``0 < x <= maximum`` read from ``env[variable]`` (``default`` unset).
+
+    Raises:
+        ConfigError: not a number, not finite, or out of range.
+    """
+    raw = env.get(variable)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value <= maximum):  # NaN fails every comparison
+        raise ConfigError(f"{variable}={raw!r}; allowed: a finite number of seconds in "
+                          f"(0, {maximum:g}]", variable=variable, value=raw,
+                          allowed=f"(0, {maximum:g}] seconds")
+    return value
 
 
 def offset_clock(offset_s: float) -> Callable[[], float]:
@@ -105,7 +128,9 @@ def services_from_env(env: dict[str, str] | None = None) -> Services:
             allowed="deterministic, varying",
         ) from None
     url = env.get("SHOPOPS_GATEWAY_URL")
-    gateway = EmailGatewayClient(url, use_idempotency_keys=keys == "on") if url else None
+    read_timeout = positive_seconds(env, "SHOPOPS_READ_TIMEOUT_S", 5.0)
+    gateway = EmailGatewayClient(url, use_idempotency_keys=keys == "on",
+                                 read_timeout_s=read_timeout) if url else None
     return Services(
         approvals=ApprovalQueue(env.get("SHOPOPS_APPROVALS_DB", "shopops-approvals.db"),
                                 clock=clock_from_env(env)),

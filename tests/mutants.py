@@ -169,4 +169,23 @@ MUTANTS: tuple[Mutant, ...] = (
         ("Exercise 1",),
         "checkpoint-truncated-json[no-kill]",
     ),
+    Mutant(
+        "same-owner-keeps-fence",
+        (("checkpoint.py", "            if old is not None and old.owner == owner and old.expires_at > now:",
+          "            if old is not None and old.owner == owner:"),),
+        ("Exercise 4",),
+        "lease-same-owner[no-kill]",
+    ),
+    Mutant(
+        "fresh-key-after-timeout",
+        (("gateway_client.py", """            except _RETRYABLE as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+""", """            except _RETRYABLE as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+                if isinstance(exc, requests.ReadTimeout) and "Idempotency-Key" in headers:
+                    headers["Idempotency-Key"] = f"{idempotency_key}-after-timeout-{attempt}"
+"""),),
+        ("Checklist 5",),
+        "reply-after-timeout[no-kill]",
+    ),
 )

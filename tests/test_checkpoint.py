@@ -6,7 +6,9 @@ Subprocess kill tests live in ``test_checkpoint_kill.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import runpy
 import shutil
 import sqlite3
@@ -424,6 +426,46 @@ def test_same_owner_extends_with_same_fence(leased: CheckpointStore, clock: Fake
     clock.now += 10
     again = leased.acquire_lease(CASE, "worker-a", ttl_s=30)
     assert (again.fence, again.expires_at) == (1, clock.now + 30)
+
+
+def test_the_same_owner_after_expiry_gets_a_new_fence(leased: CheckpointStore,
+                                                      clock: FakeClock) -> None:
+    stale = leased.acquire_lease(CASE, "worker-a", ttl_s=30)
+    leased.save(parked(1), RUN, lease=stale)
+    clock.now = stale.expires_at  # expired: a restarted worker-a takes the case again
+    fresh = leased.acquire_lease(CASE, "worker-a", ttl_s=30)
+    assert (fresh.owner, fresh.fence) == ("worker-a", 2)
+    with pytest.raises(FencedOff) as info:  # the old process of that name is fenced off
+        leased.save(parked(2), RUN, lease=stale)
+    assert (info.value.fields["fence"], info.value.fields["current_fence"]) == (1, 2)
+    leased.save(parked(3), RUN, lease=fresh)
+    assert [(r.lease_owner, r.fence) for r in leased.history(CASE)] == [
+        ("worker-a", 1), ("worker-a", 2)]
+
+
+def test_the_same_owner_after_release_gets_a_new_fence(leased: CheckpointStore) -> None:
+    a = leased.acquire_lease(CASE, "worker-a", ttl_s=30)
+    leased.release_lease(a)
+    assert leased.acquire_lease(CASE, "worker-a", ttl_s=30).fence == 2
+
+
+def test_each_row_records_the_pid_that_wrote_it(leased: CheckpointStore) -> None:
+    leased.save(parked(1), RUN)
+    assert [r.writer_pid for r in leased.history(CASE)] == [os.getpid()]
+
+
+def test_a_database_without_the_writer_column_is_read_and_upgraded(db: Path) -> None:
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("CREATE TABLE checkpoints(seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+                     " case_id TEXT NOT NULL, run_id TEXT NOT NULL, schema_version INTEGER,"
+                     " state_json TEXT, created_at TEXT NOT NULL, lease_owner TEXT,"
+                     " fence INTEGER)")
+        conn.execute("INSERT INTO checkpoints(case_id, run_id, schema_version, state_json,"
+                     " created_at) VALUES (?, ?, 2, ?, 't')", (CASE, RUN, parked(1).to_json()))
+    assert [r.writer_pid for r in read_history(db, CASE)] == [None]
+    with CheckpointStore(db) as store:
+        store.save(parked(2), RUN)
+        assert [r.writer_pid for r in store.history(CASE)] == [None, os.getpid()]
 
 
 def test_takeover_after_expiry_bumps_fence(leased: CheckpointStore, clock: FakeClock) -> None:

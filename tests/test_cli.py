@@ -211,6 +211,26 @@ def test_a_second_owner_is_refused_while_the_lease_is_live(tmp_path: Path) -> No
     assert shopops(tmp_path, "run", *DB, "--owner", "worker-a").code == 0  # the same owner
 
 
+def test_the_read_timeout_is_an_option(tmp_path: Path, gateway: MockGateway) -> None:
+    assert shopops(tmp_path, "run", *DB).code == 0
+    assert shopops(tmp_path, "approve", *DB).code == 0
+    gateway.set_faults([{"kind": "delay_after_accept", "ms": 3000}])
+    ran = shopops(tmp_path, "run", *DB, "--gateway", gateway.url, "--read-timeout", "0.4")
+    assert ran.code == 0, ran.err
+    log = gateway.log()  # the first reply came after 0.4 s: a retry with the same key
+    assert [(r.fault, r.status) for r in log.requests] == [
+        ("delay_after_accept:3000ms", 201), (None, 200)]
+    assert len({r.idempotency_key for r in log.requests}) == 1 and len(log.deliveries) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+def test_a_bad_read_timeout_is_refused(tmp_path: Path, gateway: MockGateway,
+                                       value: str) -> None:
+    ran = shopops(tmp_path, "run", *DB, "--gateway", gateway.url, f"--read-timeout={value}")
+    assert ran.code in (1, 2) and ("SHOPOPS_READ_TIMEOUT_S" in ran.err
+                                   or "--read-timeout" in ran.err), ran.err
+
+
 def test_a_worker_that_stops_on_its_own_hands_the_lease_back(tmp_path: Path) -> None:
     assert shopops(tmp_path, "run", *DB, "--owner", "worker-a").code == 0
     assert shopops(tmp_path, "run", *DB, "--owner", "worker-b").code == 0

@@ -375,14 +375,14 @@ def test_after_expiry_the_new_owner_fences_the_old_one_off(
     now = [1_784_419_200.0]
     with CheckpointStore(tmp_path / "leased.db", clock=lambda: now[0]) as store:
         work(CASE, ORDER, store=store, services=svc, owner="worker-a", lease_ttl_s=30)
-        store.acquire_lease(CASE, "worker-a", 30)  # worker-a dies holding its lease
-        old = store.current_lease(CASE)
-        assert old is not None and (old.owner, old.fence) == ("worker-a", 1)
+        store.acquire_lease(CASE, "worker-a", 30)  # worker-a again (a new grant: fence 2)
+        old = store.current_lease(CASE)  # and dies holding it
+        assert old is not None and (old.owner, old.fence) == ("worker-a", 2)
         now[0] += 31  # worker-a's lease expired (it was killed, say)
         result = work(CASE, ORDER, store=store, services=svc, owner="worker-b")
         assert result.stopped == "parked"
         lease = store.current_lease(CASE, include_expired=True)  # released when it parked
-        assert lease is not None and (lease.owner, lease.fence) == ("worker-b", 2)
+        assert lease is not None and (lease.owner, lease.fence) == ("worker-b", 3)
         count = len(store.history(CASE, RUN))
         with pytest.raises(FencedOff):  # the zombie worker-a tries to write
             store.save(result.state, run_id=RUN, lease=old)

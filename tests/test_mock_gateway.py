@@ -140,6 +140,55 @@ def test_latency_fault_delays_the_reply(gateway: MockGateway, http: requests.Ses
     assert gateway.pending_faults() == ()
 
 
+def test_delay_after_accept_delivers_then_answers_after_the_read_timeout(
+        gateway: MockGateway, db: Path) -> None:
+    gateway.set_faults([{"kind": "delay_after_accept", "ms": 1200}])
+    with client(gateway, read_timeout_s=0.3) as sender:
+        started = time.monotonic()
+        result = sender.send(**MESSAGE, idempotency_key="k-1")
+    assert time.monotonic() - started < 1.2  # the client gave up on the first reply
+    assert (result.attempts, result.duplicate, result.delivery_id) == (2, True, "dlv-000001")
+    log = read_log(db)
+    assert [(r.fault, r.status) for r in log.requests] == [
+        ("delay_after_accept:1200ms", 201), (None, 200)]
+    assert len(log.deliveries) == 1
+
+
+def test_a_fresh_key_after_the_read_timeout_delivers_twice(gateway: MockGateway,
+                                                          http: requests.Session) -> None:
+    gateway.set_faults([{"kind": "delay_after_accept", "ms": 1200}])
+    with pytest.raises(requests.ReadTimeout):
+        http.post(gateway.url + "/v1/messages", json=MESSAGE,
+                  headers={"Idempotency-Key": "k-1"}, timeout=(2, 0.3))
+    assert post(http, gateway, "k-2").status_code == 201  # what a careless client does
+    assert len(gateway.log().deliveries) == 2
+
+
+def test_stop_wakes_a_delayed_reply(db: Path) -> None:
+    gw = MockGateway(db).start()
+    gw.set_faults([{"kind": "delay_after_accept", "ms": 60_000}])
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(requests.post, gw.url + "/v1/messages", json=MESSAGE,
+                              timeout=(2, 30))
+        deadline = time.monotonic() + 10
+        while not read_log(db).deliveries and time.monotonic() < deadline:
+            time.sleep(0.01)
+        started = time.monotonic()
+        gw.stop()
+        pending.result(timeout=20)  # answered at once, not after a minute
+        assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("fault", [{"kind": "delay_after_accept"},
+                                   {"kind": "delay_after_accept", "ms": -1},
+                                   {"kind": "delay_after_accept", "ms": 60_001},
+                                   {"kind": "delay_after_accept", "ms": 1.5},
+                                   {"kind": "latency", "ms": 10**9}])
+def test_delays_are_bounded_whole_milliseconds(fault: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="fault.ms"):
+        FaultSpec.from_dict(fault)
+
+
 def test_on_accepted_called_once_with_the_delivery(db: Path, http: requests.Session) -> None:
     seen: list[tuple[Delivery, int]] = []
     gw = MockGateway(db, on_accepted=lambda d: seen.append((d, len(read_log(db).deliveries))))

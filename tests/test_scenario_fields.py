@@ -29,7 +29,7 @@ from harness.scenario import (
 from harness.schedule import CrashSchedule, KillPoint
 
 README = ROOT / "scenarios" / "README.md"
-DOCUMENTED_FAULT_KINDS = ("latency", "error", "drop_after_accept")
+DOCUMENTED_FAULT_KINDS = ("latency", "error", "drop_after_accept", "delay_after_accept")
 
 
 def write(folder: Path, text: str, name: str = "bad.toml") -> Path:
@@ -128,9 +128,9 @@ def test_approve_at_with_a_detail_the_story_ignores(tmp_path: Path, other: str) 
 
 BAD_FAULTS = [
     ('{ kind = "explode" }', "fault 1: fault.kind: 'explode' is not one of"),
-    ('{ kind = "latency" }', "fault 1: fault.ms: None must be an integer >= 0 (milliseconds)"),
-    ('{ kind = "latency", ms = -5 }', "fault 1: fault.ms: -5 must be an integer >= 0"),
-    ('{ kind = "latency", ms = 1.5 }', "fault 1: fault.ms: 1.5 must be an integer >= 0"),
+    ('{ kind = "latency" }', "fault 1: fault.ms: None must be an integer in 0..60000 (milliseconds)"),
+    ('{ kind = "latency", ms = -5 }', "fault 1: fault.ms: -5 must be an integer in 0..60000"),
+    ('{ kind = "latency", ms = 1.5 }', "fault 1: fault.ms: 1.5 must be an integer in 0..60000"),
     ('{ kind = "error", status = 404 }', "fault 1: fault.status: 404 must be an integer in "
                                          "500..599"),
     ('{ kind = "error" }', "fault 1: fault.status: None must be an integer in 500..599"),
@@ -470,6 +470,11 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "approval-mid-resume": {"approve_at": KillPoint("t6.checkpoint_loaded")},
     "approve-twice": {"approve_twice": True, "expect_deliveries": 1},
     "rejection": {"human_action": "reject", "expect_deliveries": 0},
+    "lease-same-owner": {"same_owner": True, "leases": True,
+                         "takeover_at": KillPoint("t6.request_leaving"),
+                         "expect_worker_error": "FencedOff"},
+    "reply-after-timeout": {"read_timeout_s": 0.5,
+                            "gateway_faults": (FaultSpec("delay_after_accept", ms=1500),)},
     "forged-ticket": {"ticket": "forged", "expect_worker_error": "ApprovalRefused",
                       "expect_deliveries": 0},
     "forged-ticket-in-state": {"ticket": "forged_in_state",
