@@ -566,7 +566,7 @@ def _list(items: Any) -> str:
 
 
 def _fault(f: FaultSpec) -> str:
-    extra = f", ms = {f.ms}" if f.kind == "latency" else (
+    extra = f", ms = {f.ms}" if f.kind in ("latency", "delay_after_accept") else (
         f", status = {f.status}" if f.kind == "error" else "")
     return f"{{ kind = {_q(f.kind)}{extra} }}"
 
@@ -578,7 +578,10 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
     lines += [f"name = {_q(s.name)}", f"description = {_q(s.description)}", "",
               "[case]", f"case_id = {_q(s.case_id)}", f"order_id = {_q(s.order_id)}", "",
               "[sut]", f"policy = {_q(s.policy)}",
-              f"idempotency_keys = {_b(s.idempotency_keys)}", "",
+              f"idempotency_keys = {_b(s.idempotency_keys)}"]
+    if s.read_timeout_s is not None:
+        lines.append(f"read_timeout_s = {float(s.read_timeout_s)!r}")
+    lines += ["",
               "[crash]",
               f"points = {_list(s.points) if s.points is not None else _q('all')}",
               f"schedules = {_list(x.id for x in s.schedules)}",
@@ -590,7 +593,7 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
               f"ticket = {_q(s.ticket)}", "",
               "[gateway]", "faults = [" + ", ".join(_fault(f) for f in s.gateway_faults) + "]",
               "", "[concurrency]", f"resumers = {s.resumers}", f"leases = {_b(s.leases)}",
-              f"lease_ttl_s = {float(s.lease_ttl_s)!r}"]
+              f"lease_ttl_s = {float(s.lease_ttl_s)!r}", f"same_owner = {_b(s.same_owner)}"]
     if s.takeover_at is not None:
         lines.append(f"takeover_at = {_q(str(s.takeover_at))}")
     lines += ["", "[storage]", f"fault = {_q(s.storage_fault)}"]
