@@ -10,16 +10,31 @@ command), 2 a bad scenario file or option, a harness error, or an interrupted ru
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from harness.scenario import ScenarioError
+from harness.schedule import CrashSchedule
+from shopops import validators as v
+from shopops.errors import ConfigError
 
 DEFAULT_SCENARIOS = "scenarios"
 DEFAULT_EXPLORE = "o1001.toml"
+
+_JOBS = v.argtype(v.parse_jobs, "jobs")
+_FOLDER = v.argtype(v.folder_path, "folder")
+_SUT = v.argtype(v.existing_folder, "folder")
+_OUT_FILE = v.argtype(v.output_file, "file")
+
+
+def _schedule(text: str) -> str:
+    """``--schedule``: the text, once it parses as a crash schedule (``CrashSchedule``)."""
+    if not text.strip():
+        raise ValueError("empty; allowed: 'no-kill' or kill points joined by '>'")
+    CrashSchedule.parse(text)
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,58 +43,67 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the kill matrix of scenario files and write reports")
     p.add_argument("paths", nargs="*", help="scenario files or folders (default: scenarios/)")
-    p.add_argument("--schedule", default=None,
+    p.add_argument("--schedule", default=None, type=v.argtype(_schedule, "schedule"),
                    help="run only this crash schedule, e.g. 't3.checkpoint_saved>t6.gateway_"
                         "accepted' or 'no-kill' (what a report's replay command uses)")
-    p.add_argument("--report-dir", default="reports", help="where reports/<run-id>/ goes")
-    p.add_argument("--jobs", "-j", type=int, default=None,
-                   help="executions in parallel (default: number of CPUs)")
-    p.add_argument("--timeout", type=float, default=30.0,
-                   help="seconds one worker may run before it is killed (verdict unknown)")
+    p.add_argument("--report-dir", default="reports", type=_FOLDER,
+                   help="where reports/<run-id>/ goes")
+    p.add_argument("--jobs", "-j", type=_JOBS, default=None,
+                   help="executions in parallel (default: number of CPUs; at most 4 per core)")
+    p.add_argument("--timeout", type=v.WORKER_TIMEOUT_S, default=30.0,
+                   help="seconds one worker may run before it is killed (verdict unknown; "
+                        "0.001 to 86400)")
     p.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
                    help="how workers start: forked from a pre-imported server (default, "
                         "fast) or a fresh interpreter each (full isolation)")
-    p.add_argument("--repeat", type=int, default=1, metavar="N",
+    p.add_argument("--repeat", type=v.REPEAT, default=1, metavar="N",
                    help="soak: run the whole matrix N times (the same ids each time; "
                         "soak.json says which repeat each execution belongs to)")
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failing execution (no new execution, no further "
                         "repeat)")
-    p.add_argument("--sut", default=None,
+    p.add_argument("--sut", default=None, type=_SUT,
                    help="folder holding the implementation to test (default: the reference); "
                         "it runs under limits, with fresh interpreters")
-    p.add_argument("--module", default="shopops", help="its package name (python -m MODULE)")
+    p.add_argument("--module", default="shopops", type=v.MODULE,
+                   help="its package name (python -m MODULE)")
     e = sub.add_parser("explore", help="let Hypothesis draw crash schedules against a scenario "
                                        "and shrink a failure to the smallest one")
     e.add_argument("scenario", nargs="?", default=None,
                    help=f"the scenario file to vary (default: scenarios/{DEFAULT_EXPLORE})")
-    e.add_argument("--examples", type=int, default=None, metavar="N",
+    e.add_argument("--examples", type=v.EXAMPLES, default=None, metavar="N",
                    help="variants to draw (default: 40 with --profile ci, 100 with dev)")
-    e.add_argument("--seed", type=int, default=None,
+    e.add_argument("--seed", type=v.SEED, default=None,
                    help="Hypothesis seed: repeat a run's draws (ci default: its fixed "
                         "derandomised sequence; dev default: a fresh seed, printed; with a "
                         "seed the example database is not used)")
     e.add_argument("--profile", choices=("ci", "dev"), default="ci",
                    help="ci: derandomised, no example database; dev: randomised, failing "
                         "examples kept under .hypothesis/explore/")
-    e.add_argument("--report-dir", default="reports", help="where reports/<run-id>/ goes")
-    e.add_argument("--timeout", type=float, default=30.0,
+    e.add_argument("--report-dir", default="reports", type=_FOLDER,
+                   help="where reports/<run-id>/ goes")
+    e.add_argument("--timeout", type=v.WORKER_TIMEOUT_S, default=30.0,
                    help="seconds one worker may run before it is killed (verdict unknown)")
     e.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
                    help="how workers start (default fork: one fork server for the whole "
                         "exploration)")
     g = sub.add_parser("grade", help="grade an implementation of the chapter (Gradescope "
                                      "results.json and report.md)")
-    g.add_argument("--sut", default=None,
+    g.add_argument("--sut", default=None, type=_SUT,
                    help="folder holding the implementation's package (default: the reference)")
-    g.add_argument("--module", default="shopops", help="its package name (python -m MODULE)")
-    g.add_argument("--rubric", default=None, help="rubric TOML file (default: built in)")
-    g.add_argument("--out", default=None, help="output folder (default reports/grade-<id>)")
-    g.add_argument("--results", default=None,
+    g.add_argument("--module", default="shopops", type=v.MODULE,
+                   help="its package name (python -m MODULE)")
+    g.add_argument("--rubric", default=None, type=v.argtype(v.existing_file, "file"),
+                   help="rubric TOML file (default: built in)")
+    g.add_argument("--out", default=None, type=_FOLDER,
+                   help="output folder (default reports/grade-<id>)")
+    g.add_argument("--results", default=None, type=_OUT_FILE,
                    help="where results.json goes (default OUT/results.json; Gradescope: "
                         "/autograder/results/results.json)")
-    g.add_argument("--timeout", type=float, default=30.0, help="seconds per worker")
-    g.add_argument("--jobs", "-j", type=int, default=None, help="parallel executions")
+    g.add_argument("--timeout", type=v.WORKER_TIMEOUT_S, default=30.0,
+                   help="seconds per worker (0.001 to 86400)")
+    g.add_argument("--jobs", "-j", type=_JOBS, default=None,
+                   help="parallel executions (at most 4 per core)")
     sub.add_parser("points", help="list the labelled points of the crash timeline")
     return parser
 
@@ -87,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``shopops-chaos``; returns the exit status."""
     args = build_parser().parse_args(argv)
+    try:  # the harness imports the loop, which reads these too (failpoints, clock)
+        v.check_environment()
+    except ConfigError as exc:
+        print(f"shopops-chaos: error: {exc}", file=sys.stderr)
+        return 2
     if args.command == "points":
         return _points()
     if args.command == "explore":
@@ -106,10 +135,6 @@ def _grade(args: argparse.Namespace) -> int:
         rubric = load_rubric(args.rubric) if args.rubric else DEFAULT_RUBRIC
         if args.sut is not None and not Path(args.sut, args.module).is_dir():
             raise ValueError(f"--sut {args.sut}: no package folder {args.module}/ in it")
-        if not (math.isfinite(args.timeout) and args.timeout > 0):
-            raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
-        if args.jobs is not None and args.jobs < 1:
-            raise ValueError(f"--jobs {args.jobs}: must be at least 1")
     except (RubricError, ValueError) as exc:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
@@ -139,18 +164,8 @@ def _check_options(args: argparse.Namespace) -> None:
     Raises:
         ValueError: naming the option and what is allowed.
     """
-    if args.repeat < 1:
-        raise ValueError(f"--repeat {args.repeat}: must be at least 1")
-    if args.jobs is not None and args.jobs < 1:
-        raise ValueError(f"--jobs {args.jobs}: must be at least 1")
-    if not (math.isfinite(args.timeout) and args.timeout > 0):
-        raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
-    if args.schedule is not None and not args.schedule.strip():
-        raise ValueError("--schedule is empty; allowed: 'no-kill' or kill points joined by '>'")
     if args.sut is not None and not Path(args.sut, args.module).is_dir():
         raise ValueError(f"--sut {args.sut}: no package folder {args.module}/ in it")
-    if Path(args.report_dir).exists() and not Path(args.report_dir).is_dir():
-        raise ValueError(f"--report-dir {args.report_dir}: is a file, not a folder")
 
 
 def _default_paths() -> list[Path]:
@@ -256,12 +271,6 @@ def _explore(args: argparse.Namespace) -> int:
 
     path = Path(args.scenario) if args.scenario else _default_paths()[0] / DEFAULT_EXPLORE
     try:
-        if args.examples is not None and args.examples < 1:
-            raise ValueError(f"--examples {args.examples}: must be at least 1")
-        if not (math.isfinite(args.timeout) and args.timeout > 0):
-            raise ValueError(f"--timeout {args.timeout}: must be a number of seconds > 0")
-        if Path(args.report_dir).exists() and not Path(args.report_dir).is_dir():
-            raise ValueError(f"--report-dir {args.report_dir}: is a file, not a folder")
         if path.is_dir():
             raise ValueError(f"{path}: explore takes one scenario file, not a folder")
         scenario = load_scenario(path)

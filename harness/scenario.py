@@ -8,7 +8,6 @@ it can be found) and what is allowed.
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from collections.abc import Iterable
@@ -22,8 +21,22 @@ from harness.schedule import CrashSchedule, KillPoint
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
 from shopops.records import Records
+from shopops.validators import (
+    DELAY_HOURS,
+    FREE_TEXT,
+    IDENT,
+    LEASE_TTL_S,
+    LOCK_MS,
+    NAME,
+    Number,
+    folder_path,
+)
 
-_NAME = re.compile(r"[a-z0-9][a-z0-9_-]*")
+#: At most 4 workers at once; a scenario's lease from 0.1 s (shopops.validators bounds).
+_RESUMERS = Number(1, 4, "workers at once", integer=True)
+_LEASE_TTL_S = Number(0.1, LEASE_TTL_S.hi, "seconds")
+#: sut.read_timeout_s: 0.05 s to a minute.
+_READ_TIMEOUT_S = Number(0.05, 60, "seconds")
 
 
 class ScenarioError(ShopOpsError, ValueError):
@@ -166,8 +179,13 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[Scenario]:
         elif p.exists():
             files.append(p)
         else:
-            raise ScenarioError(f"{p}: no such scenario file or folder", path=str(p),
-                                field=None, line=None, reason="missing")
+            try:
+                folder_path(str(p))  # says why: a symlink loop, a path through a file
+                reason = "no such scenario file or folder"
+            except ValueError as exc:
+                reason = str(exc)
+            raise ScenarioError(f"{p}: {reason}", path=str(p), field=None, line=None,
+                                reason="missing")
     scenarios = [load_scenario(f) for f in files]
     seen: dict[str, Path | None] = {}
     for s in scenarios:
@@ -210,8 +228,14 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         raise fail("name", "the file is empty; a scenario needs at least a name or a table "
                    "(see scenarios/README.md)")
     name = data.get("name", path.stem)
-    if not _NAME.fullmatch(name):
-        raise fail("name", f"{name!r}: use lowercase letters, digits, '-' and '_'")
+    for dotted, rule, default in (("name", NAME, name), ("description", FREE_TEXT, "x"),
+                                  ("case.case_id", IDENT, "x"), ("case.order_id", IDENT, "x")):
+        table, _, key = dotted.rpartition(".")
+        value = (case if table else data).get(key, default)
+        try:
+            rule.check(value)
+        except ValueError as exc:
+            raise fail(dotted, str(exc)) from None
     policy = sut.get("policy", "deterministic")
     if policy not in POLICIES:
         raise fail("sut.policy", f"{policy!r}; allowed: {', '.join(POLICIES)}")
@@ -260,11 +284,11 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         except ValueError as exc:
             raise fail(dotted, str(exc)) from None
 
-    def positive(table: dict[str, Any], dotted: str, default: float, minimum: float) -> float:
-        value = table.get(dotted.split(".")[1], default)
-        if isinstance(value, bool) or not math.isfinite(value) or value < minimum:
-            raise fail(dotted, f"{value!r}: must be a finite number >= {minimum:g}")
-        return float(value)
+    def positive(table: dict[str, Any], dotted: str, default: float, rule: Number) -> float:
+        try:
+            return float(rule.check(table.get(dotted.split(".")[1], default)))
+        except ValueError as exc:
+            raise fail(dotted, str(exc)) from None
 
     faults = []
     for i, raw in enumerate(gw.get("faults", [])):
@@ -279,13 +303,9 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
     if worker_error is not None and worker_error not in WORKER_ERRORS:
         raise fail("expect.worker_error",
                    f"{worker_error!r}; allowed: {', '.join(WORKER_ERRORS)}")
-    read_timeout = (positive(sut, "sut.read_timeout_s", 5, 0.05)
+    read_timeout = (positive(sut, "sut.read_timeout_s", 5, _READ_TIMEOUT_S)
                     if "read_timeout_s" in sut else None)
-    if read_timeout is not None and read_timeout > 60:
-        raise fail("sut.read_timeout_s", f"{read_timeout:g}: at most 60 seconds")
-    resumers = int(positive(conc, "concurrency.resumers", 1, 1))
-    if resumers > 4:
-        raise fail("concurrency.resumers", f"{resumers}: at most 4 workers at once")
+    resumers = int(positive(conc, "concurrency.resumers", 1, _RESUMERS))
     scenario = Scenario(
         name=name, path=path, description=data.get("description", ""),
         case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
@@ -295,14 +315,14 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         schedules=schedules, baseline=crash.get("baseline", True),
         double=crash.get("double", False), human_action=action,
         approve_at=point(human, "human.approve_at"),
-        approve_delay_h=positive(human, "human.delay_hours", 0, 0),
+        approve_delay_h=positive(human, "human.delay_hours", 0, DELAY_HOURS),
         approve_twice=human.get("twice", False), ticket=ticket,
         gateway_faults=tuple(faults), resumers=resumers, leases=conc.get("leases", False),
-        lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30, 0.1),
+        lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30, _LEASE_TTL_S),
         takeover_at=point(conc, "concurrency.takeover_at"),
         same_owner=conc.get("same_owner", False), storage_fault=fault,
         lock_at=point(storage, "storage.lock_at"),
-        lock_ms=int(positive(storage, "storage.lock_ms", 300, 0)),
+        lock_ms=int(positive(storage, "storage.lock_ms", 300, LOCK_MS)),
         expect_failing=frozenset(failing),
         expect_deliveries=_deliveries(expect, fail),
         expect_worker_error=worker_error,

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from shopops import labels
+from shopops.validators import MAX_OCCURRENCE
 
 NO_KILL = "no-kill"
 _POINT = re.compile(r"(?P<label>[a-z0-9_.]+)(?:#(?P<occurrence>[0-9]+))?")
@@ -38,17 +39,19 @@ class KillPoint:
         """Parse ``label`` or ``label#N``.
 
         Raises:
-            ValueError: malformed, ``N`` < 1, an unknown label, or a ``queue`` label (the
-                human's approval is not a place a worker can be killed); the message lists
-                the allowed labels.
+            ValueError: malformed, ``N`` outside 1..``MAX_OCCURRENCE``, an unknown label,
+                or a ``queue`` label (the human's approval is not a place a worker can be
+                killed); the message lists the allowed labels.
         """
         match = _POINT.fullmatch(text.strip())
         if not match:
             raise ValueError(f"kill point {text!r} is not of the form label or label#N")
         label = match["label"]
-        occurrence = int(match["occurrence"] or 1)
-        if occurrence < 1:
-            raise ValueError(f"kill point {text!r}: the occurrence #N starts at 1")
+        digits = match["occurrence"] or "1"
+        if len(digits) > 6 or not 1 <= int(digits) <= MAX_OCCURRENCE:
+            raise ValueError(f"kill point {text!r}: the occurrence #N must be from 1 to "
+                             f"{MAX_OCCURRENCE}")
+        occurrence = int(digits)
         known = labels.BY_NAME.get(label)
         if known is None or known.side == "queue":
             allowed = ", ".join(n for n, lab in labels.BY_NAME.items() if lab.side != "queue")

@@ -1,8 +1,10 @@
 """``shopops``: run, approve, reject, resume and inspect ShopOps cases; serve the gateway.
 
 Exit status: 0 success; 1 the system refused (bad ticket, lease held, corrupt or
-unsupported checkpoint, gateway error); 2 bad usage. Errors go to stderr, one line, naming
-the file and field.
+unsupported checkpoint, a file that is not a checkpoint database, gateway error) or a bad
+``SHOPOPS_*`` variable (``ConfigError``); 2 bad usage (an option argparse refuses, with the
+bounds of ``shopops.validators``). Errors go to stderr, one line, naming the file and field.
+Everything is checked before any file is created.
 """
 
 from __future__ import annotations
@@ -14,19 +16,24 @@ import sqlite3
 import sys
 from collections.abc import Sequence
 
+from shopops import validators as v
 from shopops.errors import ShopOpsError
+
+_DB = v.argtype(v.file_path, "path")
+_ID = v.IDENT
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default="shopops.db", help="checkpoint database (SQLite file)")
-    p.add_argument("--approvals", default=None,
+    p.add_argument("--db", default="shopops.db", type=_DB,
+                   help="checkpoint database (SQLite file)")
+    p.add_argument("--approvals", default=None, type=_DB,
                    help="approval queue database (default $SHOPOPS_APPROVALS_DB or "
                         "shopops-approvals.db)")
 
 
 def _case(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--case", default="case-O-1001", help="case id")
-    p.add_argument("--run-id", default="run-1", help="checkpoint run id")
+    p.add_argument("--case", default="case-O-1001", type=_ID, help="case id")
+    p.add_argument("--run-id", default="run-1", type=_ID, help="checkpoint run id")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,37 +45,42 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=helptext)
         _common(p)
         _case(p)
-        p.add_argument("--order", default=None, help="order id (default: from the case id)")
-        p.add_argument("--gateway", default=None, help="gateway URL ($SHOPOPS_GATEWAY_URL)")
+        p.add_argument("--order", default=None, type=_ID,
+                       help="order id (default: from the case id)")
+        p.add_argument("--gateway", default=None, type=v.argtype(v.url, "URL"),
+                       help="gateway URL ($SHOPOPS_GATEWAY_URL)")
         p.add_argument("--keys", choices=("on", "off"), default=None,
                        help="idempotency keys ($SHOPOPS_IDEMPOTENCY_KEYS, default on)")
         p.add_argument("--policy", choices=("deterministic", "varying"), default=None)
-        p.add_argument("--owner", default=None, help="take a lease as this owner")
-        p.add_argument("--lease-ttl", type=float, default=60.0, help="lease seconds")
-        p.add_argument("--ticket", default=None, help="ticket to grant (default: the queue's)")
-        p.add_argument("--read-timeout", type=float, default=None, metavar="SECONDS",
+        p.add_argument("--owner", default=None, type=_ID, help="take a lease as this owner")
+        p.add_argument("--lease-ttl", type=v.LEASE_TTL_S, default=60.0,
+                       help=f"lease seconds ({v.LEASE_TTL_S.allowed})")
+        p.add_argument("--ticket", default=None, type=_ID,
+                       help="ticket to grant (default: the queue's)")
+        p.add_argument("--read-timeout", type=v.READ_TIMEOUT_S, default=None, metavar="SECONDS",
                        help="seconds to wait for the gateway's reply per attempt "
-                            "($SHOPOPS_READ_TIMEOUT_S, default 5)")
+                            "($SHOPOPS_READ_TIMEOUT_S, default 5; at most 3600)")
     p = sub.add_parser("approve", help="a human approves the case's pending send (t5)")
     _common(p)
-    p.add_argument("--case", default="case-O-1001")
-    p.add_argument("--approver", default="maya")
-    p.add_argument("--ticket", default=None, help="ticket id to issue (default apr-desk-N)")
+    p.add_argument("--case", default="case-O-1001", type=_ID)
+    p.add_argument("--approver", default="maya", type=_ID)
+    p.add_argument("--ticket", default=None, type=_ID,
+                   help="ticket id to issue (default apr-desk-N)")
     p = sub.add_parser("reject", help="a human rejects the case's pending send")
     _common(p)
-    p.add_argument("--case", default="case-O-1001")
-    p.add_argument("--approver", default="maya")
+    p.add_argument("--case", default="case-O-1001", type=_ID)
+    p.add_argument("--approver", default="maya", type=_ID)
     p = sub.add_parser("history", help="print a case's checkpoint history as JSON lines")
     _common(p)
-    p.add_argument("--case", default="case-O-1001")
-    p.add_argument("--run-id", default=None)
+    p.add_argument("--case", default="case-O-1001", type=_ID)
+    p.add_argument("--run-id", default=None, type=_ID)
     p = sub.add_parser("migrate", help="apply the explicit v1->v2 checkpoint migration")
-    p.add_argument("db", help="checkpoint database")
+    p.add_argument("db", type=_DB, help="checkpoint database")
     p = sub.add_parser("gateway", help="the mock email gateway")
     gsub = p.add_subparsers(dest="gateway_command", required=True)
     g = gsub.add_parser("serve", help="serve the mock gateway on loopback until interrupted")
-    g.add_argument("--db", default="gateway.db", help="the gateway's durable log")
-    g.add_argument("--port", type=int, default=0, help="port (default: ephemeral)")
+    g.add_argument("--db", default="gateway.db", type=_DB, help="the gateway's durable log")
+    g.add_argument("--port", type=v.PORT, default=0, help="port 0-65535 (default 0: ephemeral)")
     return parser
 
 
@@ -76,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``shopops``; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
+        v.check_environment()  # every SHOPOPS_* variable, before any file or process
         return _dispatch(args)
     except ShopOpsError as exc:
         print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)

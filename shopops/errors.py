@@ -37,6 +37,17 @@ class ShopOpsError(Exception):
         return self.message
 
 
+class InputError(ShopOpsError, ValueError):
+    """A value given to an entry point is not allowed (fields: ``input`` — the option,
+    variable or field, ``value`` and ``allowed``). Raised before anything runs
+    (``shopops.validators``)."""
+
+
+class ConfigError(InputError):
+    """A bad setting, mostly an environment variable (fields: ``variable``, ``value``,
+    ``allowed``; ``input`` is the variable too)."""
+
+
 class IllegalTransition(ShopOpsError):
     """A phase change the FSM does not allow (fields: ``source``, ``target``)."""
 
@@ -69,6 +80,13 @@ class UnsupportedSchemaVersion(CheckpointError):
 class LeaseHeld(CheckpointError):
     """Another owner holds a live lease on the case (fields: ``case_id``, ``owner``,
     ``holder``, ``expires_at`` in epoch seconds). Chapter 8 exercise 4 / Chapter 32."""
+
+
+class NotACheckpointDatabase(CheckpointError):
+    """A file that is not a checkpoint database of ours (fields: ``path``, ``found`` — what
+    was found instead: a folder, a symlink loop, another file type, another application's
+    tables, wrong columns, an unreadable SQLite file). Refused before anything is written:
+    the file is left exactly as it was (Chapter 8: fail closed)."""
 
 
 class FencedOff(CheckpointError):

@@ -2,7 +2,9 @@
 
 ``failpoint("t6.request_leaving")`` marks a moment of the crash timeline
 (``shopops.labels``). Disarmed it costs one global lookup. Two ways to arm it, read from
-the environment at import (a malformed spec fails the import — start-up — never silently):
+the environment at import (a malformed spec is reported by the entry point before anything
+runs, ``shopops.validators.check_environment``, and raised by the first failpoint — never
+ignored silently):
 
 ``SHOPOPS_FAILPOINTS`` — local actions, in the grammar of fail-rs / gofail
 (https://docs.rs/fail/latest/fail/ , https://github.com/etcd-io/gofail)::
@@ -38,14 +40,17 @@ import threading
 import time
 from dataclasses import dataclass
 
-from shopops import labels
+from shopops import labels, validators
 from shopops.errors import FailpointRaised, FailpointSpecError, ShopOpsError
 
 ENV_SPEC = "SHOPOPS_FAILPOINTS"
 ENV_CHANNEL = "SHOPOPS_FAILPOINT_CHANNEL"
+#: Bounds of a spec (``shopops.validators``): a sleep of at most a day, counts up to 1000.
+MAX_SLEEP_MS = int(validators.SLEEP_MS.hi)
+MAX_COUNT = validators.MAX_OCCURRENCE
 
 _TERM = re.compile(
-    r"^(?:(?P<count>\d+)\*)?(?P<kind>off|pause|kill|raise|sleep)(?:\((?P<arg>\d+)\))?$"
+    r"^(?:(?P<count>[0-9]+)\*)?(?P<kind>off|pause|kill|raise|sleep)(?:\((?P<arg>[0-9]+)\))?$"
 )
 
 
@@ -70,8 +75,9 @@ def parse_spec(spec: str) -> dict[str, tuple[Term, ...]]:
     Raises:
         FailpointSpecError: empty entry, missing ``=``, unknown label (the message lists the
             catalogue), malformed term (the message lists the allowed actions), ``sleep``
-            without a duration or another action with one, a zero count, or a term after an
-            unbounded one (it could never apply).
+            without a duration or another action with one, a count outside 1..``MAX_COUNT``,
+            a sleep over ``MAX_SLEEP_MS`` (a day), or a term after an unbounded one (it could
+            never apply).
     """
     result: dict[str, tuple[Term, ...]] = {}
     for raw in spec.split(";"):
@@ -104,8 +110,10 @@ def parse_spec(spec: str) -> dict[str, tuple[Term, ...]]:
             kind, arg, count = match["kind"], match["arg"], match["count"]
             if (kind == "sleep") != (arg is not None):
                 raise fail("sleep takes a duration in milliseconds, sleep(ms); others take none")
-            if count is not None and int(count) == 0:
-                raise fail("a count must be at least 1")
+            if count is not None and not 1 <= int(count) <= MAX_COUNT:
+                raise fail(f"a count must be from 1 to {MAX_COUNT}")
+            if arg is not None and int(arg) > MAX_SLEEP_MS:
+                raise fail(f"sleep({arg}): at most {MAX_SLEEP_MS} ms (a day)")
             if terms and terms[-1].count is None:
                 raise fail(f"{text.strip()!r} follows an unbounded term and could never apply")
             terms.append(Term(kind, int(count) if count else None, int(arg or 0)))
@@ -161,6 +169,9 @@ class _Armed:
 
 _REPLIES = frozenset({"continue", "raise", "kill", "sleep"})
 _armed: _Armed | None = None
+#: A malformed spec found at import: raised at the first failpoint (never run past it
+#: silently), and reported before anything runs by ``shopops.validators.check_environment``.
+_spec_error: FailpointSpecError | None = None
 
 
 def configure(spec: str | None = None, channel: str | None = None) -> None:
@@ -176,7 +187,8 @@ def configure(spec: str | None = None, channel: str | None = None) -> None:
     Raises:
         FailpointSpecError: see ``parse_spec``.
     """
-    global _armed
+    global _armed, _spec_error
+    _spec_error = None
     parsed = parse_spec(spec) if spec else {}
     if _armed is not None and _armed.sock is not None:
         try:
@@ -187,8 +199,24 @@ def configure(spec: str | None = None, channel: str | None = None) -> None:
 
 
 def configure_from_env() -> None:
-    """``configure`` from ``SHOPOPS_FAILPOINTS`` and ``SHOPOPS_FAILPOINT_CHANNEL``."""
+    """``configure`` from ``SHOPOPS_FAILPOINTS`` and ``SHOPOPS_FAILPOINT_CHANNEL``.
+
+    Raises:
+        FailpointSpecError: see ``parse_spec``.
+    """
     configure(os.environ.get(ENV_SPEC) or None, os.environ.get(ENV_CHANNEL) or None)
+
+
+def _configure_at_import() -> None:
+    """Arm from the environment at import without a traceback for a bad spec: the error is
+    kept and raised by the first ``failpoint`` call (so nothing runs past a point it was
+    told to act on), and entry points report it first (``check_environment``)."""
+    global _spec_error
+    try:
+        configure_from_env()
+    except FailpointSpecError as exc:
+        configure(None, None)
+        _spec_error = exc
 
 
 def failpoint(label: str) -> None:
@@ -201,7 +229,10 @@ def failpoint(label: str) -> None:
         ValueError: ``label`` is not in the catalogue (only checked while armed).
         FailpointRaised: the armed action is ``raise``.
         FailpointChannelError: the controller's channel failed.
+        FailpointSpecError: ``SHOPOPS_FAILPOINTS`` was malformed at import.
     """
+    if _spec_error is not None:
+        raise _spec_error
     armed = _armed
     if armed is None:
         return
@@ -232,4 +263,4 @@ def _act(label: str, kind: str, ms: int) -> None:
         time.sleep(ms / 1000.0)
 
 
-configure_from_env()
+_configure_at_import()

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from shopops.approvals import ApprovalQueue
-from shopops.errors import ShopOpsError
+from shopops.errors import ConfigError
 from shopops.gateway_client import EmailGatewayClient
 from shopops.policy import Policy, make_policy
 from shopops.records import Records
@@ -30,10 +30,6 @@ from shopops.records import Records
 TOOL_NAMES = ("get_customer", "get_order", "draft_email", "propose_send", "send_email")
 #: Hash of the tool names and their argument shapes: snapshot metadata (Chapter 8).
 TOOL_SCHEMA_HASH = hashlib.sha256(",".join(TOOL_NAMES).encode()).hexdigest()[:16]
-
-
-class ConfigError(ShopOpsError, ValueError):
-    """A bad setting (fields: ``variable``, ``value``, ``allowed``)."""
 
 
 def clock_from_env(env: dict[str, str] | None = None) -> Callable[[], float]:

@@ -189,7 +189,7 @@ def test_bad_name(tmp_path: Path, name: str) -> None:
     path = write(tmp_path, f'description = "d"\nname = "{name}"\n')
     err = refused(path)
     assert_names(err, path, "name", 2)
-    assert "use lowercase letters, digits, '-' and '_'" in str(err)
+    assert "lowercase letters, digits, '-' and '_'" in str(err)
 
 
 def test_bad_name_from_the_file_name_has_no_line(tmp_path: Path) -> None:

@@ -260,6 +260,8 @@ ERROR_SAMPLES: list[ShopOpsError] = [
     FailpointChannelError("channel", path="/tmp/fp/s", label="t1.get_order"),
     RecordNotFound("no order", kind="order", key="O-9", path="fixtures"),
     ConfigError("bad", variable="SHOPOPS_POLICY", value="x", allowed="deterministic"),
+    errors.InputError("bad", input="--jobs", value="0", allowed="1 to 8"),
+    errors.NotACheckpointDatabase("foreign", path="a.db", found="tables: users"),
 ]
 
 

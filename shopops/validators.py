@@ -1,0 +1,379 @@
+"""The one set of input validators every entry point uses (issue 14: fail closed).
+
+``shopops`` (the CLI, its environment variables), ``shopops-chaos`` (its CLI, scenario and
+rubric files) and the pytest plugin all check their inputs here, before any file is created
+or any process started. It lives in ``shopops`` because the system under test may not import
+the harness, while the harness may import ``shopops`` (docs/design.md, layering): one rule
+in one place.
+
+Each validator is a small frozen object with three faces:
+
+- ``check(value)`` — a value already typed (a TOML number, a string): returns the value or
+  raises ``ValueError`` whose message says the value and what is allowed;
+- ``parse(text)`` — command-line or environment text: the same, from a string;
+- calling it — an ``argparse`` ``type=``: raises ``argparse.ArgumentTypeError``, so
+  argparse prints ``prog: error: argument --jobs/-j: 100000: ...`` and exits 2
+  (argparse docs, "type").
+
+``check_environment`` validates every ``SHOPOPS_*`` variable the loop or the harness reads
+(and refuses a name nobody reads: a typo would otherwise be silently ignored).
+
+The bounds are the domain's, not the machine's: a worker timeout between a millisecond
+and a day, jobs up to four per core, names short enough to be a file name, ports 0–65535,
+a kill point's occurrence up to 1000, a failpoint sleep of at most a day. Numbers must be
+finite (``nan`` and ``inf`` are refused everywhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import math
+import os
+import re
+import stat
+import urllib.parse
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shopops.errors import ConfigError
+
+#: Seconds in a day: the longest worker timeout, lease, or failpoint sleep that means anything.
+DAY_S = 86_400
+#: Simulated clock offsets (SHOPOPS_CLOCK_OFFSET_S) up to ten years either way.
+MAX_CLOCK_OFFSET_S = 10 * 366 * DAY_S
+#: ``#N`` of a kill point: a label hit more often than this in one execution is a loop bug.
+MAX_OCCURRENCE = 1000
+#: Longest scenario name: it becomes part of folder names (execution ids add the schedule).
+MAX_NAME = 64
+#: Longest id (case, run, owner, ticket, approver) and free text such as a description.
+MAX_ID = 200
+MAX_TEXT = 2000
+#: Linux limits: one path component (NAME_MAX) and a whole path (PATH_MAX), in bytes.
+NAME_MAX = 255
+PATH_MAX = 4096
+#: ``sockaddr_un.sun_path`` holds 108 bytes, the last a NUL.
+MAX_SOCKET_PATH = 107
+
+
+def max_jobs() -> int:
+    """Parallel executions allowed: four per core (``os.cpu_count()``), at least 4."""
+    return max(4, 4 * (os.cpu_count() or 1))
+
+
+def argtype(check: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """Wrap ``check(text)`` as an argparse ``type=``: a ``ValueError`` becomes the
+    ``ArgumentTypeError`` argparse prints after the option's name (exit status 2)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = name
+    return convert
+
+
+@dataclass(frozen=True)
+class Number:
+    """A finite number from ``lo`` to ``hi`` (inclusive) in ``unit``; ``integer`` for ints.
+
+    ``check`` refuses ``bool`` (TOML ``true`` is not 1), ``nan``, ``inf`` and anything out
+    of range; ``parse`` accepts decimal text only (``int()``/``float()``), so
+    ``99999999999999999999`` parses and is then refused as out of range.
+    """
+
+    lo: float
+    hi: float
+    unit: str = ""
+    integer: bool = False
+
+    @property
+    def allowed(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{kind} from {_num(self.lo)} to {_num(self.hi)}{unit}"
+
+    def check(self, value: object) -> Any:
+        """``value`` itself (int or float) if allowed; else ``ValueError``."""
+        ok_type = (int,) if self.integer else (int, float)
+        if isinstance(value, bool) or not isinstance(value, ok_type):
+            raise ValueError(f"{_show(value)}: must be {self.allowed}")
+        if not math.isfinite(value) or not self.lo <= value <= self.hi:
+            raise ValueError(f"{_show(value)}: must be {self.allowed}")
+        return value
+
+    def parse(self, text: str) -> Any:
+        """The number written in ``text`` if allowed; else ``ValueError``."""
+        raw = text.strip()
+        try:
+            value: Any = int(raw, 10) if self.integer else float(raw)
+            return self.check(value)
+        except ValueError:
+            raise ValueError(f"{_show(text)}: must be {self.allowed}") from None
+
+    def __call__(self, text: str) -> Any:
+        return argtype(self.parse, "number")(text)
+
+
+@dataclass(frozen=True)
+class Text:
+    """A non-empty line of printable text of at most ``max_len`` characters; ``pattern``
+    (a regex, full match) narrows it further, described by ``what``."""
+
+    max_len: int = MAX_ID
+    pattern: str | None = None
+    what: str = "printable text"
+
+    @property
+    def allowed(self) -> str:
+        return f"{self.what}, 1 to {self.max_len} characters"
+
+    def check(self, value: object) -> str:
+        """``value`` if allowed; else ``ValueError``."""
+        if not isinstance(value, str):
+            raise ValueError(f"{_show(value)}: must be {self.allowed}")
+        bad = not value or len(value) > self.max_len or not value.isprintable()
+        if bad or (self.pattern is not None and not re.fullmatch(self.pattern, value)):
+            raise ValueError(f"{_show(value)}: must be {self.allowed}")
+        return value
+
+    parse = check
+
+    def __call__(self, text: str) -> str:
+        return argtype(self.check, "text")(text)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _show(value: object, limit: int = 60) -> str:
+    """``repr(value)``, shortened so a 5000-character value still gives one short line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 15]}...({len(text)} chars)"
+
+
+# ----------------------------------------------------------------------------- numbers
+WORKER_TIMEOUT_S = Number(0.001, DAY_S, "seconds")
+LEASE_TTL_S = Number(0.001, DAY_S, "seconds")
+#: The gateway client's read timeout per attempt (shopops.runtime allows up to an hour).
+READ_TIMEOUT_S = Number(0.001, 3600, "seconds")
+PORT = Number(0, 65535, integer=True)
+REPEAT = Number(1, 10_000, integer=True)
+EXAMPLES = Number(1, 100_000, integer=True)
+SEED = Number(0, 2**64 - 1, integer=True)
+OCCURRENCE = Number(1, MAX_OCCURRENCE, integer=True)
+SLEEP_MS = Number(0, DAY_S * 1000, "milliseconds", integer=True)
+CLOCK_OFFSET_S = Number(-MAX_CLOCK_OFFSET_S, MAX_CLOCK_OFFSET_S, "seconds")
+#: Simulated hours between the park and the approval (a scenario's human.delay_hours).
+DELAY_HOURS = Number(0, 366 * 24, "hours")
+#: A scenario's storage lock and a gateway fault's latency: at most a minute of real time.
+LOCK_MS = Number(0, 60_000, "milliseconds", integer=True)
+LATENCY_MS = Number(0, 60_000, "milliseconds", integer=True)
+#: Rubric points per item.
+POINTS = Number(0, 10_000, "points")
+
+
+def jobs() -> Number:
+    """``--jobs``: 1 to ``max_jobs()`` parallel executions."""
+    return Number(1, max_jobs(), f"(at most 4 per core, {os.cpu_count() or 1} cores)",
+                  integer=True)
+
+
+def parse_jobs(text: str) -> int:
+    """``--jobs`` from text (see ``jobs``)."""
+    return int(jobs().parse(text))
+
+
+# ----------------------------------------------------------------------------- text
+IDENT = Text(MAX_ID, r"[^\s]+", "printable text without spaces")
+FREE_TEXT = Text(MAX_TEXT, None, "one line of printable text")
+NAME = Text(MAX_NAME, r"[a-z0-9][a-z0-9_-]*",
+            "lowercase letters, digits, '-' and '_' (starting with a letter or digit)")
+MODULE = Text(100, r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
+              "a Python module name")
+
+
+# ----------------------------------------------------------------------------- paths
+def _path_text(text: str) -> str:
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ValueError(f"{_show(text)}: must be a non-empty path without NUL bytes")
+    raw = os.fsencode(text)
+    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
+        raise ValueError(f"{_show(text)}: too long for the file system (a path of at most "
+                         f"{PATH_MAX} bytes, each name at most {NAME_MAX})")
+    return text
+
+
+def _lstat_chain(text: str) -> os.stat_result | None:
+    """``os.stat(text)`` or ``None`` if nothing is there; ``ValueError`` for a symlink loop,
+    a dangling symlink or a path through a file."""
+    try:
+        return os.stat(text)
+    except FileNotFoundError:
+        if os.path.islink(text):
+            raise ValueError(f"{_show(text)}: a symlink to nothing "
+                             f"({os.readlink(text)!r})") from None
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{_show(text)}: a symlink loop") from None
+        if exc.errno == errno.ENOTDIR:
+            raise ValueError(f"{_show(text)}: a part of the path is a file, not a folder"
+                             ) from None
+        raise ValueError(f"{_show(text)}: cannot be examined ({exc.strerror})") from None
+
+
+def file_path(text: str) -> str:
+    """A path for a file (a database, a log, results.json): not a folder, not a symlink
+    loop, not a device or FIFO; if it does not exist yet, its folder must. Returns it.
+
+    Raises:
+        ValueError: naming the path and what was found.
+    """
+    _path_text(text)
+    st = _lstat_chain(text)
+    if st is None:
+        parent = os.path.dirname(text) or "."
+        pst = _lstat_chain(parent)
+        if pst is None or not stat.S_ISDIR(pst.st_mode):
+            raise ValueError(f"{_show(text)}: its folder {_show(parent)} does not exist")
+        return text
+    if stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{_show(text)}: is a folder, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{_show(text)}: is not a regular file (a device, FIFO or socket)")
+    return text
+
+
+def output_file(text: str) -> str:
+    """A file the command writes (its folder may be created): not a folder, not a symlink
+    loop, not a device or FIFO."""
+    _path_text(text)
+    st = _lstat_chain(text)
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{_show(text)}: is a folder, not a file")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{_show(text)}: is not a regular file (a device, FIFO or socket)")
+    return text
+
+
+def existing_file(text: str) -> str:
+    """``file_path`` that must exist."""
+    file_path(text)
+    if not os.path.exists(text):
+        raise ValueError(f"{_show(text)}: no such file")
+    return text
+
+
+def folder_path(text: str) -> str:
+    """A folder that may not exist yet (it is created): not a file, no symlink loop."""
+    _path_text(text)
+    st = _lstat_chain(text)
+    if st is not None and not stat.S_ISDIR(st.st_mode):
+        raise ValueError(f"{_show(text)}: is a file, not a folder")
+    return text
+
+
+def existing_folder(text: str) -> str:
+    """``folder_path`` that must exist."""
+    folder_path(text)
+    if not os.path.isdir(text):
+        raise ValueError(f"{_show(text)}: no such folder")
+    return text
+
+
+def url(text: str) -> str:
+    """An ``http://`` or ``https://`` URL with a host and, if given, a port 0–65535."""
+    if not isinstance(text, str) or len(text) > PATH_MAX or not text.isprintable():
+        raise ValueError(f"{_show(text)}: must be an http:// or https:// URL")
+    parts = urllib.parse.urlsplit(text)
+    try:
+        port_ok = parts.port is None or 0 <= parts.port <= 65535
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        raise ValueError(f"{_show(text)}: must be an http:// or https:// URL with a host "
+                         "(and a port 0-65535)")
+    return text
+
+
+def socket_path(text: str) -> str:
+    """A Unix socket address: a path, or ``@name`` (Linux abstract namespace), at most
+    107 bytes (``sun_path``)."""
+    if not isinstance(text, str) or not text or "\0" in text or not text.isprintable():
+        raise ValueError(f"{_show(text)}: must be a socket path or @name")
+    if len(os.fsencode(text)) > MAX_SOCKET_PATH:
+        raise ValueError(f"{_show(text)}: longer than {MAX_SOCKET_PATH} bytes (sun_path)")
+    return text
+
+
+def choice(*allowed: str) -> Callable[[str], str]:
+    """A validator for one of ``allowed``."""
+
+    def check(text: str) -> str:
+        if text not in allowed:
+            raise ValueError(f"{_show(text)}: allowed: {', '.join(allowed)}")
+        return text
+
+    return check
+
+
+# ----------------------------------------------------------------------------- environment
+def _failpoints(text: str) -> str:
+    from shopops.failpoints import parse_spec  # imports labels; keeps this module light
+
+    parse_spec(text)  # FailpointSpecError is a ValueError naming the entry
+    return text
+
+
+def _clock_offset(text: str) -> float:
+    return float(CLOCK_OFFSET_S.parse(text))
+
+
+#: Every ``SHOPOPS_*`` variable read by the loop or the harness, and its validator.
+#: A new variable is registered here (else ``check_environment`` refuses it as unknown).
+ENV_VARS: Mapping[str, Callable[[str], Any]] = {
+    "SHOPOPS_APPROVALS_DB": file_path,
+    "SHOPOPS_GATEWAY_URL": url,
+    "SHOPOPS_IDEMPOTENCY_KEYS": choice("on", "off"),
+    "SHOPOPS_POLICY": choice("deterministic", "varying"),
+    "SHOPOPS_FIXTURES": existing_folder,
+    "SHOPOPS_CLOCK_OFFSET_S": _clock_offset,
+    "SHOPOPS_FAILPOINTS": _failpoints,
+    "SHOPOPS_FAILPOINT_CHANNEL": socket_path,
+    "SHOPOPS_READ_TIMEOUT_S": READ_TIMEOUT_S.parse,
+}
+
+
+def check_environment(env: Mapping[str, str] | None = None) -> None:
+    """Validate every ``SHOPOPS_*`` variable of ``env`` (default ``os.environ``).
+
+    An empty value means "unset" (as the readers treat it).
+
+    Raises:
+        shopops.errors.ConfigError: the first bad variable, naming it, its value and what
+            is allowed; also a ``SHOPOPS_*`` name nobody reads (a typo), listing the names.
+    """
+    env = os.environ if env is None else env
+    for name in sorted(k for k in env if k.startswith("SHOPOPS_")):
+        raw = env[name]
+        check = ENV_VARS.get(name)
+        if check is None:
+            raise ConfigError(
+                f"{_show(name)}: unknown variable; the loop and the harness read: "
+                + ", ".join(ENV_VARS), input=name, variable=name, value=raw,
+                allowed=", ".join(ENV_VARS))
+        if raw == "":
+            continue
+        try:
+            check(raw)
+        except ValueError as exc:
+            reason = str(exc)
+            if reason.startswith(f"{name}: "):  # FailpointSpecError names the variable
+                reason = reason[len(name) + 2:]
+            raise ConfigError(f"{name}: {reason}", input=name, variable=name,
+                              value=raw, allowed=reason) from None

@@ -1,0 +1,224 @@
+"""Every entry point fails closed on bad input (issue 14): a clear one-line error naming the
+input, its value and what is allowed; exit 2 (``shopops`` CLI: 2 for an option, 1 for a
+bad ``SHOPOPS_*`` variable — its contract); no traceback, no run folder, no file changed,
+no process started. In this process (fast); ``test_inputs_fuzz.py`` draws many more, and a
+few cases run as real subprocesses at the end (import-time environment, ``python -m``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from input_helpers import assert_refused, call, tree
+
+from shopops import validators as v
+
+OK_SCENARIO = 'name = "ok"\n[crash]\npoints = ["t4.parked"]\nbaseline = false\n'
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    """A folder with one valid scenario file, ``ok.toml``, and an existing ``reports/``."""
+    (tmp_path / "ok.toml").write_text(OK_SCENARIO)
+    (tmp_path / "reports").mkdir()
+    return tmp_path
+
+
+RUN = ("run", "ok.toml", "--report-dir", "reports")
+
+CHAOS_OPTIONS = [
+    # (argv, names the error line must contain)
+    ((*RUN, "--jobs", "100000"), ("--jobs", "100000", "at most 4 per core")),
+    ((*RUN, "--jobs", "0"), ("--jobs", "'0'")),
+    ((*RUN, "-j", "1.5"), ("--jobs", "1.5")),
+    ((*RUN, "--timeout", "1e308"), ("--timeout", "1e308", "0.001 to 86400 seconds")),
+    ((*RUN, "--timeout", "1e-9"), ("--timeout", "1e-9")),
+    ((*RUN, "--timeout", "nan"), ("--timeout", "nan")),
+    ((*RUN, "--timeout", "inf"), ("--timeout", "inf")),
+    ((*RUN, "--timeout", "-1"), ("--timeout", "-1")),
+    ((*RUN, "--schedule", "t4.parked#99999999999999999999"), ("--schedule", "1 to 1000")),
+    ((*RUN, "--schedule", "t4.parked#0"), ("--schedule", "1 to 1000")),
+    ((*RUN, "--schedule", "t4.nope"), ("--schedule", "unknown label")),
+    ((*RUN, "--schedule", "  "), ("--schedule", "empty")),
+    ((*RUN, "--repeat", "0"), ("--repeat", "'0'")),
+    ((*RUN, "--repeat", "99999999"), ("--repeat", "1 to 10000")),
+    (("run", "ok.toml", "--report-dir", "ok.toml"), ("--report-dir", "is a file")),
+    ((*RUN, "--sut", "nowhere"), ("--sut", "no such folder")),
+    ((*RUN, "--module", "not a module"), ("--module", "Python module name")),
+    (("explore", "ok.toml", "--report-dir", "reports", "--examples", "0"), ("--examples",)),
+    (("explore", "ok.toml", "--report-dir", "reports", "--seed", "-1"), ("--seed", "-1")),
+    (("explore", "ok.toml", "--report-dir", "reports", "--timeout", "nan"), ("--timeout",)),
+    (("grade", "--timeout", "1e308"), ("--timeout", "1e308")),
+    (("grade", "--jobs", "100000"), ("--jobs", "100000")),
+    (("grade", "--rubric", "missing.toml"), ("--rubric", "no such file")),
+    (("grade", "--results", "reports"), ("--results", "is a folder")),
+]
+
+
+@pytest.mark.parametrize(("argv", "names"), CHAOS_OPTIONS, ids=lambda x: " ".join(x)[:60])
+def test_chaos_option_refused(cwd: Path, argv: tuple[str, ...], names: tuple[str, ...]
+                              ) -> None:
+    assert_refused(call("shopops-chaos", argv, cwd), 2, *names)
+
+
+SCENARIOS = [
+    # (file text, names): valid TOML, bad values
+    ('name = "' + "a" * 5000 + '"\n', ("field 'name'", "1 to 64 characters", "5002 chars")),
+    ('name = "' + "a" * 65 + '"\n', ("field 'name'", "1 to 64 characters")),
+    ('name = "x\\u0000y"\n', ("field 'name'",)),
+    ('name = "x"\ndescription = "line\\nbreak"\n', ("field 'description'",)),
+    ('name = "x"\n[case]\ncase_id = "' + "c" * 300 + '"\n', ("field 'case.case_id'",)),
+    ('name = "x"\n[human]\ndelay_hours = nan\n', ("field 'human.delay_hours'", "nan")),
+    ('name = "x"\n[human]\ndelay_hours = inf\n', ("field 'human.delay_hours'", "inf")),
+    ('name = "x"\n[human]\ndelay_hours = 1e308\n', ("field 'human.delay_hours'", "8784 hours")),
+    ('name = "x"\n[storage]\nfault = "lock"\nlock_at = "t4.parked"\nlock_ms = 31536000000\n',
+     ("field 'storage.lock_ms'", "60000 milliseconds")),
+    ('name = "x"\n[concurrency]\nleases = true\nlease_ttl_s = nan\n',
+     ("field 'concurrency.lease_ttl_s'",)),
+    ('name = "x"\n[concurrency]\nleases = true\nlease_ttl_s = 1e300\n',
+     ("field 'concurrency.lease_ttl_s'", "86400 seconds")),
+    ('name = "x"\n[gateway]\nfaults = [{ kind = "latency", ms = 31536000000 }]\n',
+     ("field 'gateway.faults'", "fault.ms")),
+    ('name = "x"\n[crash]\npoints = ["t4.parked#99999999999999999999"]\n',
+     ("field 'crash.points'", "1 to 1000")),
+    ('name = "x"\n[crash]\nschedules = ["t4.parked>t6.request_leaving#1001"]\n',
+     ("field 'crash.schedules'", "1 to 1000")),
+    ('name = "x"\n[crash]\npoints = 3\n', ("field 'crash.points'",)),
+    ('name = "x"\nsurprise = 1\n', ("field 'surprise'", "unknown")),
+]
+
+
+@pytest.mark.parametrize(("text", "names"), SCENARIOS, ids=lambda x: str(x)[:50])
+def test_scenario_field_refused(cwd: Path, text: str, names: tuple[str, ...]) -> None:
+    (cwd / "bad.toml").write_text(text)
+    for argv in (("run", "bad.toml", "--report-dir", "reports"),
+                 ("explore", "bad.toml", "--report-dir", "reports")):
+        assert_refused(call("shopops-chaos", argv, cwd), 2, "bad.toml", *names)
+
+
+def test_symlink_loop_is_named_as_a_loop(cwd: Path) -> None:
+    os.symlink("loop-b.toml", cwd / "loop-a.toml")
+    os.symlink("loop-a.toml", cwd / "loop-b.toml")
+    o = call("shopops-chaos", ("run", "loop-a.toml", "--report-dir", "reports"), cwd)
+    assert_refused(o, 2, "loop-a.toml", "symlink loop")
+
+
+def test_a_refused_run_leaves_latest_where_it_was(cwd: Path) -> None:
+    old = cwd / "reports" / "20260101T000000Z-1"
+    old.mkdir()
+    (cwd / "reports" / "latest").symlink_to(old.name)
+    (cwd / "bad.toml").write_text('name = "' + "a" * 5000 + '"\n')
+    assert_refused(call("shopops-chaos", ("run", "bad.toml", "--report-dir", "reports"), cwd),
+                   2, "bad.toml")
+    assert os.readlink(cwd / "reports" / "latest") == old.name
+
+
+CHAOS_ENV = [
+    ({"SHOPOPS_CLOCK_OFFSET_S": "nan"}, ("SHOPOPS_CLOCK_OFFSET_S", "nan")),
+    ({"SHOPOPS_FAILPOINTS": "bogus"}, ("SHOPOPS_FAILPOINTS", "bogus")),
+    ({"SHOPOPS_POLCY": "varying"}, ("SHOPOPS_POLCY", "unknown variable")),
+]
+
+
+@pytest.mark.parametrize(("env", "names"), CHAOS_ENV, ids=lambda x: str(x)[:40])
+def test_chaos_environment_refused(cwd: Path, env: dict[str, str], names: tuple[str, ...]
+                                   ) -> None:
+    assert_refused(call("shopops-chaos", RUN, cwd, env), 2, *names)
+
+
+SHOPOPS_OPTIONS = [
+    (("run", "--owner", "w", "--lease-ttl", "nan"), ("--lease-ttl", "nan")),
+    (("run", "--owner", "w", "--lease-ttl", "-1"), ("--lease-ttl", "-1")),
+    (("run", "--lease-ttl", "1e308"), ("--lease-ttl", "86400 seconds")),
+    (("resume", "--lease-ttl", "inf"), ("--lease-ttl", "inf")),
+    (("gateway", "serve", "--port", "99999"), ("--port", "99999", "0 to 65535")),
+    (("gateway", "serve", "--port", "-1"), ("--port", "-1")),
+    (("gateway", "serve", "--port", "http"), ("--port", "http")),
+    (("history", "--db", "folder"), ("--db", "is a folder")),
+    (("run", "--db", "folder"), ("--db", "is a folder")),
+    (("migrate", "folder"), ("db", "is a folder")),
+    (("run", "--db", "nowhere/x.db"), ("--db", "does not exist")),
+    (("run", "--db", "x" * 300 + ".db"), ("--db", "too long")),
+    (("run", "--approvals", "folder"), ("--approvals", "is a folder")),
+    (("run", "--case", "c" * 5000), ("--case", "1 to 200 characters")),
+    (("run", "--case", "case\x1b[31m"), ("--case",)),
+    (("run", "--run-id", ""), ("--run-id",)),
+    (("run", "--gateway", "ftp://example.com"), ("--gateway", "http://")),
+    (("run", "--gateway", "http://127.0.0.1:99999"), ("--gateway", "0-65535")),
+    (("approve", "--ticket", "a b"), ("--ticket",)),
+]
+
+
+@pytest.mark.parametrize(("argv", "names"), SHOPOPS_OPTIONS, ids=lambda x: " ".join(x)[:60])
+def test_shopops_option_refused(tmp_path: Path, argv: tuple[str, ...],
+                                names: tuple[str, ...]) -> None:
+    (tmp_path / "folder").mkdir()
+    assert_refused(call("shopops", argv, tmp_path), 2, *names)
+
+
+def test_shopops_symlink_loop_is_named_as_a_loop(tmp_path: Path) -> None:
+    os.symlink("b.db", tmp_path / "a.db")
+    os.symlink("a.db", tmp_path / "b.db")
+    for argv in (("history", "--db", "a.db"), ("run", "--db", "a.db"), ("migrate", "a.db")):
+        assert_refused(call("shopops", argv, tmp_path), 2, "a.db", "symlink loop")
+
+
+SHOPOPS_ENV = [
+    ({"SHOPOPS_CLOCK_OFFSET_S": "nan"}, ("SHOPOPS_CLOCK_OFFSET_S", "nan")),
+    ({"SHOPOPS_CLOCK_OFFSET_S": "1e300"}, ("SHOPOPS_CLOCK_OFFSET_S", "1e300")),
+    ({"SHOPOPS_FAILPOINTS": "t4.parked=explode"}, ("SHOPOPS_FAILPOINTS", "explode")),
+    ({"SHOPOPS_FAILPOINTS": "t4.parked=sleep(31536000000)"},
+     ("SHOPOPS_FAILPOINTS", "at most 86400000 ms")),
+    ({"SHOPOPS_FAILPOINTS": "t4.parked=99999*kill"}, ("SHOPOPS_FAILPOINTS", "1 to 1000")),
+    ({"SHOPOPS_IDEMPOTENCY_KEYS": "maybe"}, ("SHOPOPS_IDEMPOTENCY_KEYS", "on, off")),
+    ({"SHOPOPS_POLICY": "random"}, ("SHOPOPS_POLICY", "deterministic, varying")),
+    ({"SHOPOPS_GATEWAY_URL": "http://127.0.0.1:70000"}, ("SHOPOPS_GATEWAY_URL",)),
+    ({"SHOPOPS_FIXTURES": "nowhere"}, ("SHOPOPS_FIXTURES", "no such folder")),
+    ({"SHOPOPS_APPROVALS_DB": "folder"}, ("SHOPOPS_APPROVALS_DB", "is a folder")),
+    ({"SHOPOPS_FAILPOINT_CHANNEL": "/tmp/" + "s" * 200}, ("SHOPOPS_FAILPOINT_CHANNEL",)),
+    ({"SHOPOPS_IDEMPOTENCY_KEY": "off"}, ("SHOPOPS_IDEMPOTENCY_KEY", "unknown variable")),
+]
+
+
+@pytest.mark.parametrize(("env", "names"), SHOPOPS_ENV, ids=lambda x: str(x)[:40])
+def test_shopops_environment_refused(tmp_path: Path, env: dict[str, str],
+                                     names: tuple[str, ...]) -> None:
+    """A bad variable is a typed refusal (``ConfigError``, exit 1: the adapter contract's
+    ``shopops: error: <ErrorName>: ...`` line), before any database is created."""
+    (tmp_path / "folder").mkdir()
+    for argv in (("run",), ("approve",), ("history",)):
+        assert_refused(call("shopops", argv, tmp_path, env), 1, "ConfigError", *names)
+
+
+def test_validators_refuse_what_argparse_would_let_through() -> None:
+    """The shared bounds themselves (the CLIs and scenario fields use these objects)."""
+    for rule, good, bad in (
+            (v.WORKER_TIMEOUT_S, [0.001, 30, 86400], [0, 1e-9, 86400.5, float("nan"), True]),
+            (v.PORT, [0, 8080, 65535], [-1, 65536, 1.0, False]),
+            (v.OCCURRENCE, [1, 1000], [0, 1001, 10**20])):
+        for value in good:
+            assert rule.check(value) == value
+        for value in bad:
+            with pytest.raises(ValueError, match="must be"):
+                rule.check(value)
+    assert v.jobs().check(v.max_jobs()) == v.max_jobs()
+    with pytest.raises(ValueError):
+        v.jobs().check(v.max_jobs() + 1)
+
+
+# -- as real processes: what only a fresh interpreter shows ------------------------------
+
+def test_bad_failpoint_spec_in_a_fresh_shopops_is_one_line(tmp_path: Path) -> None:
+    """``SHOPOPS_FAILPOINTS`` is read when ``shopops`` is imported: still one line, exit 1,
+    and no database created."""
+    env = {k: val for k, val in os.environ.items() if not k.startswith("SHOPOPS_")}
+    env["SHOPOPS_FAILPOINTS"] = "t4.parked=sleep(31536000000)"
+    proc = subprocess.run([sys.executable, "-m", "shopops", "run"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("shopops: error: ConfigError: SHOPOPS_FAILPOINTS")
+    assert tree(tmp_path) == {}
