@@ -18,7 +18,7 @@ from pathlib import Path
 from harness.scenario import ScenarioError
 from harness.schedule import CrashSchedule
 from shopops import validators as v
-from shopops.errors import ConfigError
+from shopops.errors import ShopOpsError
 
 DEFAULT_SCENARIOS = "scenarios"
 DEFAULT_EXPLORE = "o1001.toml"
@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:  # the harness imports the loop, which reads these too (failpoints, clock)
         v.check_environment()
-    except ConfigError as exc:
+    except ShopOpsError as exc:  # ConfigError, FailpointSpecError
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
     if args.command == "points":

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shopops.errors import ConfigError
+from shopops.errors import ConfigError, ShopOpsError
 
 #: Seconds in a day: the longest worker timeout, lease, or failpoint sleep that means anything.
 DAY_S = 86_400
@@ -357,6 +357,8 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
     Raises:
         shopops.errors.ConfigError: the first bad variable, naming it, its value and what
             is allowed; also a ``SHOPOPS_*`` name nobody reads (a typo), listing the names.
+        shopops.errors.FailpointSpecError: a malformed ``SHOPOPS_FAILPOINTS`` (the same
+            error a fresh or forked worker raises at start).
     """
     env = os.environ if env is None else env
     for name in sorted(k for k in env if k.startswith("SHOPOPS_")):
@@ -371,9 +373,8 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
             continue
         try:
             check(raw)
+        except ShopOpsError:
+            raise  # already typed and naming the variable (FailpointSpecError)
         except ValueError as exc:
-            reason = str(exc)
-            if reason.startswith(f"{name}: "):  # FailpointSpecError names the variable
-                reason = reason[len(name) + 2:]
-            raise ConfigError(f"{name}: {reason}", input=name, variable=name,
-                              value=raw, allowed=reason) from None
+            raise ConfigError(f"{name}: {exc}", input=name, variable=name,
+                              value=raw, allowed=str(exc)) from None
