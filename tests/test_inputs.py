@@ -134,6 +134,8 @@ SHOPOPS_OPTIONS = [
     (("run", "--owner", "w", "--lease-ttl", "-1"), ("--lease-ttl", "-1")),
     (("run", "--lease-ttl", "1e308"), ("--lease-ttl", "86400 seconds")),
     (("resume", "--lease-ttl", "inf"), ("--lease-ttl", "inf")),
+    (("run", "--read-timeout", "nan"), ("--read-timeout", "nan")),
+    (("run", "--read-timeout", "1e308"), ("--read-timeout", "3600 seconds")),
     (("gateway", "serve", "--port", "99999"), ("--port", "99999", "0 to 65535")),
     (("gateway", "serve", "--port", "-1"), ("--port", "-1")),
     (("gateway", "serve", "--port", "http"), ("--port", "http")),
@@ -181,6 +183,7 @@ SHOPOPS_ENV = [
     ({"SHOPOPS_FIXTURES": "nowhere"}, ("SHOPOPS_FIXTURES", "no such folder")),
     ({"SHOPOPS_APPROVALS_DB": "folder"}, ("SHOPOPS_APPROVALS_DB", "is a folder")),
     ({"SHOPOPS_FAILPOINT_CHANNEL": "/tmp/" + "s" * 200}, ("SHOPOPS_FAILPOINT_CHANNEL",)),
+    ({"SHOPOPS_READ_TIMEOUT_S": "-5"}, ("SHOPOPS_READ_TIMEOUT_S", "-5")),
     ({"SHOPOPS_IDEMPOTENCY_KEY": "off"}, ("SHOPOPS_IDEMPOTENCY_KEY", "unknown variable")),
 ]
 
