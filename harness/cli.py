@@ -27,6 +27,8 @@ _JOBS = v.argtype(v.parse_jobs, "jobs")
 _FOLDER = v.argtype(v.folder_path, "folder")
 _SUT = v.argtype(v.existing_folder, "folder")
 _OUT_FILE = v.argtype(v.output_file, "file")
+_SHARD = v.argtype(lambda t: t if t.strip() == "auto" else (v.shard_spec(t), t)[1], "shard")
+_DURATIONS = v.argtype(v.existing_path, "summary")
 
 
 def _schedule(text: str) -> str:
@@ -67,6 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "it runs under limits, with fresh interpreters")
     p.add_argument("--module", default="shopops", type=v.MODULE,
                    help="its package name (python -m MODULE)")
+    p.add_argument("--shard", default=None, metavar="I/N|auto", type=_SHARD,
+                   help="run only part I of N (1-based) of the matrix, cut by expected cost "
+                        "the same way on every machine; 'auto' reads SHOPOPS_SHARD, GitLab "
+                        "CI_NODE_INDEX/CI_NODE_TOTAL, CircleCI or Buildkite; without the "
+                        "option SHOPOPS_SHARD=I/N still applies. Combine with "
+                        "'shopops-chaos merge'")
+    p.add_argument("--durations", default=None, metavar="SUMMARY", type=_DURATIONS,
+                   help="with --shard: an earlier run's summary.json (or its folder) whose "
+                        "execution times balance the shards; give every shard the same file "
+                        "(merge refuses shards that cut the matrix differently)")
     e = sub.add_parser("explore", help="let Hypothesis draw crash schedules against a scenario "
                                        "and shrink a failure to the smallest one")
     e.add_argument("scenario", nargs="?", default=None,
@@ -181,6 +193,7 @@ def _run(args: argparse.Namespace) -> int:
     from harness.runner import RunResult, new_run_id, run
     from harness.scenario import load_scenarios
     from harness.schedule import CrashSchedule
+    from harness.shard import earlier_durations, resolve_shard
     from harness.sut import REFERENCE, Sut
 
     paths = args.paths or _default_paths()
@@ -188,6 +201,9 @@ def _run(args: argparse.Namespace) -> int:
         _check_options(args)
         scenarios = load_scenarios(paths)
         schedule = CrashSchedule.parse(args.schedule) if args.schedule is not None else None
+        shard = resolve_shard(args.shard, os.environ)
+        durations = earlier_durations(Path(args.durations)) \
+            if shard is not None and args.durations else {}
     except (ScenarioError, ValueError) as exc:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
@@ -202,7 +218,8 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"shopops-chaos: error: --report-dir {args.report_dir}: {exc}", file=sys.stderr)
         return 2
-    print(f"shopops-chaos: {len(scenarios)} scenario(s) -> {out_dir}", flush=True)
+    part = f" (shard {shard})" if shard is not None else ""
+    print(f"shopops-chaos: {len(scenarios)} scenario(s){part} -> {out_dir}", flush=True)
 
     def progress(done: int, total: int, res: object) -> None:
         from harness.execution import ExecutionResult
@@ -224,7 +241,7 @@ def _run(args: argparse.Namespace) -> int:
                          launcher="spawn" if sut.foreign else args.launcher,
                          schedule=schedule, worker_timeout_s=args.timeout, progress=progress,
                          repeat=args.repeat, fail_fast=args.fail_fast, on_repeat=on_repeat,
-                         sut=sut)
+                         sut=sut, shard=shard, durations=durations)
     except Exception as exc:  # a harness error is never a verdict about the loop
         import traceback
 

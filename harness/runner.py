@@ -21,7 +21,8 @@ from harness.launcher import Launcher, make_launcher
 from harness.matrix import double_kill_plans, points_from_trace, single_kill_plans
 from harness.processes import REGISTRY, STOPPING, HarnessStopping
 from harness.scenario import Scenario
-from harness.schedule import CrashSchedule
+from harness.schedule import NO_KILL, CrashSchedule, KillPoint
+from harness.shard import Shard, ShardPlan, cut_matrix
 from harness.sut import REFERENCE, Sut
 from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN
 
@@ -43,6 +44,9 @@ class RunResult:
         repeats: for each of ``results``, the repeat (1-based) it belongs to (soak runs,
             ``repeat`` > 1: the same ids come back once per repeat).
         stopped_early: ``fail_fast`` stopped the run at its first failing execution.
+        shard: the part of the matrix this run is (``run(shard=...)``), else ``None``.
+        shard_plan: how the matrix was cut (every shard's units, ``harness.shard``), which
+            ``merge`` compares across shards; ``None`` when not sharded.
     """
 
     run_id: str
@@ -54,6 +58,8 @@ class RunResult:
     launcher: str = "spawn"
     repeats: list[int] = field(default_factory=list)
     stopped_early: bool = False
+    shard: Shard | None = None
+    shard_plan: ShardPlan | None = None
 
     @property
     def verdict(self) -> str:
@@ -95,6 +101,8 @@ def run(
     fail_fast: bool = False,
     on_repeat: Callable[[int], None] | None = None,
     sut: Sut = REFERENCE,
+    shard: Shard | None = None,
+    durations: dict[str, float] | None = None,
 ) -> RunResult:
     """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
 
@@ -117,6 +125,11 @@ def run(
             ``RunResult.stopped_early``.
         on_repeat: called as ``on_repeat(i)`` when repeat ``i`` (1-based) starts.
         sut: the implementation under test (default: the reference loop).
+        shard: run only this shard's units of the matrix (``harness.shard``): every shard
+            runs the trace runs points are learned from (each is reported by the one shard
+            that owns it), cuts the matrix with ``cut_matrix`` and runs only its own units;
+            the same cut in every repeat. ``None``: the whole matrix.
+        durations: seconds per execution id of an earlier run, to balance the shards.
 
     Returns:
         the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
@@ -130,7 +143,7 @@ def run(
         launcher = make_launcher(launcher or "fork")
     started = time.monotonic()
     result = RunResult(out_dir.name, out_dir, started_at=datetime.now(UTC).isoformat(),
-                       launcher=launcher.name)
+                       launcher=launcher.name, shard=shard)
     finished: dict[tuple[int, str], ExecutionResult] = {}  # (repeat, id)
     order: list[tuple[int, str]] = []
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
@@ -146,6 +159,9 @@ def run(
 
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
         traces: dict[Future[ExecutionResult], Scenario] = {}
+        learned: dict[str, tuple[KillPoint, ...]] = {}  # sharded: each trace's points
+        held: list[ExecutionResult] = []  # sharded: traces finished before the cut
+        cut: ShardPlan | None = None
         total = done_here = 0
         stop = False
 
@@ -157,42 +173,95 @@ def run(
             pending[pool.submit(do, plan)] = plan
             total += 1
 
+        def trace(scenario: Scenario) -> None:  # the no-kill execution is the trace run
+            nonlocal total
+            plan = ExecutionPlan(scenario, CrashSchedule(), sut)
+            order.append((rep, plan.id))
+            traces[pool.submit(do, plan)] = scenario
+            total += 1
+
+        def drop(res: ExecutionResult) -> None:  # a trace run nobody reports
+            nonlocal total
+            order.remove((rep, res.plan.id))
+            total -= 1
+
+        def report(res: ExecutionResult) -> None:
+            nonlocal done_here, stop, total
+            finished[(rep, res.plan.id)] = res
+            done_here += 1
+            if progress:
+                progress(done_here, total, res)
+            if fail_fast and res.verdict == FAIL and not stop:
+                stop = True  # cancel what has not started; running ones finish
+                for queued in (pending, traces):
+                    for f in [f for f in queued if f.cancel()]:
+                        del queued[f]
+                        total -= 1
+
+        def mine(scenario: Scenario, key: str) -> bool:
+            assert cut is not None and shard is not None
+            return cut.owner_of(scenario.name, key) == shard.index
+
+        def start_shard() -> None:
+            """Every trace the matrix is learned from is in: cut it, run this shard's part."""
+            nonlocal cut
+            assert shard is not None
+            cut = cut_matrix(scenarios, learned, schedule, shard.count, durations or {}, sut)
+            result.shard_plan = cut
+            for res in held:
+                if res.plan.scenario.baseline and mine(res.plan.scenario, NO_KILL):
+                    report(res)
+                else:
+                    drop(res)
+            for scenario in scenarios:
+                if schedule is not None:
+                    if mine(scenario, schedule.id):
+                        submit(ExecutionPlan(scenario, schedule, sut))
+                    continue
+                if scenario.name not in learned and scenario.baseline \
+                        and mine(scenario, NO_KILL):
+                    trace(scenario)  # its points are listed: only its owner runs it
+                for plan in single_kill_plans(scenario, learned.get(scenario.name, ()), sut):
+                    if mine(scenario, plan.schedule.id):
+                        submit(plan)
+
         for scenario in scenarios:
-            if schedule is not None:
-                submit(ExecutionPlan(scenario, schedule, sut))
-            else:  # the no-kill execution is the trace run
-                plan = ExecutionPlan(scenario, CrashSchedule(), sut)
-                order.append((rep, plan.id))
-                traces[pool.submit(do, plan)] = scenario
-                total += 1
+            if shard is None:
+                if schedule is not None:
+                    submit(ExecutionPlan(scenario, schedule, sut))
+                else:
+                    trace(scenario)
+            elif schedule is None and scenario.points is None:
+                trace(scenario)  # every shard learns the points it may have to kill at
+        if shard is not None and not traces:
+            start_shard()
         while pending or traces:
             done, _ = wait(list(pending) + list(traces), return_when=FIRST_COMPLETED)
             for fut in done:
                 res = fut.result()
                 if fut in traces:
                     scenario = traces.pop(fut)
-                    reached = points_from_trace(res.evidence)
-                    for plan in single_kill_plans(scenario, reached, sut):
-                        submit(plan)
+                    if shard is not None and cut is None:
+                        learned[scenario.name] = points_from_trace(res.evidence)
+                        held.append(res)
+                        if not traces:
+                            start_shard()
+                        continue
+                    if shard is None:
+                        reached = points_from_trace(res.evidence)
+                        for plan in single_kill_plans(scenario, reached, sut):
+                            submit(plan)
                     if not scenario.baseline:
-                        order.remove((rep, res.plan.id))
-                        total -= 1
+                        drop(res)
                         continue
                 else:
                     plan = pending.pop(fut)
                     if plan.scenario.double and schedule is None:
                         for second in double_kill_plans(plan, res.evidence):
-                            submit(second)
-                finished[(rep, res.plan.id)] = res
-                done_here += 1
-                if progress:
-                    progress(done_here, total, res)
-                if fail_fast and res.verdict == FAIL and not stop:
-                    stop = True  # cancel what has not started; running ones finish
-                    for queued in (pending, traces):
-                        for f in [f for f in queued if f.cancel()]:
-                            del queued[f]
-                            total -= 1
+                            if cut is None or cut.owner_of(plan.scenario.name,
+                                                           second.schedule.id) is None:
+                                submit(second)  # a listed schedule is a unit of its own
+                report(res)
         return stop
 
     try:

@@ -286,6 +286,28 @@ def existing_folder(text: str) -> str:
     return text
 
 
+def existing_path(text: str) -> str:
+    """An existing regular file or folder (e.g. a summary.json or its run folder)."""
+    _path_text(text)
+    if os.path.isdir(text):
+        return text
+    return existing_file(text)
+
+
+MAX_SHARDS = 1000
+_SHARD = re.compile(r"\s*(\d{1,4})\s*/\s*(\d{1,4})\s*")
+
+
+def shard_spec(text: str) -> tuple[int, int]:
+    """``I/N``: part ``I`` (1-based) of ``N`` shards, ``1 <= I <= N <= MAX_SHARDS``
+    (``shopops-chaos run --shard``, ``SHOPOPS_SHARD``); returns ``(I, N)``."""
+    match = _SHARD.fullmatch(text) if isinstance(text, str) else None
+    if match and 1 <= int(match[1]) <= int(match[2]) <= MAX_SHARDS:
+        return int(match[1]), int(match[2])
+    raise ValueError(f"{_show(text)}: allowed I/N, e.g. 2/4 (1 <= I <= N <= {MAX_SHARDS})"
+                     ", or 'auto' (from CI variables) for --shard")
+
+
 def url(text: str) -> str:
     """An ``http://`` or ``https://`` URL with a host and, if given, a port 0–65535."""
     if not isinstance(text, str) or len(text) > PATH_MAX or not text.isprintable():
@@ -346,6 +368,7 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
     "SHOPOPS_FAILPOINTS": _failpoints,
     "SHOPOPS_FAILPOINT_CHANNEL": socket_path,
     "SHOPOPS_READ_TIMEOUT_S": READ_TIMEOUT_S.parse,
+    "SHOPOPS_SHARD": shard_spec,  # shopops-chaos run: harness.shard
 }
 
 

@@ -11,7 +11,7 @@ from harness.runner import RunResult
 
 def summary(run: RunResult) -> dict[str, Any]:
     """The run as a JSON-ready dict: run facts, overall verdict, counts, executions."""
-    return {
+    out = {
         "run_id": run.run_id,
         "started_at": run.started_at,
         "elapsed_s": run.elapsed_s,
@@ -21,6 +21,9 @@ def summary(run: RunResult) -> dict[str, Any]:
         "counts": counts(run),
         "executions": [execution_dict(r) for r in run.results],
     }
+    if run.shard is not None and run.shard_plan is not None:
+        out["shard"] = run.shard_plan.as_dict(run.shard)  # harness.shard.ShardPlan.as_dict
+    return out
 
 
 class SummaryJson:
