@@ -29,6 +29,7 @@ _SUT = v.argtype(v.existing_folder, "folder")
 _OUT_FILE = v.argtype(v.output_file, "file")
 _SHARD = v.argtype(lambda t: t if t.strip() == "auto" else (v.shard_spec(t), t)[1], "shard")
 _DURATIONS = v.argtype(v.existing_path, "summary")
+_EXISTING_FOLDER = v.argtype(v.existing_folder, "folder")
 
 
 def _schedule(text: str) -> str:
@@ -116,6 +117,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per worker (0.001 to 86400)")
     g.add_argument("--jobs", "-j", type=_JOBS, default=None,
                    help="parallel executions (at most 4 per core)")
+    m = sub.add_parser("merge", help="combine the report folders of 'run --shard' into one "
+                                     "run's reports, with the combined exit status")
+    m.add_argument("folders", nargs="+", type=_EXISTING_FOLDER, metavar="DIR",
+                   help="every shard's run folder (the one holding run.json)")
+    m.add_argument("--report-dir", default="reports", type=_FOLDER,
+                   help="where the merged reports/<run-id>/ goes (latest points at it)")
     sub.add_parser("points", help="list the labelled points of the crash timeline")
     return parser
 
@@ -134,7 +141,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _explore(args)
     if args.command == "grade":
         return _grade(args)
+    if args.command == "merge":
+        return _merge(args)
     return _run(args)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """Exit status of the merged run (0/1/2), or 2 when the folders do not merge."""
+    from harness.merge import MergeError, check_junit, load_shards, merge_runs
+    from harness.reports import write_reports
+    from harness.runner import new_run_id
+
+    try:
+        files = load_shards([Path(f) for f in args.folders])
+        out_dir = Path(args.report_dir) / new_run_id()
+        merged = merge_runs(files, out_dir.name, out_dir)
+        paths = write_reports(merged, out_dir)
+        check_junit(paths["junit"], [f.path.parent for f in files])
+    except (MergeError, OSError) as exc:
+        print(f"shopops-chaos merge: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"shopops-chaos merge: {len(files)} shard(s) -> {out_dir}")
+    for f in files:
+        n = {k: sum(r.verdict == k for r in f.run.results) for k in ("pass", "fail", "unknown")}
+        print(f"  shard {f.run.shard}  {f.run.verdict:<7} {len(f.run.results):>4} executions "
+              f"(pass {n['pass']}  fail {n['fail']}  unknown {n['unknown']})  "
+              f"{f.run.elapsed_s:.1f} s  {f.path.parent}")
+    _summary(merged, paths)
+    return merged.exit_status
 
 
 def _grade(args: argparse.Namespace) -> int:
@@ -252,7 +286,13 @@ def _run(args: argparse.Namespace) -> int:
     if result.interrupted:
         print("shopops-chaos: interrupted; every worker was reaped; reporting the "
               f"{len(result.results)} execution(s) that finished", file=sys.stderr)
+    if shard is not None:  # before the reports: summary.json is written last
+        from harness.run_json import write_run_json
+
+        run_file = write_run_json(result, out_dir, scenarios)
     paths = write_reports(result, out_dir)
+    if shard is not None:
+        paths["run"] = run_file
     if args.repeat > 1 or args.fail_fast:
         paths["soak"] = _write_soak(result, args.repeat, args.fail_fast)
     _summary(result, paths)

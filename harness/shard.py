@@ -40,7 +40,6 @@ from harness.schedule import NO_KILL, CrashSchedule, KillPoint
 from harness.sut import REFERENCE, Sut
 from shopops.validators import MAX_SHARDS, shard_spec
 
-
 #: (variable with the index, variable with the count, index base), in the order read.
 CI_VARIABLES: tuple[tuple[str, str, int], ...] = (
     ("CI_NODE_INDEX", "CI_NODE_TOTAL", 1),  # GitLab CI `parallel:`

@@ -1,0 +1,157 @@
+"""``shopops-chaos merge DIR…``: shard report folders back into one run.
+
+Each folder's ``run.json`` (``harness.run_json``) gives its ``RunResult``; the folders must
+come from the same harness (version and code), the same scenario set and the same cut of
+the matrix (``ShardPlan.fingerprint``), and hold every shard ``1..N`` once with no
+execution twice — else ``MergeError`` names the folders and what differs, before anything
+is written. The merged ``RunResult`` holds every execution in matrix order (unit by unit,
+as ``harness.shard`` cut them); the report writers (``harness.reports``) then write its
+summary, duplicates, junit and Markdown exactly as for one run, so the exit status is the
+one roll-up rule's (``RunResult.exit_status``). Last, the merged ``junit.xml`` is checked
+against the shards' own with junitparser: the same test cases with the same outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.execution import ExecutionResult
+from harness.run_json import RunFile, RunFileError, read_run_json
+from harness.runner import RunResult
+from harness.schedule import NO_KILL
+from harness.shard import ShardPlan
+
+
+class MergeError(ValueError):
+    """Folders that cannot be merged; the message names them and what differs."""
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The merged ``run`` and the ``shards`` it came from (in shard order)."""
+
+    run: RunResult
+    shards: tuple[RunFile, ...]
+
+
+def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
+    """Read and cross-check the shard folders; in shard order.
+
+    Raises:
+        MergeError: a folder without a readable ``run.json``, an unsharded run, or folders
+            from different harness versions/code, scenario sets or cuts, a shard missing
+            or given twice, an execution in two shards.
+    """
+    if not folders:
+        raise MergeError("merge: no folders given; allowed: the shard report folders")
+    files = []
+    for folder in folders:
+        try:
+            files.append(read_run_json(folder))
+        except RunFileError as exc:
+            raise MergeError(str(exc)) from None
+    for f in files:
+        if f.run.shard is None or f.run.shard_plan is None:
+            raise MergeError(f"{f.path.parent}: not a shard (run without --shard)")
+    first = files[0]
+    for f in files[1:]:
+        for what, a, b in (("harness version", first.version, f.version),
+                           ("harness code", first.code, f.code),
+                           ("scenario set", first.scenarios, f.scenarios),
+                           ("cut of the matrix", first.run.shard_plan.fingerprint,
+                            f.run.shard_plan.fingerprint)):  # type: ignore[union-attr]
+            if a != b:
+                raise MergeError(f"{f.path.parent} and {first.path.parent}: different "
+                                 f"{what} ({_short(b)} vs {_short(a)}); merge only shards of "
+                                 "one run of one harness over one scenario set")
+    count = first.run.shard.count  # type: ignore[union-attr]
+    by_index: dict[int, RunFile] = {}
+    for f in files:
+        index = f.run.shard.index  # type: ignore[union-attr]
+        if index in by_index:
+            raise MergeError(f"{f.path.parent} and {by_index[index].path.parent}: both are "
+                             f"shard {index}/{count}")
+        by_index[index] = f
+    missing = sorted(set(range(1, count + 1)) - set(by_index))
+    if missing:
+        raise MergeError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: "
+                         f"merge needs all {count} shard folders")
+    seen: dict[tuple[int, str], Path] = {}
+    for f in files:
+        for r, rep in zip(f.run.results, _repeats(f.run), strict=True):
+            key = (rep, r.plan.id)
+            if key in seen:
+                raise MergeError(f"{r.plan.id}: in both {seen[key]} and {f.path.parent}")
+            seen[key] = f.path.parent
+    return tuple(by_index[i] for i in range(1, count + 1))
+
+
+def merge_runs(files: Sequence[RunFile], run_id: str, out_dir: Path) -> RunResult:
+    """One ``RunResult`` of the shards' executions, in matrix order (repeat, unit, then as
+    each shard ran them); interrupted or stopped early if any shard was; ``elapsed_s`` the
+    slowest shard's (they run side by side); launchers joined when they differ."""
+    plan = files[0].run.shard_plan
+    assert plan is not None
+    position = {(u.scenario, u.key): i for i, u in enumerate(plan.units)}
+    rows: list[tuple[tuple[int, int, int, int], ExecutionResult, int]] = []
+    for f in files:
+        for n, (r, rep) in enumerate(zip(f.run.results, _repeats(f.run), strict=True)):
+            rows.append(((rep, _unit_position(r, plan, position), f.run.shard.index, n),  # type: ignore[union-attr]
+                         r, rep))
+    rows.sort(key=lambda row: row[0])
+    launchers = sorted({f.run.launcher for f in files})
+    return RunResult(
+        run_id, out_dir, results=[r for _, r, _ in rows],
+        started_at=min(f.run.started_at for f in files),
+        elapsed_s=max(f.run.elapsed_s for f in files),
+        interrupted=any(f.run.interrupted for f in files),
+        launcher="+".join(launchers), repeats=[rep for _, _, rep in rows],
+        stopped_early=any(f.run.stopped_early for f in files))
+
+
+def check_junit(merged_junit: Path, shard_folders: Sequence[Path]) -> None:
+    """The merged ``junit.xml`` has exactly the shards' test cases, each with the same
+    outcome (passed, failure, error), read with junitparser.
+
+    Raises:
+        MergeError: a case missing, extra or with another outcome (names it).
+    """
+    from junitparser import JUnitXml
+
+    def cases(path: Path) -> dict[str, str]:
+        out = {}
+        for suite in JUnitXml.fromfile(str(path)):
+            for case in suite:
+                if case.classname == "shopops-chaos" and case.name == "run":
+                    continue  # the "interrupted / nothing ran" marker of one folder
+                kinds = sorted(type(r).__name__ for r in case.result)
+                out[case.name] = ",".join(kinds) or "passed"
+        return out
+
+    want: dict[str, str] = {}
+    for folder in shard_folders:
+        want.update(cases(folder / "junit.xml"))
+    got = cases(merged_junit)
+    if got != want:
+        diff = sorted(set(got.items()) ^ set(want.items()))[:5]
+        raise MergeError(f"{merged_junit}: does not hold the shards' test cases: {diff}")
+
+
+def _unit_position(r: ExecutionResult, plan: ShardPlan,
+                   position: dict[tuple[str, str], int]) -> int:
+    name, kills = r.plan.scenario.name, r.plan.schedule.kills
+    for key in (r.plan.schedule.id, str(kills[0]) if kills else NO_KILL):
+        if (name, key) in position:
+            return position[(name, key)]
+    return len(position)  # not a unit (cannot happen for a shard's own results)
+
+
+def _repeats(run: RunResult) -> list[int]:
+    return list(run.repeats) or [1] * len(run.results)
+
+
+def _short(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= 20 else text[:12] + "…"

@@ -1,0 +1,147 @@
+"""``shopops-chaos merge``: N shards merged give the same verdicts, counts, duplicates,
+junit and exit status as one run; folders that do not belong together are refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from junitparser import JUnitXml
+
+from harness.codec import CodecError, decode, encode
+
+ROOT = Path(__file__).resolve().parent.parent
+BROKEN = """name = "broken"
+[sut]
+idempotency_keys = false
+[crash]
+points = ["t6.gateway_accepted", "t4.parked"]
+"""
+
+
+def chaos(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def folder(base: Path) -> Path:
+    return (base / "latest").resolve()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """One whole run and its two shards, of a learned-points scenario and a failing one."""
+    tmp = tmp_path_factory.mktemp("merge")
+    (tmp / "broken.toml").write_text(BROKEN)
+    paths = [str(ROOT / "scenarios" / "rejection.toml"), str(tmp / "broken.toml")]
+    whole = chaos("run", *paths, "--report-dir", "whole", "-j", "2", cwd=tmp)
+    shards = [chaos("run", *paths, "--report-dir", f"s{i}", "-j", "2", "--shard", f"{i}/2",
+                    cwd=tmp) for i in (1, 2)]
+    return {"tmp": tmp, "whole": whole, "shards": shards}
+
+
+def _summary(path: Path) -> dict:
+    return json.loads((path / "summary.json").read_text())
+
+
+def test_merged_shards_equal_one_run(runs: dict) -> None:
+    tmp: Path = runs["tmp"]
+    assert runs["whole"].returncode == 1, runs["whole"].stderr  # broken fails
+    merged = chaos("merge", str(folder(tmp / "s1")), str(folder(tmp / "s2")),
+                   "--report-dir", "merged", cwd=tmp)
+    assert merged.returncode == runs["whole"].returncode, merged.stdout + merged.stderr
+    one, both = _summary(folder(tmp / "whole")), _summary(folder(tmp / "merged"))
+    assert both["verdict"] == one["verdict"] == "fail"
+    assert both["counts"] == one["counts"]
+    verdicts = {e["id"]: (e["verdict"], e["deliveries"]) for e in one["executions"]}
+    assert {e["id"]: (e["verdict"], e["deliveries"]) for e in both["executions"]} == verdicts
+    # each shard ran only its part; together the whole matrix, once each
+    parts = [_summary(folder(tmp / f"s{i}")) for i in (1, 2)]
+    assert all(p["executions"] for p in parts)
+    assert sum(len(p["executions"]) for p in parts) == len(one["executions"])
+    dupes = [json.loads((folder(tmp / d) / "duplicates.json").read_text())
+             for d in ("whole", "merged")]
+    assert sorted(e["id"] for e in dupes[0]["executions"]) == \
+        sorted(e["id"] for e in dupes[1]["executions"])
+    junit = [JUnitXml.fromfile(str(folder(tmp / d) / "junit.xml")) for d in ("whole", "merged")]
+    assert [(s.tests, s.failures, s.errors) for s in junit[0]] == \
+        [(s.tests, s.failures, s.errors) for s in junit[1]]
+    assert "broken[t6.gateway_accepted]" in (folder(tmp / "merged") / "report.md").read_text()
+    assert "shard 1/2" in merged.stdout and "shard 2/2" in merged.stdout
+
+
+def merge_here(tmp: Path, *dirs: Path, capsys: pytest.CaptureFixture[str],
+               monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """``shopops-chaos merge`` in this process (refusals start no worker)."""
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp)
+    status = main(["merge", *map(str, dirs), "--report-dir", "m"])
+    return status, capsys.readouterr().err
+
+
+def _copy(tmp: Path, i: int, name: str) -> Path:
+    dest = tmp / name
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(folder(tmp / f"s{i}"), dest, symlinks=True)
+    return dest
+
+
+@pytest.mark.parametrize("field, value, needle", [
+    ("code", "0" * 64, "different harness code"),
+    ("version", "9.9.9", "different harness version"),
+    ("scenarios", [["rejection", "1" * 64]], "different scenario set"),
+])
+def test_refuses_folders_that_do_not_belong_together(
+        runs: dict, field: str, value: object, needle: str,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp: Path = runs["tmp"]
+    other = _copy(tmp, 2, f"tampered-{field}")
+    doc = json.loads((other / "run.json").read_text())
+    doc[field] = value
+    (other / "run.json").write_text(json.dumps(doc))
+    status, err = merge_here(tmp, folder(tmp / "s1"), other, capsys=capsys,
+                             monkeypatch=monkeypatch)
+    assert status == 2 and needle in err, err
+    assert not (tmp / "m").exists()  # refused before anything is written
+
+
+def test_refuses_missing_twice_and_unsharded(runs: dict, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp: Path = runs["tmp"]
+    s1, s2 = folder(tmp / "s1"), folder(tmp / "s2")
+    cases = [([s1], "shard(s) 2/2 missing"),
+             ([s1, _copy(tmp, 1, "again"), s2], "both are shard 1/2"),
+             ([s1, folder(tmp / "whole")], "run.json: no such file")]
+    for dirs, needle in cases:
+        status, err = merge_here(tmp, *dirs, capsys=capsys, monkeypatch=monkeypatch)
+        assert status == 2 and needle in err, err
+    other = _copy(tmp, 2, "cut-differently")
+    doc = json.loads((other / "run.json").read_text())
+    text = json.dumps(doc).replace('"rejection", "key": "no-kill"',
+                                   '"rejection", "key": "elsewhere"')
+    (other / "run.json").write_text(text)
+    status, err = merge_here(tmp, s1, other, capsys=capsys, monkeypatch=monkeypatch)
+    assert status == 2 and "different cut of the matrix" in err, err
+    assert not (tmp / "m").exists()
+
+
+def test_codec_round_trips_and_refuses_foreign_types(runs: dict) -> None:
+    from harness.run_json import read_run_json
+
+    shard = read_run_json(folder(runs["tmp"] / "s1"))
+    assert decode(json.loads(json.dumps(encode(shard.run)))) == shard.run
+    odd = {1: (float("nan"),), "p": Path("/x"), "b": b"\x00", "f": frozenset({"a"})}
+    back = decode(json.loads(json.dumps(encode(odd))))
+    assert back.keys() == odd.keys() and back[1][0] != back[1][0] and back["p"] == Path("/x")
+    with pytest.raises(CodecError, match=r"\$\.x.*cannot be written"):
+        encode(object(), "$.x")
+    for bad in ({"__dc__": "os:system", "fields": {}}, {"__dc__": "subprocess:Popen",
+                                                       "fields": {"args": "true"}},
+                {"__weird__": 1}, {"__dc__": "harness.codec:CodecError", "fields": {}}):
+        with pytest.raises(CodecError):
+            decode(bad)
