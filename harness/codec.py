@@ -74,12 +74,14 @@ def decode(data: Any, where: str = "$") -> Any:
     if not isinstance(data, dict) or len(data) not in (1, 2):
         raise CodecError(f"{where}: not an encoded value")
     if "__dc__" in data:
-        cls = _resolve(data["__dc__"], where)
-        if not (dataclasses.is_dataclass(cls) and isinstance(data.get("fields"), dict)):
+        cls: Any = _resolve(data["__dc__"], where)
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)
+                and isinstance(data.get("fields"), dict)):
             raise CodecError(f"{where}: {data['__dc__']!r} is not a dataclass with fields")
         fields = {k: decode(v, f"{where}.{k}") for k, v in data["fields"].items()}
+        factory: Any = cls
         try:
-            return cls(**fields)
+            return factory(**fields)
         except (TypeError, ValueError) as exc:
             raise CodecError(f"{where}: {data['__dc__']}: {exc}") from None
     if "__enum__" in data:

@@ -60,8 +60,7 @@ def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
         for what, a, b in (("harness version", first.version, f.version),
                            ("harness code", first.code, f.code),
                            ("scenario set", first.scenarios, f.scenarios),
-                           ("cut of the matrix", first.run.shard_plan.fingerprint,
-                            f.run.shard_plan.fingerprint)):  # type: ignore[union-attr]
+                           ("cut of the matrix", _cut(first), _cut(f))):
             if a != b:
                 raise MergeError(f"{f.path.parent} and {first.path.parent}: different "
                                  f"{what} ({_short(b)} vs {_short(a)}); merge only shards of "
@@ -146,6 +145,11 @@ def _unit_position(r: ExecutionResult, plan: ShardPlan,
         if (name, key) in position:
             return position[(name, key)]
     return len(position)  # not a unit (cannot happen for a shard's own results)
+
+
+def _cut(f: RunFile) -> str:
+    assert f.run.shard_plan is not None
+    return f.run.shard_plan.fingerprint
 
 
 def _repeats(run: RunResult) -> list[int]:

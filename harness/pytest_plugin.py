@@ -47,6 +47,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--crash-launcher", choices=("fork", "spawn"), default="fork",
                     help="how workers start: forked from a pre-imported server (default) or "
                          "a fresh interpreter each")
+    group.addoption("--crash-soak", action="store_true", default=False,
+                    help="also run the tests marked slow (exhaustive comparisons, soaks); "
+                         "without it they are skipped")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``slow`` tests unless ``--crash-soak``; mark scenario items ``processes``
+    (the cost markers are in pyproject.toml)."""
+    soak = config.getoption("--crash-soak", False)
+    skip = pytest.mark.skip(reason="slow (soak): run with --crash-soak")
+    for item in items:
+        if isinstance(item, ExecutionItem):
+            item.add_marker("processes")
+        if not soak and item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -132,6 +132,7 @@ def _scenarios(tmp_path: Path) -> list:
     return [load_scenario(ROOT / "scenarios" / "rejection.toml"), load_scenario(listed)]
 
 
+@pytest.mark.processes
 def test_shards_cover_the_matrix_each_execution_once(tmp_path: Path) -> None:
     """Two real sharded runs: their executions are exactly one whole run's, once each,
     with the same verdicts, and every shard cut the matrix the same way."""
@@ -149,6 +150,7 @@ def test_shards_cover_the_matrix_each_execution_once(tmp_path: Path) -> None:
     assert ids.count("listed[t4.parked>t6.checkpoint_loaded]") == 1
 
 
+@pytest.mark.processes
 def test_replay_schedule_is_sharded_by_scenario(tmp_path: Path) -> None:
     from harness.schedule import CrashSchedule
 
@@ -160,6 +162,7 @@ def test_replay_schedule_is_sharded_by_scenario(tmp_path: Path) -> None:
     assert ids == ["listed[t4.parked]", "rejection[t4.parked]"]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("argv, env, needle", [
     (["--shard", "5/4"], {}, "--shard: '5/4': allowed I/N"),
     (["--shard", "auto"], {}, "--shard auto: none of"),

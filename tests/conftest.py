@@ -1,0 +1,28 @@
+"""Cost markers for the test modules (one place): ``pure``, ``io``, ``processes``; a test
+that carries one of them itself keeps it, a module not listed counts as ``processes``.
+Select with ``-m pure`` / ``-m "not processes"``; ``slow`` tests run only with
+``--crash-soak`` (``harness.pytest_plugin``)."""
+
+from __future__ import annotations
+
+import pytest
+
+COSTS = ("pure", "io", "processes")
+MODULES = {
+    "pure": {"test_state_phases", "test_checks", "test_verdict", "test_matrix",
+             "test_scenario_fields", "test_scenario_loop_fields",
+             "test_approvals", "test_gateway_client",
+             "test_shard"},  # its real runs are marked processes
+    "io": {"test_checkpoint", "test_mock_gateway", "test_loop"},  # test_merge: processes
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test of ``tests/`` its module's cost marker unless it has one."""
+    for item in items:
+        if any(item.get_closest_marker(c) for c in COSTS):
+            continue
+        module = getattr(item, "module", None)
+        name = module.__name__.rpartition(".")[2] if module is not None else ""
+        cost = next((c for c, names in MODULES.items() if name in names), "processes")
+        item.add_marker(cost)
