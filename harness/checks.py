@@ -1,30 +1,23 @@
 """The kill-resume checklist as pure functions over ``Evidence``.
 
-The first five are Chapter 8's "Kill-resume checklist for O-1001"; the rest are DESIGN.md's
-"beyond the five". Each returns a ``CheckResult`` with the evidence lines a human needs to
-see why. None of them reads a file or asks the loop anything.
+The first five are Chapter 8's "Kill-resume checklist for O-1001"; the rest are the
+design's "beyond the five" (``docs/design.md``). Each returns a ``CheckResult`` with the
+evidence lines a human needs to see why. None of them reads a file or asks the loop
+anything; ``NEEDS`` says which files' evidence each one reads.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from harness.evidence import Evidence
+from harness.model import CheckResult, Evidence, EvidenceSource
+from shopops import labels
 from shopops.errors import ShopOpsError
 from shopops.phases import PRE_APPROVAL, Phase
 from shopops.state import Draft, State
 
-
-@dataclass(frozen=True)
-class CheckResult:
-    """``check_id``, ``passed``, ``detail`` (one line) and ``evidence`` (lines)."""
-
-    check_id: str
-    passed: bool
-    detail: str
-    evidence: tuple[str, ...] = ()
+__all__ = ["CHECKS", "CHECK_IDS", "NEEDS", "CheckFailed", "CheckResult", "run_checks"]
 
 
 class CheckFailed(AssertionError):
@@ -40,6 +33,16 @@ def _states(ev: Evidence) -> tuple[list[tuple[int, State]], list[str]]:
         except ShopOpsError as exc:
             problems.append(f"checkpoint seq {row.seq}: {exc}")
     return parsed, problems
+
+
+def _absent(ev: Evidence, result: CheckResult) -> CheckResult:
+    """A failure that says something did *not* happen proves nothing when the story was cut
+    short (``Evidence.cut_short``): it may simply not have had the chance. Then the check is
+    undecided (``docs/design.md``, "Verdict precedence")."""
+    if not ev.cut_short:
+        return result
+    return CheckResult(result.check_id, False, result.detail, result.evidence,
+                       undecided=f"the story was cut short ({ev.errors[0]}): {result.detail}")
 
 
 def _digest(to: str, subject: str, body: str) -> str:
@@ -179,8 +182,8 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
         return CheckResult("same_key_one_delivery", True, "nothing was sent, as expected",
                            tuple(lines))
     if not sends:
-        return CheckResult("same_key_one_delivery", False, "no send reached the gateway",
-                           tuple(lines))
+        return _absent(ev, CheckResult("same_key_one_delivery", False,
+                                       "no send reached the gateway", tuple(lines)))
     if None in keys:
         return CheckResult("same_key_one_delivery", False,
                            f"{sum(r.idempotency_key is None for r in sends)} send(s) carried "
@@ -220,11 +223,13 @@ def exactly_one_delivery(ev: Evidence) -> CheckResult:
         return CheckResult("exactly_one_delivery", True, "nothing delivered, as expected",
                            tuple(lines))
     if len(deliveries) != 1:
-        return CheckResult("exactly_one_delivery", False,
-                           f"{len(deliveries)} deliveries for {ev.case_id}", tuple(lines))
+        result = CheckResult("exactly_one_delivery", False,
+                             f"{len(deliveries)} deliveries for {ev.case_id}", tuple(lines))
+        return _absent(ev, result) if not deliveries else result
     if final is None or final.phase != Phase.COMPLETED or not final.email_sent:
-        return CheckResult("exactly_one_delivery", False,
-                           "delivered, but the case did not complete", tuple(lines))
+        return _absent(ev, CheckResult("exactly_one_delivery", False,
+                                       "delivered, but the case did not complete",
+                                       tuple(lines)))
     if final.delivery_id != deliveries[0].delivery_id:
         return CheckResult("exactly_one_delivery", False,
                            f"final checkpoint names delivery {final.delivery_id}, the gateway "
@@ -280,9 +285,9 @@ def intake_not_repeated(ev: Evidence) -> CheckResult:
     lines, repeats = [], []
     for w in ev.workers:
         hits = [e.label for e in ev.events if e.kind == "hit" and e.worker == w.index]
-        redo = [lab for lab in hits if (lab in ("t1.get_customer", "t1.get_order")
+        redo = [lab for lab in hits if (lab in labels.INTAKE_READS
                                         and w.phase_before in _INTAKE_DURABLE)
-                or (lab == "t1.draft_email" and w.phase_before in _DRAFT_DURABLE)]
+                or (lab in labels.DRAFTING and w.phase_before in _DRAFT_DURABLE)]
         lines.append(f"worker {w.index} ({w.role}) started from {w.phase_before or 'nothing'}"
                      + (f": repeated {', '.join(redo)}" if redo else ""))
         repeats += redo
@@ -313,7 +318,7 @@ def storage_safe(ev: Evidence) -> CheckResult:
             bad.append(f"rows {later} were written after the injected row seq {row.seq}")
         inject_at = next((e.seq for e in ev.events if e.kind == "inject"
                           and e.ref == str(row.seq)), 0)
-        restarts = [e.seq for e in ev.events if e.label == "t0.case_started"
+        restarts = [e.seq for e in ev.events if e.label == labels.CASE_STARTED
                     and e.kind == "hit" and e.seq > inject_at]
         if restarts:
             bad.append(f"the case was started over after the injection (trace {restarts})")
@@ -368,6 +373,22 @@ CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
     no_process_left,
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)
+
+_C, _A, _G = EvidenceSource.CHECKPOINTS, EvidenceSource.APPROVALS, EvidenceSource.GATEWAY
+#: The files each check reads: a check whose file could not be read is undecided
+#: (``harness.verdict.decide``). A check not listed reads all of them.
+NEEDS: dict[str, frozenset[EvidenceSource]] = {
+    "draft_identical": frozenset({_C, _A, _G}),
+    "parked_until_approval": frozenset({_C}),
+    "not_sent_before_approval": frozenset({_C, _G}),
+    "step_continues": frozenset({_C}),
+    "same_key_one_delivery": frozenset({_C, _G}),
+    "exactly_one_delivery": frozenset({_C, _G}),
+    "ticket_server_issued": frozenset({_C, _A, _G}),
+    "intake_not_repeated": frozenset(),
+    "storage_safe": frozenset({_C}),
+    "no_process_left": frozenset(),
+}
 
 
 def run_checks(ev: Evidence) -> tuple[CheckResult, ...]:

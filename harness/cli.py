@@ -124,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--report-dir", default="reports", type=_FOLDER,
                    help="where the merged reports/<run-id>/ goes (latest points at it)")
     sub.add_parser("points", help="list the labelled points of the crash timeline")
+    gw = sub.add_parser("gateway", help="the harness's mock email gateway")
+    gsub = gw.add_subparsers(dest="gateway_command", required=True)
+    serve = gsub.add_parser("serve", help="serve the mock gateway on loopback until "
+                                          "interrupted (SIGINT/SIGTERM)")
+    serve.add_argument("--db", default="gateway.db", type=v.argtype(v.file_path, "path"),
+                       help="the gateway's durable log")
+    serve.add_argument("--port", type=v.PORT, default=0,
+                       help="port 0-65535 (default 0: ephemeral)")
     return parser
 
 
@@ -143,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _grade(args)
     if args.command == "merge":
         return _merge(args)
+    if args.command == "gateway":
+        from harness.mock_gateway import serve
+
+        serve(args.db, port=args.port)
+        return 0
     return _run(args)
 
 
@@ -222,13 +235,12 @@ def _default_paths() -> list[Path]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.processes import reaping_on_signals
     from harness.reports import point_latest, write_reports
-    from harness.runner import RunResult, new_run_id, run
+    from harness.runner import new_run_id, run
     from harness.scenario import load_scenarios
-    from harness.schedule import CrashSchedule
     from harness.shard import earlier_durations, resolve_shard
-    from harness.sut import REFERENCE, Sut
 
     paths = args.paths or _default_paths()
     try:
@@ -256,7 +268,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"shopops-chaos: {len(scenarios)} scenario(s){part} -> {out_dir}", flush=True)
 
     def progress(done: int, total: int, res: object) -> None:
-        from harness.execution import ExecutionResult
+        from harness.model import ExecutionResult
 
         assert isinstance(res, ExecutionResult)
         mark = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}[res.verdict]
@@ -301,15 +313,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def _write_soak(result: object, repeat: int, fail_fast: bool) -> Path:
     """``soak.json``: per repeat, its verdict, counts and executions (ids repeat as-is)."""
+    from harness.model import Counts, RunResult, roll_up
     from harness.reports.base import write_json
-    from harness.runner import RunResult
 
     assert isinstance(result, RunResult)
     repeats = []
     for rep in sorted(set(result.repeats)):
         mine = [r for r, i in zip(result.results, result.repeats, strict=True) if i == rep]
-        counts = {v: sum(r.verdict == v for r in mine) for v in ("pass", "fail", "unknown")}
-        verdict = "fail" if counts["fail"] else "unknown" if counts["unknown"] else "pass"
+        counts = Counts.of(r.verdict for r in mine).as_dict()
+        verdict = roll_up(r.verdict for r in mine)
         repeats.append({"repeat": rep, "verdict": verdict, "counts": counts,
                         "executions": [{"id": r.plan.id, "verdict": r.verdict,
                                         "workdir": r.evidence.workdir} for r in mine]})
@@ -399,10 +411,10 @@ def _explore(args: argparse.Namespace) -> int:
 
 
 def _summary(result: object, paths: dict[str, Path]) -> None:
-    from harness.runner import RunResult
+    from harness.model import RunResult
 
     assert isinstance(result, RunResult)
-    counts = {v: sum(r.verdict == v for r in result.results) for v in ("pass", "fail", "unknown")}
+    counts = result.counts.as_dict()
     dupes = [r for r in result.results if r.evidence.deliveries != 1]
     print()
     state = " (INTERRUPTED)" if result.interrupted else ""

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from harness.channel import Hit
 from harness.evidence import EventLog
-from harness.mock_gateway import Delivery
+from harness.model import Delivery, EventKind, HitCounter, KillPoint
 from harness.processes import Worker
-from harness.schedule import KillPoint
+from shopops import labels
 
 _CONTINUE = {"do": "continue"}
 #: Seconds a held worker waits for its release before the controller lets it go anyway.
@@ -30,9 +30,11 @@ HOLD_LIMIT_S = 60.0
 
 @dataclass
 class Hold:
-    """A worker held at ``point``: ``held`` is set when one arrives, ``release`` lets it go."""
+    """A worker held at ``point``: ``held`` is set when one arrives, ``release`` lets it go;
+    after ``limit_s`` seconds it goes on anyway (a slow step is a short limit)."""
 
     point: KillPoint
+    limit_s: float = HOLD_LIMIT_S
     held: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     worker: Worker | None = None
@@ -44,8 +46,10 @@ class KillController:
     def __init__(self, kills: tuple[KillPoint, ...], events: EventLog) -> None:
         self.pending = list(kills)
         self.events = events
-        self.counts: dict[str, int] = {}
-        self.totals: dict[str, int] = {}
+        #: hits since the start or the last kill (what a kill point counts)
+        self.since_kill = HitCounter()
+        #: hits since the start (what hooks and holds count)
+        self.totals = HitCounter()
         self.hooks: dict[KillPoint, Callable[[Worker], None]] = {}
         self.holds: dict[KillPoint, Hold] = {}
         self.current: Worker | None = None
@@ -62,9 +66,10 @@ class KillController:
         """Run ``action(worker)`` once, at the hit ``point`` (counted from the start)."""
         self.hooks[point] = action
 
-    def add_hold(self, point: KillPoint) -> Hold:
-        """Hold the worker that reaches ``point`` until ``Hold.release`` is set."""
-        hold = Hold(point)
+    def add_hold(self, point: KillPoint, *, limit_s: float = HOLD_LIMIT_S) -> Hold:
+        """Hold the worker that reaches ``point`` (counted from the start) until
+        ``Hold.release`` is set, or for at most ``limit_s`` seconds."""
+        hold = Hold(point, limit_s)
         self.holds[point] = hold
         return hold
 
@@ -74,12 +79,14 @@ class KillController:
         with self._lock:
             worker = self.by_pid.get(hit.pid)
             index = worker.index if worker else None
-            self.events.add("hit", hit.label, hit.pid, index, f"occurrence {hit.occurrence}")
+            self.events.add(EventKind.HIT, hit.label, hit.pid, index,
+                            f"occurrence {hit.occurrence}")
             if worker is None:  # counted like the trace counts it, but never killed
-                self.counts[hit.label] = self.counts.get(hit.label, 0) + 1
-                self.events.add("error", hit.label, hit.pid, None, "hit from an unknown pid")
+                self.since_kill.hit(hit.label)
+                self.events.add(EventKind.ERROR, hit.label, hit.pid, None,
+                                "hit from an unknown pid")
                 return dict(_CONTINUE)
-            point = self._total(hit.label)
+            point = self.totals.hit(hit.label)
             if self._maybe_kill(hit.label, worker):
                 return None
             hook = self.hooks.pop(point, None)
@@ -88,14 +95,15 @@ class KillController:
             hold = self.holds.get(point)
             if hold is not None and not hold.held.is_set():
                 hold.worker = worker
-                self.events.add("hold", hit.label, worker.pid, index, f"held at {point}",
+                self.events.add(EventKind.HOLD, hit.label, worker.pid, index, f"held at {point}",
                                 ref=str(point))
                 hold.held.set()
             else:
                 hold = None
         if hold is not None:  # outside the lock: other workers' hits go on meanwhile
-            hold.release.wait(HOLD_LIMIT_S)
-            self.events.add("release", hit.label, hit.pid, index, f"released at {hold.point}")
+            hold.release.wait(hold.limit_s)
+            self.events.add(EventKind.RELEASE, hit.label, hit.pid, index,
+                            f"released at {hold.point}")
         return dict(_CONTINUE)
 
     def on_gateway_accepted(self, delivery: Delivery, sender_pid: int | None = None) -> None:
@@ -110,26 +118,20 @@ class KillController:
             worker = self.by_pid.get(sender_pid) if sender_pid is not None else None
             worker = worker or self.current
             pid, index = (worker.pid, worker.index) if worker else (None, None)
-            self.events.add("delivery", "t6.gateway_accepted", pid, index,
+            self.events.add(EventKind.DELIVERY, labels.GATEWAY_ACCEPTED, pid, index,
                             f"{delivery.delivery_id} key {delivery.idempotency_key}",
                             ref=delivery.delivery_id)
-            self._total("t6.gateway_accepted")
+            self.totals.hit(labels.GATEWAY_ACCEPTED)
             if worker is not None:
-                self._maybe_kill("t6.gateway_accepted", worker)
-
-    def _total(self, label: str) -> KillPoint:
-        self.totals[label] = self.totals.get(label, 0) + 1
-        return KillPoint(label, self.totals[label])
+                self._maybe_kill(labels.GATEWAY_ACCEPTED, worker)
 
     def _maybe_kill(self, label: str, worker: Worker) -> bool:
-        self.counts[label] = self.counts.get(label, 0) + 1
-        if not self.pending or self.pending[0].label != label:
+        point = self.since_kill.hit(label)
+        if not self.pending or self.pending[0] != point:
             return False
-        if self.counts[label] != self.pending[0].occurrence:
-            return False
-        point = self.pending.pop(0)
-        self.counts.clear()
+        self.pending.pop(0)
+        self.since_kill.clear()
         worker.kill()
-        self.events.add("kill", label, worker.pid, worker.index, f"SIGKILL at {point}",
+        self.events.add(EventKind.KILL, label, worker.pid, worker.index, f"SIGKILL at {point}",
                         ref=str(point))
         return True

@@ -1,6 +1,6 @@
 """Property-based exploration: Hypothesis draws crash schedules and shrinks a failure.
 
-DESIGN.md, "Property-based exploration": instead of the fixed kill matrix, Hypothesis draws
+``docs/design.md``, "Property-based exploration": instead of the fixed kill matrix, Hypothesis draws
 *variants* of one scenario and runs each as one real execution (``harness.execution``) with
 the same checklist and verdict. A variant is
 
@@ -36,7 +36,6 @@ Hypothesis ignores its database when given a seed).
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from collections import Counter
@@ -47,22 +46,36 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, assume, given, seed, settings
-from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky
 
-from harness.evidence import Evidence
-from harness.execution import ExecutionPlan, ExecutionResult, execute
+from harness.execution import execute
+from harness.explore_space import (
+    MAX_FAULTS,
+    MAX_KILLS,
+    MAX_OCCURRENCE,
+    Space,
+    Variant,
+    learn_space,
+    variant_name,
+    variants,
+)
 from harness.launcher import Launcher, make_launcher
-from harness.matrix import points_from_trace
-from harness.mock_gateway import FaultSpec
-from harness.runner import RunResult, execution_dirname
-from harness.scenario import Scenario, impossible, load_scenario
-from harness.schedule import CrashSchedule, KillPoint
-from harness.verdict import FAIL, PASS, UNKNOWN
-from shopops.errors import ShopOpsError
-from shopops.phases import Phase as LoopPhase
-from shopops.policy import POLICIES
+from harness.model import (
+    CrashSchedule,
+    ExecutionPlan,
+    ExecutionResult,
+    RunResult,
+    Scenario,
+    Verdict,
+)
+from harness.scenario import impossible, load_scenario
+from harness.scenario_toml import scenario_toml
+
+__all__ = ["CI_EXAMPLES", "DEV_EXAMPLES", "MAX_FAULTS", "MAX_KILLS", "MAX_OCCURRENCE",
+           "PROFILES", "Example", "ExplorationFailure", "ExploreResult", "Space", "Variant",
+           "explore", "learn_space", "profile_settings", "scenario_toml", "variant_name",
+           "variants", "write_explore_report"]
 
 #: ``max_examples`` of the ``ci`` profile (fixed: CI runs are reproducible and bounded).
 CI_EXAMPLES = 40
@@ -84,184 +97,6 @@ settings.register_profile("shopops-explore-ci", derandomize=True, database=None,
                           max_examples=CI_EXAMPLES, **_COMMON)
 settings.register_profile("shopops-explore-dev", derandomize=False,
                           max_examples=DEV_EXAMPLES, **_COMMON)
-
-#: Fault choices, the least disruptive first (Hypothesis shrinks towards the first).
-_LATENCY_MS = (10, 100, 400)
-_STATUSES = (500, 502, 503, 504)
-#: At most this many faults: the client makes three attempts per send.
-MAX_FAULTS = 2
-MAX_KILLS = 3
-MAX_OCCURRENCE = 3
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One drawn variant of a scenario (see the module docstring).
-
-    Attributes:
-        kills: the crash schedule's kills, in order.
-        approve_at: approve when a worker reaches this point (``None``: after the park).
-        delay_hours: the approval lands this many hours after the park (simulated clock).
-        faults: the gateway's fault plan, one per send request in order.
-        policy: ``deterministic`` or ``varying``.
-    """
-
-    kills: tuple[KillPoint, ...]
-    approve_at: KillPoint | None = None
-    delay_hours: float = 0.0
-    faults: tuple[FaultSpec, ...] = ()
-    policy: str = "deterministic"
-
-    @property
-    def schedule(self) -> CrashSchedule:
-        """The crash schedule of the kills."""
-        return CrashSchedule(self.kills)
-
-    @property
-    def approval(self) -> str:
-        """When the approval lands, in words."""
-        if self.approve_at is not None:
-            return f"at {self.approve_at}"
-        return f"{self.delay_hours:g} h after the park" if self.delay_hours else "after the park"
-
-    def describe(self) -> str:
-        """Everything but the schedule, on one line:
-        ``approve after the park; faults -; policy deterministic``."""
-        faults = ",".join(f.label for f in self.faults) or "-"
-        return f"approve {self.approval}; faults {faults}; policy {self.policy}"
-
-    def key(self) -> str:
-        """The whole variant on one line (schedule id first); equal keys, equal variants."""
-        return f"{self.schedule.id} | {self.describe()}"
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready form."""
-        return {"schedule": self.schedule.id, "kills": [str(k) for k in self.kills],
-                "approval": self.approval,
-                "approve_at": str(self.approve_at) if self.approve_at else None,
-                "delay_hours": self.delay_hours, "faults": [f.label for f in self.faults],
-                "policy": self.policy}
-
-    def apply(self, base: Scenario) -> Scenario:
-        """The scenario that runs this variant: ``base`` with the drawn approval, faults and
-        policy, named ``<base>-explore``, whose matrix is exactly this schedule."""
-        return dataclasses.replace(
-            base, name=variant_name(base), path=None,
-            description=f"explored variant of {base.name}: {self.key()}",
-            policy=self.policy, approve_at=self.approve_at,
-            approve_delay_h=float(self.delay_hours), gateway_faults=self.faults,
-            points=(), schedules=(self.schedule,), baseline=False, double=False)
-
-
-def variant_name(base: Scenario) -> str:
-    """The scenario name of ``base``'s variants (execution ids ``<name>[<schedule>]``)."""
-    return f"{base.name}-explore"
-
-
-@dataclass(frozen=True)
-class Space:
-    """What can be drawn for one scenario, learned from its trace run.
-
-    Attributes:
-        labels: every label the trace reached, in the order first reached.
-        reached: how many times the trace reached each label.
-        approve_points: points where the human can approve mid-story: the trace's points
-            after the park checkpoint (the first ``awaiting_approval`` row: the approval
-            request exists) and before its approval, plus the first hit of a later label
-            the scenario rules accept as ``approve_at`` (``t6.checkpoint_loaded``); empty
-            when the scenario cannot approve mid-story (a rejection, a bad ticket, twice).
-        policies: the policies to draw, the scenario's own first.
-    """
-
-    labels: tuple[str, ...]
-    reached: dict[str, int]
-    approve_points: tuple[KillPoint, ...]
-    policies: tuple[str, ...]
-
-
-def learn_space(base: Scenario, trace: Evidence) -> Space:
-    """The ``Space`` of ``base`` from the evidence of its no-kill trace run.
-
-    Raises:
-        ValueError: the trace reached no labelled point at all.
-    """
-    points = points_from_trace(trace)
-    if not points:
-        raise ValueError(f"the trace run of {base.name} reached no labelled point; "
-                         "nothing to explore")
-    reached = Counter(p.label for p in points)
-    approved = next((e.seq for e in trace.events if e.kind == "approve"), None)
-    parked = _park_commit(trace)
-    before: list[KillPoint] = []
-    later: list[KillPoint] = []
-    counts: Counter[str] = Counter()
-    for event in trace.events:
-        if event.kind not in ("hit", "delivery") or not event.label:
-            continue
-        counts[event.label] += 1
-        point = KillPoint(event.label, counts[event.label])
-        if parked is None or event.seq <= parked:
-            continue  # no approval request yet: the human would have nothing to approve
-        if approved is None or event.seq < approved:
-            before.append(point)
-        elif counts[event.label] == 1:
-            later.append(point)
-    approve_points = tuple(p for p in before + later
-                           if not impossible(dataclasses.replace(base, approve_at=p)))
-    policies = (base.policy,) + tuple(p for p in POLICIES if p != base.policy)
-    return Space(tuple(dict.fromkeys(p.label for p in points)), dict(reached),
-                 approve_points, policies)
-
-
-def _park_commit(trace: Evidence) -> int | None:
-    """The trace ``seq`` of the ``ckpt.before_commit`` hit that committed the first
-    ``awaiting_approval`` checkpoint (every save passes that point once, in row order), or
-    ``None`` if the trace has no such row or the rows and hits do not line up."""
-    try:
-        index = next(i for i, row in enumerate(trace.checkpoints)
-                     if LoopPhase(row.state().phase) is LoopPhase.AWAITING_APPROVAL)
-    except (StopIteration, ShopOpsError, ValueError):
-        return None
-    commits = [e.seq for e in trace.events if e.kind == "hit" and e.label == "ckpt.before_commit"]
-    return commits[index] if index < len(commits) else None
-
-
-def variants(space: Space) -> st.SearchStrategy[Variant]:
-    """The Hypothesis strategy of ``Variant`` over ``space``; it shrinks towards one kill
-    at the first label reached, approval after the park, no fault, the first policy."""
-
-    @st.composite
-    def point(draw: st.DrawFn) -> KillPoint:
-        label = draw(st.sampled_from(space.labels))
-        seen = min(MAX_OCCURRENCE, space.reached[label])
-        # one draw in eight goes one hit past what the trace reached (a retry's
-        # t6.request_leaving#2, a recheck and a resume both loading the checkpoint);
-        # the others stay within it. Shrinks to within, then to #1.
-        past = draw(st.integers(0, 7)) == 7 and seen < MAX_OCCURRENCE
-        occurrence = seen + 1 if past else draw(st.integers(1, seen))
-        return KillPoint(label, occurrence)
-
-    fault = st.one_of(
-        st.sampled_from(_LATENCY_MS).map(lambda ms: FaultSpec("latency", ms=ms)),
-        st.sampled_from(_STATUSES).map(lambda status: FaultSpec("error", status=status)),
-        st.just(FaultSpec("drop_after_accept")),
-    )
-    approvals: list[st.SearchStrategy[tuple[KillPoint | None, float]]] = [
-        st.just((None, 0.0))]
-    if space.approve_points:
-        approvals.append(st.sampled_from(space.approve_points).map(lambda p: (p, 0.0)))
-    approvals.append(st.integers(1, 72).map(lambda h: (None, float(h))))
-
-    @st.composite
-    def variant(draw: st.DrawFn) -> Variant:
-        kills = draw(st.lists(point(), min_size=1, max_size=MAX_KILLS))
-        approve_at, delay = draw(st.one_of(*approvals))
-        faults = draw(st.lists(fault, max_size=MAX_FAULTS))
-        policy = draw(st.sampled_from(space.policies))
-        return Variant(tuple(kills), approve_at, delay, tuple(faults), policy)
-
-    return variant()
-
 
 @dataclass(frozen=True)
 class Example:
@@ -339,17 +174,18 @@ class ExploreResult:
 
     def counts(self) -> dict[str, int]:
         """Executions by verdict, and in all."""
-        out = {v: sum(e.verdict == v for e in self.examples) for v in (PASS, FAIL, UNKNOWN)}
+        out = {v: sum(e.verdict == v for e in self.examples) for v in tuple(Verdict)}
         out["executions"] = len(self.examples)
         out["shrink_executions"] = sum(e.shrinking for e in self.examples)
         # unknown (e.g. a later kill never reached) although a check failed: worth a look
         out["unknown_with_failing_checks"] = sum(
-            e.verdict == UNKNOWN and bool(e.failing_checks) for e in self.examples)
+            e.verdict == Verdict.UNKNOWN and bool(e.failing_checks) for e in self.examples)
         return out
 
     def unknown_reasons(self) -> dict[str, int]:
         """Why executions came out ``unknown``: each reason and how often, most first."""
-        reasons = Counter(r for e in self.examples if e.verdict == UNKNOWN for r in e.reasons)
+        reasons = Counter(r for e in self.examples if e.verdict == Verdict.UNKNOWN
+                          for r in e.reasons)
         return dict(reasons.most_common())
 
     def as_dict(self) -> dict[str, Any]:
@@ -372,7 +208,7 @@ class ExploreResult:
             "scenario_file": str(self.scenario.path) if self.scenario.path else None,
             "profile": self.profile, "seed": self.seed, "max_examples": self.max_examples,
             "launcher": self.launcher, "elapsed_s": self.elapsed_s,
-            "verdict": FAIL if self.failure else PASS,
+            "verdict": Verdict.FAIL if self.failure else Verdict.PASS,
             "space": {"labels": list(self.space.labels), "reached": self.space.reached,
                       "approve_points": [str(p) for p in self.space.approve_points],
                       "policies": list(self.space.policies)},
@@ -445,7 +281,7 @@ def explore(
     exe_dir.mkdir(parents=True, exist_ok=True)
     try:
         trace_plan = ExecutionPlan(scenario, CrashSchedule())
-        trace = execute(trace_plan, exe_dir / f"trace--{execution_dirname(trace_plan)}",
+        trace = execute(trace_plan, exe_dir / f"trace--{trace_plan.dirname}",
                         launcher=workers, worker_timeout_s=worker_timeout_s)
         space = learn_space(scenario, trace.evidence)
         result = ExploreResult(scenario, out_dir, profile, seed_value,
@@ -457,7 +293,7 @@ def explore(
             assume(not impossible(drawn))
             plan = ExecutionPlan(drawn, variant.schedule)
             n = len(result.examples) + 1
-            workdir = exe_dir / f"{n:04d}--{execution_dirname(plan)}"
+            workdir = exe_dir / f"{n:04d}--{plan.dirname}"
             res = execute(plan, workdir, launcher=workers, worker_timeout_s=worker_timeout_s)
             failing = tuple(c.check_id for c in res.checks
                             if not c.passed and c.check_id not in drawn.expect_failing)
@@ -467,9 +303,9 @@ def explore(
             result.examples.append(example)
             if progress:
                 progress(example)
-            if res.verdict == PASS:
+            if res.verdict == Verdict.PASS:
                 shutil.rmtree(workdir, ignore_errors=True)
-            elif res.verdict == FAIL:
+            elif res.verdict == Verdict.FAIL:
                 if result.first_failure is None:
                     result.first_failure = example
                 raise ExplorationFailure(variant, res)
@@ -500,7 +336,7 @@ def explore(
 def _conclude(result: ExploreResult, final: ExplorationFailure | None, workers: Launcher,
               worker_timeout_s: float) -> None:
     """Record the shrunk failure, write it as a scenario file and replay it from there."""
-    failing = [e for e in result.examples if e.verdict == FAIL]
+    failing = [e for e in result.examples if e.verdict == Verdict.FAIL]
     if final is not None:
         # the last failing execution is Hypothesis's final run of the shrunk example
         shrunk = next((e for e in reversed(failing) if e.variant == final.variant), None)
@@ -525,7 +361,7 @@ def _conclude(result: ExploreResult, final: ExplorationFailure | None, workers: 
     result.scenario_file = path
     result.replay = plan.replay
     result.replay_result = execute(plan, result.out_dir / "executions" /
-                                   f"replay--{execution_dirname(plan)}",
+                                   f"replay--{plan.dirname}",
                                    launcher=workers, worker_timeout_s=worker_timeout_s)
 
 
@@ -542,66 +378,10 @@ def write_explore_report(result: ExploreResult) -> dict[str, Path]:
 
     paths = {"explore": write_json(result.out_dir / "explore.json", result.as_dict())}
     if result.replay_result is not None:
-        run = RunResult(result.out_dir.name, result.out_dir, [result.replay_result],
+        run = RunResult(result.out_dir.name, result.out_dir, (result.replay_result,),
                         started_at=datetime.now(UTC).isoformat(),
                         elapsed_s=result.replay_result.elapsed_s, launcher=result.launcher)
         paths.update(write_reports(run, result.out_dir))
     else:
         point_latest(result.out_dir)
     return paths
-
-
-# -- scenario files -------------------------------------------------------------------
-def _q(text: str) -> str:
-    """A TOML basic string (JSON's escapes are TOML's; DEL must be escaped too)."""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
-def _b(value: bool) -> str:
-    return "true" if value else "false"
-
-
-def _list(items: Any) -> str:
-    return "[" + ", ".join(_q(str(i)) for i in items) + "]"
-
-
-def _fault(f: FaultSpec) -> str:
-    extra = f", ms = {f.ms}" if f.kind in ("latency", "delay_after_accept") else (
-        f", status = {f.status}" if f.kind == "error" else "")
-    return f"{{ kind = {_q(f.kind)}{extra} }}"
-
-
-def scenario_toml(s: Scenario, *, comment: str = "") -> str:
-    """``s`` as a scenario file that ``load_scenario`` reads back as ``s`` (every field
-    written, defaults too; ``path`` aside). ``comment`` goes on top as ``#`` lines."""
-    lines = [f"# {line}".rstrip() for line in comment.splitlines()]
-    lines += [f"name = {_q(s.name)}", f"description = {_q(s.description)}", "",
-              "[case]", f"case_id = {_q(s.case_id)}", f"order_id = {_q(s.order_id)}", "",
-              "[sut]", f"policy = {_q(s.policy)}",
-              f"idempotency_keys = {_b(s.idempotency_keys)}"]
-    if s.read_timeout_s is not None:
-        lines.append(f"read_timeout_s = {float(s.read_timeout_s)!r}")
-    lines += ["",
-              "[crash]",
-              f"points = {_list(s.points) if s.points is not None else _q('all')}",
-              f"schedules = {_list(x.id for x in s.schedules)}",
-              f"baseline = {_b(s.baseline)}", f"double = {_b(s.double)}", "",
-              "[human]", f"action = {_q(s.human_action)}"]
-    if s.approve_at is not None:
-        lines.append(f"approve_at = {_q(str(s.approve_at))}")
-    lines += [f"delay_hours = {float(s.approve_delay_h)!r}", f"twice = {_b(s.approve_twice)}",
-              f"ticket = {_q(s.ticket)}", "",
-              "[gateway]", "faults = [" + ", ".join(_fault(f) for f in s.gateway_faults) + "]",
-              "", "[concurrency]", f"resumers = {s.resumers}", f"leases = {_b(s.leases)}",
-              f"lease_ttl_s = {float(s.lease_ttl_s)!r}", f"same_owner = {_b(s.same_owner)}"]
-    if s.takeover_at is not None:
-        lines.append(f"takeover_at = {_q(str(s.takeover_at))}")
-    lines += ["", "[storage]", f"fault = {_q(s.storage_fault)}"]
-    if s.lock_at is not None:
-        lines.append(f"lock_at = {_q(str(s.lock_at))}")
-    lines += [f"lock_ms = {s.lock_ms}", "", "[expect]",
-              f"failing_checks = {_list(sorted(s.expect_failing))}",
-              f"deliveries = {s.expect_deliveries}"]
-    if s.expect_worker_error is not None:
-        lines.append(f"worker_error = {_q(s.expect_worker_error)}")
-    return "\n".join(lines) + "\n"

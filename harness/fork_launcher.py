@@ -1,7 +1,7 @@
 """``ForkLauncher``: workers forked by a pre-imported fork server (``harness.forkserver``).
 
 One fork server per launcher, started lazily at the first ``start`` in its own session
-(DESIGN.md, "Speed"): a worker start costs a ``fork()`` instead of an interpreter start and
+(``docs/design.md``, "Speed"): a worker start costs a ``fork()`` instead of an interpreter start and
 the imports. Each worker is still a real OS process in its own session; ``kill()``
 SIGKILLs its process group straight from the harness, from any thread, exactly as for a
 spawned worker.
@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.forkserver import kill_worker
-from harness.launcher import Launcher, SpawnLauncher
 from harness.processes import REGISTRY, STOPPING, HarnessStopping, Worker
+from harness.spawn_launcher import SpawnLauncher
 
 #: Modules ``ForkLauncher`` forks by default: the reference loop only.
 DEFAULT_MODULES = ("shopops",)
@@ -273,14 +273,15 @@ class ForkLauncher:
     name = "fork"
 
     def __init__(self, *, modules: Sequence[str] = DEFAULT_MODULES,
-                 fallback: Launcher | None = _DEFAULT, start_timeout_s: float = 60.0,
+                 fallback: SpawnLauncher | None = _DEFAULT, start_timeout_s: float = 60.0,
                  hold: bool = True, code_path: str | None = None) -> None:
         self.code_path = code_path
         #: where the server imports ``shopops`` from: the first of its path that has it
         self.root = _package_root("shopops", (code_path, _SRC))
         self.modules = tuple(modules)
         self.hold = hold
-        self.fallback: Launcher | None = SpawnLauncher() if fallback is _DEFAULT else fallback
+        self.fallback: SpawnLauncher | None = (SpawnLauncher() if fallback is _DEFAULT
+                                                else fallback)
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._server: _Server | None = None

@@ -5,7 +5,7 @@ SOCKET_PATH`` in its own session, handing it the already listening Unix socket (
 bound at ``SOCKET_PATH``). It imports everything a worker needs (``PRELOAD``) before it
 accepts a connection, never starts a thread, and then forks one child per request: the
 interpreter start-up and the imports are paid once, a worker start costs a ``fork()``
-(DESIGN.md, "Speed"). The worker is still a real OS process in its own session, SIGKILLed
+(``docs/design.md``, "Speed"). The worker is still a real OS process in its own session, SIGKILLed
 from outside by the harness.
 
 Protocol: JSON lines over the socket.
@@ -65,6 +65,7 @@ PRELOAD = (
     "shopops.runtime", "shopops.worker", "shopops.loop", "shopops.checkpoint",
     "shopops.approvals", "shopops.gateway_client", "shopops.tools", "shopops.records",
     "shopops.policy", "shopops.labels", "shopops.state", "shopops.phases", "shopops.errors",
+    "shopops.grant",
 )
 #: Seconds the server waits for its control connection before it gives up and exits.
 HELLO_TIMEOUT_S = 60.0

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.checks import CHECK_IDS
-from harness.execution import ExecutionResult
 from harness.launcher import Launcher, make_launcher
-from harness.sut import SRC, Sut
+from harness.model import SRC, ExecutionResult, Sut
 from shopops.errors import ShopOpsError
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")

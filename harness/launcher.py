@@ -1,13 +1,18 @@
-"""How workers are started. ``Launcher`` is the protocol; ``SpawnLauncher`` starts a fresh
-interpreter per worker (full isolation, the only choice for a foreign implementation);
-``harness.fork_launcher.ForkLauncher`` forks the reference loop from a pre-imported server.
-``make_launcher`` builds one by name (``--launcher``, ``--crash-launcher``)."""
+"""How workers are started. ``Launcher`` is the protocol; one module per implementation
+(like pytest-xdist's ``scheduler/``): ``harness.spawn_launcher.SpawnLauncher`` starts a
+fresh interpreter per worker (full isolation, the only choice for a foreign
+implementation); ``harness.fork_launcher.ForkLauncher`` forks the reference loop from a
+pre-imported server. ``make_launcher``, the factory, lives here with the protocol: the
+implementations never import this module back, so there is no import cycle."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from harness.processes import Worker, spawn
+from harness.processes import Worker
+from harness.spawn_launcher import SpawnLauncher
+
+__all__ = ["LAUNCHERS", "Launcher", "SpawnLauncher", "make_launcher"]
 
 #: Launcher names, the default first.
 LAUNCHERS = ("fork", "spawn")
@@ -31,20 +36,6 @@ class Launcher(Protocol):
     def close(self) -> None:
         """Release the launcher's resources; workers still running are killed. Idempotent."""
         ...
-
-
-class SpawnLauncher:
-    """A fresh ``python`` per worker (``subprocess.Popen``, new session)."""
-
-    name = "spawn"
-
-    def start(self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: str,
-              stderr: str, index: int) -> Worker:
-        """See ``Launcher.start``."""
-        return spawn(argv, env=env, cwd=cwd, stdout=stdout, stderr=stderr, index=index)
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 def make_launcher(name: str) -> Launcher:

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.evidence import Evidence
-from harness.execution import ExecutionPlan
-from harness.scenario import Scenario
-from harness.schedule import CrashSchedule, KillPoint
-from harness.sut import REFERENCE, Sut
+from harness.model import (
+    REFERENCE,
+    CrashSchedule,
+    EventKind,
+    Evidence,
+    ExecutionPlan,
+    KillPoint,
+    Scenario,
+    Sut,
+    number_trace,
+)
 
 
 def points_from_trace(trace: Evidence) -> tuple[KillPoint, ...]:
@@ -24,13 +30,7 @@ def points_from_trace(trace: Evidence) -> tuple[KillPoint, ...]:
     Args:
         trace: the evidence of a no-kill execution.
     """
-    counts: dict[str, int] = {}
-    points = []
-    for event in trace.events:
-        if event.kind in ("hit", "delivery") and event.label:
-            counts[event.label] = counts.get(event.label, 0) + 1
-            points.append(KillPoint(event.label, counts[event.label]))
-    return tuple(points)
+    return tuple(point for _, point in number_trace(trace.events))
 
 
 def single_kill_plans(scenario: Scenario, reached: tuple[KillPoint, ...],
@@ -47,16 +47,10 @@ def single_kill_plans(scenario: Scenario, reached: tuple[KillPoint, ...],
 def points_after_first_kill(ev: Evidence) -> tuple[KillPoint, ...]:
     """The kill points the recovery from an execution's first kill passed, numbered from
     that kill (the way a second kill of a schedule counts its hits)."""
-    first = next((e.seq for e in ev.events if e.kind == "kill"), None)
+    first = next((e.seq for e in ev.events if e.kind == EventKind.KILL), None)
     if first is None:
         return ()
-    counts: dict[str, int] = {}
-    points = []
-    for event in ev.events:
-        if event.seq > first and event.kind in ("hit", "delivery") and event.label:
-            counts[event.label] = counts.get(event.label, 0) + 1
-            points.append(KillPoint(event.label, counts[event.label]))
-    return tuple(points)
+    return tuple(point for _, point in number_trace(ev.events, after=first))
 
 
 def double_kill_plans(first: ExecutionPlan, evidence: Evidence) -> list[ExecutionPlan]:

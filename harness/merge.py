@@ -17,11 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.execution import ExecutionResult
+from harness.model import NO_KILL, ExecutionResult, RunResult, ShardPlan
 from harness.run_json import RunFile, RunFileError, read_run_json
-from harness.runner import RunResult
-from harness.schedule import NO_KILL
-from harness.shard import ShardPlan
 
 
 class MergeError(ValueError):
@@ -102,11 +99,11 @@ def merge_runs(files: Sequence[RunFile], run_id: str, out_dir: Path) -> RunResul
     rows.sort(key=lambda row: row[0])
     launchers = sorted({f.run.launcher for f in files})
     return RunResult(
-        run_id, out_dir, results=[r for _, r, _ in rows],
+        run_id, out_dir, results=tuple(r for _, r, _ in rows),
         started_at=min(f.run.started_at for f in files),
         elapsed_s=max(f.run.elapsed_s for f in files),
         interrupted=any(f.run.interrupted for f in files),
-        launcher="+".join(launchers), repeats=[rep for _, _, rep in rows],
+        launcher="+".join(launchers), repeats=tuple(rep for _, _, rep in rows),
         stopped_early=any(f.run.stopped_early for f in files))
 
 

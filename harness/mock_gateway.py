@@ -1,9 +1,10 @@
 """The harness-owned mock email gateway: a real HTTP server on loopback with a durable log.
 
-It is the authority on what was delivered (DESIGN.md): a duplicate is two deliveries for one
-logical send, whatever the worker believes. It dedupes by ``Idempotency-Key`` as the IETF
-draft "The Idempotency-Key HTTP Header Field" describes (same key + same payload → the
-original answer; same key + another payload → refused), and can be told to misbehave.
+It is the authority on what was delivered (``docs/design.md``): a duplicate is two
+deliveries for one logical send, whatever the worker believes. It dedupes by
+``Idempotency-Key`` as the IETF draft "The Idempotency-Key HTTP Header Field" describes
+(same key + same payload → the original answer; same key + another payload → refused), and
+can be told to misbehave.
 
 Endpoints:
     ``POST /v1/messages`` — JSON ``{"case_id", "to", "subject", "body"}`` (all strings),
@@ -38,22 +39,22 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from harness.model.evidence import Delivery, GatewayLog, RequestRecord
+from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
 from harness.serving import ServerThread
 
 _log = logging.getLogger(__name__)
 
-FAULT_KINDS = ("latency", "error", "drop_after_accept", "pause_after_accept",
-               "delay_after_accept")
-#: Longest ``ms`` a latency or delayed reply may have (a minute: a fault, not a hang).
-MAX_FAULT_MS = 60_000
+__all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
+           "GatewayLog", "MockGateway", "RequestRecord", "read_log", "serve"]
+
 MESSAGE_FIELDS = ("case_id", "to", "subject", "body")
 
 _SCHEMA = """
@@ -68,100 +69,6 @@ CREATE TABLE IF NOT EXISTS deliveries (
     "to" TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL,
     delivered_at TEXT NOT NULL);
 """
-
-
-@dataclass(frozen=True)
-class FaultSpec:
-    """One planned misbehaviour. ``kind`` is one of ``FAULT_KINDS``; ``ms`` (milliseconds,
-    0..``MAX_FAULT_MS``; ``latency`` and ``delay_after_accept`` only, required there) and
-    ``status`` (500–599, ``error`` only)."""
-
-    kind: str
-    ms: int | None = None
-    status: int | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any) -> FaultSpec:
-        """Validate a fault dict such as ``{"kind": "error", "status": 503}``.
-
-        Raises:
-            ValueError: not a dict, an unknown ``kind``, a missing/mistyped/out-of-range
-                ``ms``/``status``, or an unexpected key; the message names the field and
-                the allowed values.
-        """
-        if not isinstance(data, dict):
-            raise ValueError(f"fault: expected an object, got {type(data).__name__}")
-        kind = data.get("kind")
-        if kind not in FAULT_KINDS:
-            raise ValueError(f"fault.kind: {kind!r} is not one of {', '.join(FAULT_KINDS)}")
-        allowed = {"kind"} | {"latency": {"ms"}, "delay_after_accept": {"ms"},
-                              "error": {"status"}}.get(kind, set())
-        for key in data:
-            if key not in allowed:
-                raise ValueError(f"fault.{key}: not allowed for kind {kind!r} "
-                                 f"(allowed: {', '.join(sorted(allowed))})")
-        ms, status = data.get("ms"), data.get("status")
-        if kind in ("latency", "delay_after_accept") and not (
-                _is_int(ms) and 0 <= ms <= MAX_FAULT_MS):
-            raise ValueError(f"fault.ms: {ms!r} must be an integer in 0..{MAX_FAULT_MS} "
-                             "(milliseconds)")
-        if kind == "error" and not (_is_int(status) and 500 <= status <= 599):
-            raise ValueError(f"fault.status: {status!r} must be an integer in 500..599")
-        return cls(kind, ms, status)
-
-    @property
-    def label(self) -> str:
-        """How the request log records it: ``latency:50ms``, ``error:503``, or the kind."""
-        if self.kind in ("latency", "delay_after_accept"):
-            return f"{self.kind}:{self.ms}ms"
-        return f"error:{self.status}" if self.kind == "error" else self.kind
-
-
-@dataclass(frozen=True)
-class RequestRecord:
-    """One ``POST /v1/messages`` as the gateway saw it. ``status`` is the status decided (with
-    ``drop_after_accept`` no reply reached the client); ``received_epoch`` is seconds since
-    the epoch; ``delivery_id``/``duplicate`` say which delivery the answer named."""
-
-    seq: int
-    received_at: str
-    received_epoch: float
-    idempotency_key: str | None
-    body_sha256: str
-    case_id: str | None
-    status: int
-    fault: str | None
-    worker_pid: int | None
-    remote_port: int | None
-    delivery_id: str | None
-    duplicate: bool
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One email the gateway delivered (committed before any reply was written)."""
-
-    delivery_id: str
-    request_seq: int
-    idempotency_key: str | None
-    body_sha256: str
-    case_id: str
-    to: str
-    subject: str
-    body: str
-    delivered_at: str
-
-
-@dataclass(frozen=True)
-class GatewayLog:
-    """The durable log: every request and every delivery, in order."""
-
-    requests: tuple[RequestRecord, ...]
-    deliveries: tuple[Delivery, ...]
-
-    def deliveries_for(self, case_id: str) -> tuple[Delivery, ...]:
-        """The deliveries made for ``case_id``."""
-        return tuple(d for d in self.deliveries if d.case_id == case_id)
 
 
 def read_log(db_path: str | Path) -> GatewayLog:
@@ -403,7 +310,7 @@ def _insert_sql(table: str, row: dict[str, Any]) -> str:
     return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(':' + k for k in row)})"
 
 def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> None:
-    """Run the gateway in the foreground until SIGINT/SIGTERM (for ``shopops gateway serve``).
+    """Run the gateway in the foreground until SIGINT/SIGTERM (for ``shopops-chaos gateway serve``).
 
     Prints one line, ``gateway listening on URL (log: DB)``, flushed, once it accepts
     connections. Must be called from the main thread (it installs signal handlers).
@@ -455,10 +362,6 @@ def _sha256(message: dict[str, str]) -> str:
 
 def _iso(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
-
-
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _json(data: Any, status: int = 200) -> Response:

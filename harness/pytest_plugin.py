@@ -113,10 +113,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
 
 def _execute(config: pytest.Config, plan: Any) -> Any:
     from harness.execution import execute
-    from harness.runner import execution_dirname
 
     base = config.stash[_TMP_KEY]
-    workdir = Path(tempfile.mkdtemp(prefix=execution_dirname(plan)[:40] + "-", dir=base))
+    workdir = Path(tempfile.mkdtemp(prefix=plan.dirname[:40] + "-", dir=base))
     return execute(plan, workdir, launcher=_launcher(config),
                    worker_timeout_s=config.getoption("--crash-timeout"))
 
@@ -138,10 +137,9 @@ class ScenarioFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         """Validate the file (``ScenarioError`` becomes a collection error), trace it,
         yield the items."""
-        from harness.execution import ExecutionPlan
         from harness.matrix import double_kill_plans, points_from_trace, single_kill_plans
+        from harness.model import CrashSchedule, ExecutionPlan
         from harness.scenario import load_scenario
-        from harness.schedule import CrashSchedule
 
         scenario = load_scenario(self.path)
         trace = _execute(self.config, ExecutionPlan(scenario, CrashSchedule()))
@@ -238,14 +236,13 @@ def crash_runner(request: pytest.FixtureRequest) -> Callable[..., Any]:
     schedule id (``"no-kill"``, ``"t4.parked"``, ``"a>b"``); ``scenario`` a
     ``harness.scenario.Scenario`` or a path to a scenario file; extra keyword arguments
     override its fields (``idempotency_keys=False``). Returns the
-    ``harness.execution.ExecutionResult``; ``harness.pytest_plugin.explain(result)`` turns
+    ``harness.model.ExecutionResult``; ``harness.pytest_plugin.explain(result)`` turns
     it into the text a failing scenario item prints.
     """
     from dataclasses import replace
 
-    from harness.execution import ExecutionPlan
-    from harness.scenario import Scenario, load_scenario
-    from harness.schedule import CrashSchedule
+    from harness.model import CrashSchedule, ExecutionPlan, Scenario
+    from harness.scenario import load_scenario
 
     def runner(schedule: str = "no-kill", scenario: Any = None, **fields: Any) -> Any:
         if scenario is None:

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.codec import CodecError, decode, encode
+from harness.model import RunResult, Scenario
 from harness.reports.base import write_atomic
-from harness.runner import RunResult
-from harness.scenario import Scenario
 
 FILENAME = "run.json"
 FORMAT = "shopops-chaos-run/1"

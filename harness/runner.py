@@ -8,74 +8,35 @@ workers from starting; every live worker is then killed and reaped.
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.execution import ExecutionPlan, ExecutionResult, execute
+from harness.execution import execute
 from harness.launcher import Launcher, make_launcher
 from harness.matrix import double_kill_plans, points_from_trace, single_kill_plans
+from harness.model import (
+    NO_KILL,
+    REFERENCE,
+    CrashSchedule,
+    ExecutionPlan,
+    ExecutionResult,
+    KillPoint,
+    RunResult,
+    Scenario,
+    Shard,
+    ShardPlan,
+    Sut,
+    Verdict,
+)
 from harness.processes import REGISTRY, STOPPING, HarnessStopping
-from harness.scenario import Scenario
-from harness.schedule import NO_KILL, CrashSchedule, KillPoint
-from harness.shard import Shard, ShardPlan, cut_matrix
-from harness.sut import REFERENCE, Sut
-from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN
+from harness.shard import cut_matrix
+
+__all__ = ["Progress", "RunResult", "execution_dirname", "new_run_id", "run"]
 
 Progress = Callable[[int, int, ExecutionResult], None]
-
-
-@dataclass
-class RunResult:
-    """All executions of one ``shopops-chaos run``.
-
-    Attributes:
-        run_id: ``YYYYmmddTHHMMSSZ-<pid>``; the report folder's name.
-        out_dir: ``reports/<run_id>``.
-        results: executions in plan order (scenario, then kill point order).
-        started_at: ISO-8601 UTC.
-        elapsed_s: wall seconds.
-        interrupted: the run was stopped by SIGINT/SIGTERM before it finished.
-        launcher: the launcher's name.
-        repeats: for each of ``results``, the repeat (1-based) it belongs to (soak runs,
-            ``repeat`` > 1: the same ids come back once per repeat).
-        stopped_early: ``fail_fast`` stopped the run at its first failing execution.
-        shard: the part of the matrix this run is (``run(shard=...)``), else ``None``.
-        shard_plan: how the matrix was cut (every shard's units, ``harness.shard``), which
-            ``merge`` compares across shards; ``None`` when not sharded.
-    """
-
-    run_id: str
-    out_dir: Path
-    results: list[ExecutionResult] = field(default_factory=list)
-    started_at: str = ""
-    elapsed_s: float = 0.0
-    interrupted: bool = False
-    launcher: str = "spawn"
-    repeats: list[int] = field(default_factory=list)
-    stopped_early: bool = False
-    shard: Shard | None = None
-    shard_plan: ShardPlan | None = None
-
-    @property
-    def verdict(self) -> str:
-        """``fail`` if any execution failed, else ``unknown`` if any is unknown (or the run
-        was interrupted, or there were no executions), else ``pass``."""
-        verdicts = {r.verdict for r in self.results}
-        if FAIL in verdicts:
-            return FAIL
-        if UNKNOWN in verdicts or self.interrupted or not self.results:
-            return UNKNOWN
-        return PASS
-
-    @property
-    def exit_status(self) -> int:
-        """0 pass, 1 fail, 2 unknown (``harness.verdict.EXIT_STATUS``)."""
-        return EXIT_STATUS[self.verdict]
 
 
 def new_run_id() -> str:
@@ -84,8 +45,8 @@ def new_run_id() -> str:
 
 
 def execution_dirname(plan: ExecutionPlan) -> str:
-    """A filesystem-safe folder name for a plan (``o1001--t6.gateway_accepted``)."""
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{plan.scenario.name}--{plan.schedule.id}")
+    """A filesystem-safe folder name for a plan (``ExecutionPlan.dirname``)."""
+    return plan.dirname
 
 
 def run(
@@ -142,8 +103,9 @@ def run(
     if launcher is None or isinstance(launcher, str):
         launcher = make_launcher(launcher or "fork")
     started = time.monotonic()
-    result = RunResult(out_dir.name, out_dir, started_at=datetime.now(UTC).isoformat(),
-                       launcher=launcher.name, shard=shard)
+    started_at = datetime.now(UTC).isoformat()
+    interrupted = stopped_early = False
+    cuts: list[ShardPlan] = []  # the shard plan, once the matrix was cut
     finished: dict[tuple[int, str], ExecutionResult] = {}  # (repeat, id)
     order: list[tuple[int, str]] = []
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
@@ -154,7 +116,7 @@ def run(
         exe_dir = out_dir / "executions" / (f"repeat-{rep}" if repeat > 1 else "")
 
         def do(plan: ExecutionPlan) -> ExecutionResult:
-            return execute(plan, exe_dir / execution_dirname(plan), launcher=launcher,
+            return execute(plan, exe_dir / plan.dirname, launcher=launcher,
                            worker_timeout_s=worker_timeout_s)
 
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
@@ -191,7 +153,7 @@ def run(
             done_here += 1
             if progress:
                 progress(done_here, total, res)
-            if fail_fast and res.verdict == FAIL and not stop:
+            if fail_fast and res.verdict == Verdict.FAIL and not stop:
                 stop = True  # cancel what has not started; running ones finish
                 for queued in (pending, traces):
                     for f in [f for f in queued if f.cancel()]:
@@ -207,7 +169,7 @@ def run(
             nonlocal cut
             assert shard is not None
             cut = cut_matrix(scenarios, learned, schedule, shard.count, durations or {}, sut)
-            result.shard_plan = cut
+            cuts[:] = [cut]
             for res in held:
                 if res.plan.scenario.baseline and mine(res.plan.scenario, NO_KILL):
                     report(res)
@@ -269,13 +231,13 @@ def run(
             if on_repeat:
                 on_repeat(rep)
             if matrix(rep):
-                result.stopped_early = True
+                stopped_early = True
                 break
     except (KeyboardInterrupt, SystemExit, HarnessStopping):
-        result.interrupted = True  # the caller reports what finished; nothing is lost
+        interrupted = True  # the caller reports what finished; nothing is lost
         STOPPING.set()
     except BaseException:
-        result.interrupted = True
+        interrupted = True
         STOPPING.set()
         raise
     finally:
@@ -287,7 +249,8 @@ def run(
         if owned:
             launcher.close()
         keys = [k for k in order if k in finished]
-        result.results = [finished[k] for k in keys]
-        result.repeats = [rep for rep, _ in keys]
-        result.elapsed_s = round(time.monotonic() - started, 3)
+        result = RunResult(out_dir.name, out_dir, tuple(finished[k] for k in keys),
+                           started_at, round(time.monotonic() - started, 3), interrupted,
+                           launcher.name, tuple(rep for rep, _ in keys), stopped_early,
+                           shard, cuts[0] if cuts else None)
     return result

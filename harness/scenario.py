@@ -11,13 +11,20 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.checks import CHECK_IDS
-from harness.mock_gateway import FaultSpec
-from harness.schedule import CrashSchedule, KillPoint
+from harness.model import (
+    CrashSchedule,
+    FaultSpec,
+    HumanAction,
+    KillPoint,
+    Scenario,
+    StorageFault,
+    TicketKind,
+)
+from shopops import labels
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
 from shopops.records import Records
@@ -32,6 +39,8 @@ from shopops.validators import (
     folder_path,
 )
 
+__all__ = ["Scenario", "ScenarioError", "impossible", "load_scenario", "load_scenarios"]
+
 #: At most 4 workers at once; a scenario's lease from 0.1 s (shopops.validators bounds).
 _RESUMERS = Number(1, 4, "workers at once", integer=True)
 _LEASE_TTL_S = Number(0.1, LEASE_TTL_S.hi, "seconds")
@@ -43,85 +52,11 @@ class ScenarioError(ShopOpsError, ValueError):
     """A bad scenario file (fields: ``path``, ``field``, ``line`` or ``None``, ``reason``)."""
 
 
-HUMAN_ACTIONS = ("approve", "reject")
-TICKETS = ("issued", "forged", "forged_in_state", "other_case", "stale_draft", "consumed")
-STORAGE_FAULTS = ("none", "corrupt_json", "truncated_json", "invalid_utf8", "unknown_version",
-                  "v1_checkpoint", "lock")
+HUMAN_ACTIONS = tuple(HumanAction)
+TICKETS = tuple(TicketKind)
+STORAGE_FAULTS = tuple(StorageFault)
 WORKER_ERRORS = ("ApprovalRefused", "CheckpointCorrupt", "UnsupportedSchemaVersion",
                  "LeaseHeld", "FencedOff", "GatewayRejected", "GatewayUnavailable")
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A validated scenario (``scenarios/README.md`` documents each field).
-
-    Attributes:
-        name: the id prefix of its executions (``o1001``).
-        path: the file it came from (``None`` when built in code).
-        description: one line for reports.
-        case_id, order_id: the case.
-        policy: ``deterministic`` or ``varying``.
-        idempotency_keys: SUT option; ``False`` demonstrates duplicates (exercise 3).
-        read_timeout_s: SUT option ``--read-timeout``: seconds the gateway client waits for
-            a reply per attempt (``None``: the SUT's default, 5 s for the reference).
-        points: kill points for single-kill executions; ``None`` means every point the
-            trace run reaches.
-        schedules: extra multi-kill schedules.
-        baseline: also run the no-kill execution.
-        double: also run every ordered pair (first kill, second kill reached during the
-            recovery from the first), learned from the single-kill executions.
-        human_action: ``approve`` or ``reject``.
-        approve_at: approve when a worker reaches this point (mid-resume) instead of after
-            the park.
-        approve_delay_h: the approval lands this many hours after the park (simulated
-            clock: the queue's and the resuming workers' clocks run ahead).
-        approve_twice: the human approves again; the queue must refuse the second.
-        ticket: which ticket the resuming worker is offered (``TICKETS``).
-        gateway_faults: the mock gateway's fault plan, one per send request in order.
-        resumers: workers started together after the approval.
-        leases: workers take a lease (owner ``worker-<n>``) of ``lease_ttl_s`` seconds.
-        takeover_at: hold the first resumer at this point until a second worker, its clock
-            past the lease, took the case over; then release it (it must be fenced).
-        same_owner: every worker takes its lease as ``worker-0`` (a restarted worker
-            reusing its identity): a re-acquired lease must still get a new fence.
-        storage_fault: injected before the resume (``STORAGE_FAULTS``).
-        lock_at, lock_ms: for ``lock``: hold an exclusive SQLite lock for ``lock_ms``
-            milliseconds from the moment a worker reaches ``lock_at``.
-        expect_failing: check ids expected to fail in every killed execution.
-        expect_deliveries: deliveries the case must end with (1; 0 when nothing may send).
-        expect_worker_error: the error a resuming worker must stop with (exit 1), e.g.
-            ``CheckpointCorrupt``; such an exit is then expected, not ``unknown``.
-    """
-
-    name: str
-    path: Path | None = None
-    description: str = ""
-    case_id: str = "case-O-1001"
-    order_id: str = "O-1001"
-    policy: str = "deterministic"
-    idempotency_keys: bool = True
-    read_timeout_s: float | None = None
-    points: tuple[KillPoint, ...] | None = None
-    schedules: tuple[CrashSchedule, ...] = ()
-    baseline: bool = True
-    double: bool = False
-    human_action: str = "approve"
-    approve_at: KillPoint | None = None
-    approve_delay_h: float = 0.0
-    approve_twice: bool = False
-    ticket: str = "issued"
-    gateway_faults: tuple[FaultSpec, ...] = ()
-    resumers: int = 1
-    leases: bool = False
-    lease_ttl_s: float = 30.0
-    takeover_at: KillPoint | None = None
-    same_owner: bool = False
-    storage_fault: str = "none"
-    lock_at: KillPoint | None = None
-    lock_ms: int = 300
-    expect_failing: frozenset[str] = field(default_factory=frozenset)
-    expect_deliveries: int = 1
-    expect_worker_error: str | None = None
 
 
 _NUM = (int, float)
@@ -296,9 +231,9 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
             faults.append(FaultSpec.from_dict(raw))
         except ValueError as exc:
             raise fail("gateway.faults", f"fault {i + 1}: {exc}") from None
-    action = choice(human, "human.action", "approve", HUMAN_ACTIONS)
-    ticket = choice(human, "human.ticket", "issued", TICKETS)
-    fault = choice(storage, "storage.fault", "none", STORAGE_FAULTS)
+    action = HumanAction(choice(human, "human.action", "approve", HUMAN_ACTIONS))
+    ticket = TicketKind(choice(human, "human.ticket", "issued", TICKETS))
+    fault = StorageFault(choice(storage, "storage.fault", "none", STORAGE_FAULTS))
     worker_error = expect.get("worker_error")
     if worker_error is not None and worker_error not in WORKER_ERRORS:
         raise fail("expect.worker_error",
@@ -365,24 +300,14 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
             problems.append(("gateway.faults", f"delay_after_accept ms = {f.ms} must exceed "
                              f"the client's read timeout ({timeout_ms:g} ms; "
                              "sut.read_timeout_s) to answer after it"))
-    if s.takeover_at is not None and s.takeover_at.label not in _RESUMER_POINTS:
+    if s.takeover_at is not None and s.takeover_at.label not in labels.RESUMER_POINTS:
         problems.append(("concurrency.takeover_at",
                          f"{s.takeover_at.label} is not reached by a resuming worker; allowed: "
-                         + ", ".join(sorted(_RESUMER_POINTS))))
-    if s.approve_at is not None and s.approve_at.label in _AFTER_APPROVAL:
+                         + ", ".join(sorted(labels.RESUMER_POINTS))))
+    if s.approve_at is not None and s.approve_at.label in labels.AFTER_APPROVAL:
         problems.append(("human.approve_at", f"{s.approve_at.label} is only reached after "
                                              "an approval"))
     return problems
-
-
-#: Points a worker resuming an approved case reaches (where a slow one can be held).
-_RESUMER_POINTS = frozenset({"t6.checkpoint_loaded", "t6.approval_granted",
-                             "t6.send_key_persisted", "t6.request_leaving",
-                             "t6.reply_received", "ckpt.before_commit"})
-#: Points a worker can only reach once the case was approved.
-_AFTER_APPROVAL = frozenset({"t6.approval_granted", "t6.send_key_persisted",
-                             "t6.request_leaving", "t6.gateway_accepted", "t6.reply_received",
-                             "t7.completed_saved"})
 
 
 def _str(value: Any) -> str:

@@ -1,11 +1,11 @@
-"""Kill points and crash schedules.
+"""Kill points and crash schedules (the types live in ``harness.model.plan``).
 
 A ``KillPoint`` is a labelled point and which hit of it to kill at: ``t6.request_leaving#2``
 is the second time any worker of the execution reaches ``t6.request_leaving`` (``#1`` is
 written without the suffix). Hits are counted across every worker of the execution since
-the start, or since the previous kill of the schedule fired, so the same text names the same
-moment in the trace run and in the killed run (their prefixes are identical: the loop is
-deterministic up to the kill).
+the start, or since the previous kill of the schedule fired (``harness.model.hits``), so
+the same text names the same moment in the trace run and in the killed run (their
+prefixes are identical: the loop is deterministic up to the kill).
 
 A ``CrashSchedule`` is the ordered kills of one execution; its id joins them with ``>``:
 ``t3.checkpoint_saved>t6.gateway_accepted`` kills at the park checkpoint, then kills the
@@ -14,73 +14,6 @@ resuming worker when the gateway accepts. The empty schedule's id is ``no-kill``
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
+from harness.model.plan import NO_KILL, CrashSchedule, KillPoint
 
-from shopops import labels
-from shopops.validators import MAX_OCCURRENCE
-
-NO_KILL = "no-kill"
-_POINT = re.compile(r"(?P<label>[a-z0-9_.]+)(?:#(?P<occurrence>[0-9]+))?")
-
-
-@dataclass(frozen=True, order=True)
-class KillPoint:
-    """``label`` (from ``shopops.labels``) and ``occurrence`` (1-based hit count)."""
-
-    label: str
-    occurrence: int = 1
-
-    def __str__(self) -> str:
-        return self.label if self.occurrence == 1 else f"{self.label}#{self.occurrence}"
-
-    @classmethod
-    def parse(cls, text: str) -> KillPoint:
-        """Parse ``label`` or ``label#N``.
-
-        Raises:
-            ValueError: malformed, ``N`` outside 1..``MAX_OCCURRENCE``, an unknown label,
-                or a ``queue`` label (the human's approval is not a place a worker can be
-                killed); the message lists the allowed labels.
-        """
-        match = _POINT.fullmatch(text.strip())
-        if not match:
-            raise ValueError(f"kill point {text!r} is not of the form label or label#N")
-        label = match["label"]
-        digits = match["occurrence"] or "1"
-        if len(digits) > 6 or not 1 <= int(digits) <= MAX_OCCURRENCE:
-            raise ValueError(f"kill point {text!r}: the occurrence #N must be from 1 to "
-                             f"{MAX_OCCURRENCE}")
-        occurrence = int(digits)
-        known = labels.BY_NAME.get(label)
-        if known is None or known.side == "queue":
-            allowed = ", ".join(n for n, lab in labels.BY_NAME.items() if lab.side != "queue")
-            raise ValueError(f"kill point {text!r}: unknown label {label!r}; allowed: {allowed}")
-        return cls(label, occurrence)
-
-
-@dataclass(frozen=True, order=True)
-class CrashSchedule:
-    """The kills of one execution, in the order they must fire."""
-
-    kills: tuple[KillPoint, ...] = ()
-
-    @property
-    def id(self) -> str:
-        """``a>b`` or ``no-kill``."""
-        return ">".join(str(k) for k in self.kills) or NO_KILL
-
-    def __str__(self) -> str:
-        return self.id
-
-    @classmethod
-    def parse(cls, text: str) -> CrashSchedule:
-        """Parse a schedule id: ``no-kill``, ``t4.parked``, or kills joined by ``>``.
-
-        Raises:
-            ValueError: see ``KillPoint.parse``.
-        """
-        text = text.strip()
-        if text in ("", NO_KILL):
-            return cls(())
-        return cls(tuple(KillPoint.parse(part) for part in text.split(">")))
+__all__ = ["NO_KILL", "CrashSchedule", "KillPoint"]

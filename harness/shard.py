@@ -26,19 +26,17 @@ no such variables: set ``SHOPOPS_SHARD: ${{ matrix.shard }}/N`` (README, "Shardi
 
 from __future__ import annotations
 
-import hashlib
 import json
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
 
 from harness.matrix import single_kill_plans
+from harness.model.shard import Shard, ShardError, ShardPlan, Unit
 from harness.scenario import Scenario
 from harness.schedule import NO_KILL, CrashSchedule, KillPoint
 from harness.sut import REFERENCE, Sut
-from shopops.validators import MAX_SHARDS, shard_spec
+from shopops.validators import shard_spec
 
 #: (variable with the index, variable with the count, index base), in the order read.
 CI_VARIABLES: tuple[tuple[str, str, int], ...] = (
@@ -46,27 +44,6 @@ CI_VARIABLES: tuple[tuple[str, str, int], ...] = (
     ("CIRCLE_NODE_INDEX", "CIRCLE_NODE_TOTAL", 0),  # CircleCI `parallelism:`
     ("BUILDKITE_PARALLEL_JOB", "BUILDKITE_PARALLEL_JOB_COUNT", 0),  # Buildkite `parallelism:`
 )
-
-
-class ShardError(ValueError):
-    """A shard spec or CI variable that cannot name a shard; the message names the input,
-    the value and what is allowed."""
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Shard ``index`` (1-based) of ``count`` (1..``MAX_SHARDS``)."""
-
-    index: int
-    count: int
-
-    def __post_init__(self) -> None:
-        if not (1 <= self.count <= MAX_SHARDS and 1 <= self.index <= self.count):
-            raise ShardError(f"shard {self.index}/{self.count}: allowed I/N with "
-                             f"1 <= I <= N <= {MAX_SHARDS}")
-
-    def __str__(self) -> str:
-        return f"{self.index}/{self.count}"
 
 
 def parse_shard(text: str, what: str = "--shard") -> Shard:
@@ -125,22 +102,6 @@ def resolve_shard(option: str | None, env: Mapping[str, str]) -> Shard | None:
     return parse_shard(option)
 
 
-@dataclass(frozen=True)
-class Unit:
-    """What one shard runs as a whole: ``scenario`` and ``key`` — ``no-kill`` (the trace
-    run) or the id of a family's first schedule (``t4.parked``, ``a>b`` for a listed
-    multi-kill schedule); ``executions``: how many it is expected to hold."""
-
-    scenario: str
-    key: str
-    executions: int = 1
-
-    @property
-    def id(self) -> str:
-        """``scenario[key]``: the id of the unit's first execution."""
-        return f"{self.scenario}[{self.key}]"
-
-
 def family_key(execution_id: str) -> str:
     """The unit an execution id belongs to: ``o1001[a>b]`` -> ``o1001[a]`` for a double
     kill, ``o1001[a>b>c]`` -> itself (three kills are only ever listed by hand).
@@ -187,45 +148,6 @@ def earlier_durations(path: Path | None) -> dict[str, float]:
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ShardError(f"--durations {file}: not a summary.json with executions[].id and "
                          f"elapsed_s: {type(exc).__name__}: {exc}") from None
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """Which shard runs which unit: ``units`` in matrix order, ``owners`` the 1-based shard
-    of each (same order), ``costs`` the expected seconds of each."""
-
-    count: int
-    units: tuple[Unit, ...]
-    owners: tuple[int, ...]
-    costs: tuple[float, ...]
-
-    def owner_of(self, scenario: str, key: str) -> int | None:
-        """The shard that runs unit ``scenario[key]``, ``None`` if it is not a unit."""
-        return self._index.get((scenario, key))
-
-    @cached_property
-    def _index(self) -> dict[tuple[str, str], int]:
-        return {(u.scenario, u.key): o for u, o in zip(self.units, self.owners, strict=True)}
-
-    def load(self, shard: int) -> float:
-        """Expected seconds of ``shard``."""
-        return sum(c for c, o in zip(self.costs, self.owners, strict=True) if o == shard)
-
-    @property
-    def fingerprint(self) -> str:
-        """SHA-256 over ``count`` and every (unit, owner): equal iff two shards cut the
-        same matrix the same way."""
-        text = json.dumps([self.count, [[u.scenario, u.key, o] for u, o
-                                        in zip(self.units, self.owners, strict=True)]])
-        return hashlib.sha256(text.encode()).hexdigest()
-
-    def as_dict(self, shard: Shard) -> dict[str, object]:
-        """What a shard's ``summary.json`` records under ``shard``."""
-        return {"index": shard.index, "count": shard.count, "fingerprint": self.fingerprint,
-                "units": len(self.units),
-                "units_here": sum(o == shard.index for o in self.owners),
-                "expected_s": round(self.load(shard.index), 3),
-                "expected_s_all": [round(self.load(i), 3) for i in range(1, self.count + 1)]}
 
 
 def plan_shards(units: Iterable[Unit], count: int,

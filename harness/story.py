@@ -1,220 +1,285 @@
-"""The story one execution drives, in real processes (DESIGN.md; Chapter 8's timeline).
+"""The story engine: interprets a scenario's story, step by step, in real processes
+(``docs/design.md``, "The story engine"; Chapter 8's timeline).
 
-1. before the approval: a ``start`` worker runs the case until it parks; while the last
-   worker was killed before the human decided, a ``recheck`` worker resumes without approval
-   (it must park again and send nothing). A v1-checkpoint scenario instead copies the v1
-   fixture and runs ``migrate`` workers until the explicit migration commits;
-2. a storage fault, if the scenario has one, is injected into the checkpoint database;
-3. the human decides through the approval queue (t5): approve (possibly hours later on a
-   simulated clock, possibly twice), reject, or hand the worker a bad ticket — or approves
-   mid-resume, when a worker reaches ``approve_at``;
-4. ``resume`` workers run until one finishes without being killed (several at once, or a
-   slow one whose lease another worker takes over, when the scenario says so).
+A story is an ordered list of steps (``harness.model.story``): start workers of a role, a
+human decision on a named gate, hold or slow a worker at a labelled point, release it,
+advance the simulated clock, inject a storage fault. A scenario writes them as
+``[[story]]`` tables, or its tables expand into them (``harness.story_plan``). Kill
+schedules apply across the whole story: the kill controller counts every worker's hits.
 
-The harness plays the human and the approval queue's operator; it never writes the loop's
-state except for an injected fault, which it records.
+``drive`` plays the story and returns a frozen ``StoryRecord``. The harness plays the
+human and the approval queue's operator; it never writes the loop's state except for an
+injected fault, which it records.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from harness.controller import HOLD_LIMIT_S, KillController
-from harness.evidence import EventLog, WorkerRun, read_checkpoints
+from harness.controller import HOLD_LIMIT_S, Hold, KillController
+from harness.evidence import EventLog, read_checkpoints
 from harness.launcher import Launcher
-from harness.processes import Worker
-from harness.scenario import Scenario
-from harness.schedule import KillPoint
+from harness.model import (
+    PAST_LEASE,
+    ClockStep,
+    EventKind,
+    ExecutionPlan,
+    HoldStep,
+    HumanAction,
+    HumanStep,
+    KillPoint,
+    ReleaseStep,
+    Step,
+    StorageFault,
+    StorageStep,
+    StoryRecord,
+    TicketKind,
+    Wait,
+    When,
+    WorkerRole,
+    WorkerRun,
+    WorkersStep,
+)
+from harness.processes import HarnessStopping
 from harness.storage_faults import LockHolder, inject_row, install_v1_fixture
-from harness.sut import REFERENCE, Sut
+from harness.story_plan import story_of
+from harness.story_workers import RUN_ID, Started, Workers
+from shopops import labels
 from shopops.approvals import ApprovalQueue
-from shopops.checkpoint import CheckpointRow, CheckpointStore
+from shopops.checkpoint import CheckpointStore
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
 
-RUN_ID = "run-1"
+__all__ = ["APPROVER", "drive"]
+
 APPROVER = "maya"
 FORGED_TICKET = "apr-forged-1"
 OTHER_CASE = ("case-O-1002", "O-1002")
 
 
-class Story:
-    """Runs the story of one execution; its attributes are the evidence it gathered."""
+def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
+          events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float
+          ) -> StoryRecord:
+    """Play the story of ``plan`` in ``workdir`` and return what happened.
 
-    def __init__(self, scenario: Scenario, workdir: Path, launcher: Launcher,
+    A harness error while the story runs cuts it short: it is recorded in
+    ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). Every
+    worker is reaped before this returns.
+
+    Raises:
+        HarnessStopping, KeyboardInterrupt, SystemExit: the run is being stopped.
+    """
+    engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
+                     channel=channel, worker_timeout_s=worker_timeout_s)
+    try:
+        engine.play()
+    except (HarnessStopping, KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # judged with the reason; the run goes on
+        engine.w.errors.append(f"harness error during the story: {type(exc).__name__}: "
+                               f"{exc}")
+    finally:
+        engine.close()
+    return engine.record()
+
+
+class _CutShort(Exception):
+    """A step could not happen (its reason is in the errors): the story stops there."""
+
+
+class _Engine:
+    def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
-                 channel: str, worker_timeout_s: float, max_workers: int,
-                 sut: Sut = REFERENCE) -> None:
-        self.s = scenario
-        self.sut = sut
-        self.workdir = workdir
-        self.launcher = launcher
+                 channel: str, worker_timeout_s: float) -> None:
+        self.s = s = plan.scenario
+        self.steps = story_of(s)
         self.controller = controller
         self.events = events
-        self.gateway_url = gateway_url
-        self.channel = channel
-        self.timeout = worker_timeout_s
-        self.max_workers = max_workers
-        self.runs: list[WorkerRun] = []
-        self.errors: list[str] = []
+        workers = [st for st in self.steps if isinstance(st, WorkersStep)]
+        holds = [st for st in self.steps if isinstance(st, HoldStep)]
+        extra = max([HOLD_LIMIT_S if not h.ms else h.ms / 1000 for h in holds], default=0.0)
+        self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
+                         gateway_url=gateway_url, channel=channel,
+                         timeout_s=worker_timeout_s, extra_wait_s=extra)
+        # the budget of workers: one per kill, the largest group, and a margin
+        self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
+                                                           default=1) + 4)
         self.approval_event: int | None = None
         self.checkpoint_seq_at_approval: int | None = None
-        self.injected: list[CheckpointRow] = []
         self.v1_rows = 0
-        self.offered_ticket: str | None = None
-        self.clock_offset_s = 0.0
-        self.ckpt_db = workdir / "checkpoints.db"
-        self.appr_db = workdir / "approvals.db"
-        self.gw_db = workdir / "gateway.db"
+        self.unrecovered = False  # the latest workers step left a harness kill behind
+        self.holds: dict[KillPoint, Hold] = {}
+        self.background: list[Started] = []
         self._lock_holder: LockHolder | None = None
-        self._started = 0
-        self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
 
     # -- the story ----------------------------------------------------------------------
-    def run(self) -> None:
-        """Play the whole story (see the module docstring)."""
-        s = self.s
-        if s.approve_at is not None:
-            self.controller.add_hook(s.approve_at, lambda worker: self.approve())
-        if s.lock_at is not None:
-            self.controller.add_hook(s.lock_at, lambda worker: self._take_lock())
+    def play(self) -> None:
+        handlers: dict[type, Callable[[Step], None]] = {
+            WorkersStep: self._workers, HumanStep: self._human, HoldStep: self._hold,
+            ReleaseStep: self._release, ClockStep: self._clock, StorageStep: self._storage}
         try:
-            if s.storage_fault == "v1_checkpoint":
-                self._before_approval_v1()
-            else:
-                self._before_approval()
-            if s.storage_fault in ("corrupt_json", "truncated_json", "invalid_utf8",
-                                   "unknown_version"):
-                self._inject(s.storage_fault)
-            if s.approve_at is None:
-                self._human_decides()
-            self._resume()
+            for step in self.steps:
+                if step.when is When.KILLED and not self.unrecovered:
+                    continue
+                handlers[type(step)](step)
+        except _CutShort:
+            pass  # recorded in the errors; the steps after it cannot happen as written
         finally:
-            if self._lock_holder is not None:
-                self._lock_holder.close()
+            for hold in self.holds.values():
+                hold.release.set()
+            while self.background:
+                self.w.finish(self.background.pop(0))
 
-    def _before_approval(self) -> None:
-        run = self.worker("start")
-        while self._again(run) and self.approval_event is None:
-            run = self.worker("recheck")
+    def close(self) -> None:
+        if self._lock_holder is not None:
+            self._lock_holder.close()
 
-    def _before_approval_v1(self) -> None:
-        self.v1_rows = install_v1_fixture(self.ckpt_db)
-        self._phase = self.latest_phase()
-        migrate = self.sut.argv("migrate", str(self.ckpt_db))
-        run = self.worker("migrate", migrate)
-        while self._again(run):
-            run = self.worker("migrate", migrate)
-        rows, _ = read_checkpoints(self.ckpt_db, self.s.case_id)
-        try:
-            draft = rows[-1].state().draft if rows else None
-        except ShopOpsError as exc:
-            self.errors.append(f"the migrated checkpoint cannot be read: {exc}")
-            return
-        if draft is not None:  # the queue held the parked case's request all along
-            with ApprovalQueue(self.appr_db) as queue:
-                queue.request(self.s.case_id, draft.digest())
+    def record(self) -> StoryRecord:
+        w = self.w
+        return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
+                           self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
+                           w.ckpt_db, w.appr_db, w.gw_db, w.workdir)
 
-    def _human_decides(self) -> None:
-        s = self.s
-        if s.human_action == "reject":
-            self._as_queue(lambda q: q.reject(s.case_id, approver=APPROVER), "rejected")
-            return
-        if s.ticket == "issued":
-            self.approve()
-            if s.approve_twice:
-                self._as_queue(lambda q: q.approve(s.case_id, approver=APPROVER),
-                               "second approval")
-            return
-        self._bad_ticket(s.ticket)
+    # -- workers -------------------------------------------------------------------------
+    def _workers(self, step: Step) -> None:
+        assert isinstance(step, WorkersStep)
+        if step.together:
+            runs = self._together(step)
+            self.unrecovered = any(r.killed_by_harness for r in runs)
+        elif step.wait is Wait.HELD:
+            self._until_held(step)
+        else:
+            self.unrecovered = False
+            for _ in range(step.count):
+                if not self._may_start(step.role):
+                    break
+                run = self.w.run(step.role, step.owner)
+                while self._again(run) and step.recover and self._may_start(step.recover):
+                    run = self.w.run(step.recover, step.owner)
+                self.unrecovered = self.unrecovered or run.killed_by_harness
+        if step.role is WorkerRole.MIGRATE:
+            self._request_migrated()
 
-    def _resume(self) -> None:
-        s = self.s
-        if s.takeover_at is not None:
-            self._takeover()
-            return
-        if s.resumers > 1:
-            runs = self._together(s.resumers)
-            if not any(r.killed_by_harness for r in runs):
-                return
-            self.clock_offset_s += s.lease_ttl_s + 1  # the killed holder's lease expires
-        run = self.worker("resume")
-        while self._again(run):
-            run = self.worker("resume")
+    def _may_start(self, role: WorkerRole) -> bool:
+        """A recheck is a resume before any approval: never once the human approved."""
+        return role is not WorkerRole.RECHECK or self.approval_event is None
 
     def _again(self, run: WorkerRun) -> bool:
         """Another worker follows a killed one, within the budget."""
         if run.killed_by_harness and self.s.leases:
-            self.clock_offset_s += self.s.lease_ttl_s + 1  # its lease expires meanwhile
-        return run.killed_by_harness and len(self.runs) < self.max_workers
+            self.w.clock_offset_s += self.s.lease_ttl_s + 1  # its lease expires meanwhile
+        return run.killed_by_harness and len(self.w.runs) < self.max_workers
 
-    def _takeover(self) -> None:
-        """A slow resumer is held at ``takeover_at``; after its lease expired (simulated
-        clock) a second worker takes the case over and finishes; then the slow one goes on
-        and must be fenced off."""
-        assert self.s.takeover_at is not None
-        hold = self.controller.add_hold(self.s.takeover_at)
-        slow = self.start_worker("resume")
-        if not hold.held.wait(self.timeout):
-            self.errors.append(f"no worker reached {self.s.takeover_at} to be held")
-            hold.release.set()
-            self.finish_worker(slow)
-            return
-        offset = self.clock_offset_s
-        self.clock_offset_s += self.s.lease_ttl_s + 1
-        run = self.worker("takeover")
-        self.clock_offset_s = offset
+    def _together(self, step: WorkersStep) -> list[WorkerRun]:
+        """Start ``count`` workers at once. The first to load the checkpoint (it holds the
+        lease) is held there until every other one has stopped, so they truly overlap."""
+        label = labels.CHECKPOINT_LOADED
+        hold = self.controller.add_hold(KillPoint(label, self.controller.totals.seen(label)
+                                                  + 1))
+        started = [self.w.start(step.role, step.owner) for _ in range(step.count)]
+        if not hold.held.wait(self.w.timeout):
+            self.w.errors.append(f"no concurrent worker reached {label}")
+        others = [st for st in started if st.worker is not hold.worker]
+        runs = [self.w.finish(st) for st in others]
         hold.release.set()
-        self.finish_worker(slow)
-        if run.killed_by_harness:  # the takeover worker died: the case goes on without it
-            self.clock_offset_s += 2 * (self.s.lease_ttl_s + 1)
-            run = self.worker("resume")
-            while self._again(run):
-                run = self.worker("resume")
+        runs += [self.w.finish(st) for st in started if st.worker is hold.worker]
+        return runs
+
+    def _until_held(self, step: WorkersStep) -> None:
+        """Start one worker in the background and wait until a pending hold holds it."""
+        hold = next(h for h in reversed(self.holds.values()) if not h.release.is_set())
+        started = self.w.start(step.role, step.owner)
+        self.unrecovered = False
+        if not hold.held.wait(self.w.timeout):
+            self.w.errors.append(f"no worker reached {hold.point} to be held")
+            hold.release.set()
+            self.w.finish(started)
+            raise _CutShort
+        self.background.append(started)
+
+    def _hold(self, step: Step) -> None:
+        assert isinstance(step, HoldStep)
+        limit = step.ms / 1000 if step.ms else HOLD_LIMIT_S
+        self.holds[step.at] = self.controller.add_hold(step.at, limit_s=limit)
+
+    def _release(self, step: Step) -> None:
+        assert isinstance(step, ReleaseStep)
+        self.holds[step.at].release.set()
+        while self.background:
+            self.w.finish(self.background.pop(0))
+
+    def _clock(self, step: Step) -> None:
+        assert isinstance(step, ClockStep)
+        by = self.s.lease_ttl_s + 1 if step.advance_s == PAST_LEASE else float(step.advance_s)
+        self.w.clock_offset_s += by
+        self.events.add(EventKind.CLOCK, None, None, None, f"clock +{by:g} s")
 
     # -- the human and the queue --------------------------------------------------------
-    def approve(self) -> None:
+    def _human(self, step: Step) -> None:
+        assert isinstance(step, HumanStep)
+        if step.at is not None:  # mid-story: when a worker gets there
+            self.controller.add_hook(step.at, lambda worker: self._decide(step))
+        else:
+            self._decide(step)
+
+    def _decide(self, step: HumanStep) -> None:
+        case = self.s.case_id
+        if step.action is HumanAction.REJECT:
+            extra = {"feedback": step.feedback} if step.feedback is not None else {}
+            self._as_queue(lambda q: q.reject(case, approver=APPROVER, **extra),
+                           f"{step.gate} rejected" if extra else "rejected")
+        elif step.ticket is TicketKind.ISSUED:
+            self._approve(step.delay_hours)
+            if step.twice:
+                self._as_queue(lambda q: q.approve(case, approver=APPROVER),
+                               "second approval")
+        else:
+            self._bad_ticket(step.ticket)
+
+    def _approve(self, hours: float) -> None:
         """The human approves the case's pending send: the queue issues the ticket (t5)."""
-        rows, _ = read_checkpoints(self.ckpt_db, self.s.case_id)
-        self.checkpoint_seq_at_approval = rows[-1].seq if rows else 0
-        hours = self.s.approve_delay_h
+        rows, _ = read_checkpoints(self.w.ckpt_db, self.s.case_id)
+        seq_now = rows[-1].seq if rows else 0
         try:
-            with ApprovalQueue(self.appr_db, clock=offset_clock(hours * 3600)) as queue:
+            with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600)) as queue:
                 ticket = queue.approve(self.s.case_id, approver=APPROVER)
-            event = self.events.add("approve", "t5.approved", None, None,
+            event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"{ticket.ticket_id} by {APPROVER}"
                                     + (f", {hours:g} h after the park" if hours else ""),
                                     ref=ticket.ticket_id)
         except ShopOpsError as exc:
-            event = self.events.add("approve", "t5.approved", None, None, f"refused: {exc}")
-            self.errors.append(f"the human could not approve: {exc}")
-        self.clock_offset_s += hours * 3600
-        self.approval_event = event.seq
+            event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
+                                    f"refused: {exc}")
+            self.w.errors.append(f"the human could not approve: {exc}")
+        self.w.clock_offset_s += hours * 3600
+        if self.approval_event is None:
+            self.approval_event = event.seq
+            self.checkpoint_seq_at_approval = seq_now
 
     def _as_queue(self, act: Callable[[ApprovalQueue], object], what: str) -> None:
         try:
-            with ApprovalQueue(self.appr_db) as queue:
+            with ApprovalQueue(self.w.appr_db) as queue:
                 result = act(queue)
-            self.events.add("human", None, None, None, f"{what}: {result}")
+            self.events.add(EventKind.HUMAN, None, None, None, f"{what}: {result}")
         except ShopOpsError as exc:
-            self.events.add("human", None, None, None, f"{what} refused: {exc}")
+            self.events.add(EventKind.HUMAN, None, None, None, f"{what} refused: {exc}")
+        except TypeError as exc:  # the queue does not know a field the story gave it
+            self.w.errors.append(f"the human could not act ({what}): {exc}")
 
-    def _bad_ticket(self, kind: str) -> None:
-        """Hand the resuming worker a ticket the queue must refuse."""
+    def _bad_ticket(self, kind: TicketKind) -> None:
+        """Hand the next workers a ticket the queue must refuse."""
         case = self.s.case_id
-        with ApprovalQueue(self.appr_db) as queue:
-            if kind == "forged":
-                ticket = FORGED_TICKET
-            elif kind == "forged_in_state":
+        with ApprovalQueue(self.w.appr_db) as queue:
+            if kind is TicketKind.FORGED:
+                ticket: str | None = FORGED_TICKET
+            elif kind is TicketKind.FORGED_IN_STATE:
                 self._forge_into_state()
                 ticket = None
-            elif kind == "other_case":
+            elif kind is TicketKind.OTHER_CASE:
                 queue.request(OTHER_CASE[0], "0" * 64)
                 ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
-            elif kind == "stale_draft":
+            elif kind is TicketKind.STALE_DRAFT:
                 queue.request(case, "f" * 64)  # an older draft's digest
                 ticket = queue.approve(case, approver=APPROVER).ticket_id
             else:  # consumed: approved, then used by another send
@@ -222,145 +287,62 @@ class Story:
                 queue.consume(approved.ticket_id, case, approved.draft_digest,
                               f"{case}:send_email:another-send")
                 ticket = approved.ticket_id
-        self.offered_ticket = ticket
-        self.events.add("human", None, None, None, f"{kind} ticket offered: {ticket}",
+        self.w.offered_ticket = ticket
+        self.events.add(EventKind.HUMAN, None, None, None, f"{kind} ticket offered: {ticket}",
                         ref=ticket)
 
     def _forge_into_state(self) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval
         on resume"): the harness appends that state as a checkpoint. Raises the store's
         error if the loop left no readable parked checkpoint to forge from."""
-        with CheckpointStore(self.ckpt_db) as store:
+        with CheckpointStore(self.w.ckpt_db) as store:
             state = store.load(self.s.case_id, RUN_ID)
             state.approval_ticket = FORGED_TICKET
             state.transition("approved")
             state.done = False
             seq = store.save(state, run_id=RUN_ID)
-            self.injected += [r for r in store.history(self.s.case_id, RUN_ID) if r.seq == seq]
-        self.events.add("inject", None, None, None, f"forged ticket written at seq {seq}",
+            self.w.injected += [r for r in store.history(self.s.case_id, RUN_ID)
+                                if r.seq == seq]
+        self.events.add(EventKind.INJECT, None, None, None, f"forged ticket written at seq {seq}",
                         ref=str(seq))
 
-    def _inject(self, kind: str) -> None:
-        row = inject_row(self.ckpt_db, self.s.case_id, RUN_ID, kind)
+    # -- storage -------------------------------------------------------------------------
+    def _storage(self, step: Step) -> None:
+        assert isinstance(step, StorageStep)
+        if step.fault is StorageFault.V1_CHECKPOINT:
+            self.v1_rows = install_v1_fixture(self.w.ckpt_db)
+            self.w.reset_phase()
+        elif step.fault is StorageFault.LOCK:
+            assert step.at is not None
+            self.controller.add_hook(step.at, lambda worker: self._take_lock(step.ms))
+        else:
+            self._inject(step.fault)
+
+    def _inject(self, kind: StorageFault) -> None:
+        row = inject_row(self.w.ckpt_db, self.s.case_id, RUN_ID, kind)
         if row is None:
-            self.errors.append(f"storage fault {kind}: no checkpoint to corrupt")
+            self.w.errors.append(f"storage fault {kind}: no checkpoint to corrupt")
             return
-        self.injected.append(row)
-        self.events.add("inject", None, None, None, f"{kind} row at seq {row.seq}",
+        self.w.injected.append(row)
+        self.events.add(EventKind.INJECT, None, None, None, f"{kind} row at seq {row.seq}",
                         ref=str(row.seq))
 
-    def _take_lock(self) -> None:
-        self._lock_holder = LockHolder(self.ckpt_db, self.s.lock_ms)
+    def _take_lock(self, ms: int) -> None:
+        if self._lock_holder is None:
+            self._lock_holder = LockHolder(self.w.ckpt_db, ms)
         self._lock_holder.take()
-        self.events.add("lock", None, None, None,
-                        f"exclusive lock on checkpoints.db for {self.s.lock_ms} ms")
+        self.events.add(EventKind.LOCK, None, None, None,
+                        f"exclusive lock on checkpoints.db for {ms} ms")
 
-    # -- workers -------------------------------------------------------------------------
-    def argv(self, index: int) -> list[str]:
-        s = self.s
-        argv = self.sut.argv(
-            "run", "--db", str(self.ckpt_db), "--approvals", str(self.appr_db),
-            "--gateway", self.gateway_url, "--case", s.case_id, "--order", s.order_id,
-            "--run-id", RUN_ID, "--keys", "on" if s.idempotency_keys else "off",
-            "--policy", s.policy)
-        if s.read_timeout_s is not None:
-            argv += ["--read-timeout", f"{s.read_timeout_s:g}"]
-        if s.leases:
-            owner = "worker-0" if s.same_owner else f"worker-{index}"  # a restart reuses it
-            argv += ["--owner", owner, "--lease-ttl", f"{s.lease_ttl_s:g}"]
-        if self.offered_ticket is not None:
-            argv += ["--ticket", self.offered_ticket]
-        return argv
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
-        env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
-        env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
-        if self.clock_offset_s:
-            env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
-        return env
-
-    def worker(self, role: str, argv: list[str] | None = None) -> WorkerRun:
-        """Start one worker and wait for it."""
-        return self.finish_worker(self.start_worker(role, argv))
-
-    def _together(self, n: int) -> list[WorkerRun]:
-        """Start ``n`` resumers at once. The first to load the checkpoint (it holds the
-        lease) is held there until every other one has stopped, so they truly overlap."""
-        label = "t6.checkpoint_loaded"
-        hold = self.controller.add_hold(KillPoint(label, self.controller.totals.get(label, 0)
-                                                  + 1))
-        started = [self.start_worker("resume") for _ in range(n)]
-        if not hold.held.wait(self.timeout):
-            self.errors.append(f"no concurrent resumer reached {label}")
-        others = [st for st in started if st.worker is not hold.worker]
-        runs = [self.finish_worker(st) for st in others]
-        hold.release.set()
-        runs += [self.finish_worker(st) for st in started if st.worker is hold.worker]
-        return runs
-
-    def start_worker(self, role: str, argv: list[str] | None = None) -> _Started:
-        """Start one worker (index = launch order) without waiting for it."""
-        # Only workers change the phase and it is read as each one ends; while another
-        # worker still runs (a held or concurrent one), read it afresh.
-        phase_before = self._phase if self._started == len(self.runs) else self.latest_phase()
-        index = self._started
-        self._started += 1
-        out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
-        worker = self.launcher.start(argv or self.argv(index), env=self.env(),
-                                     cwd=str(self.workdir), stdout=str(out), stderr=str(err),
-                                     index=index)
-        self.controller.attach(worker)
-        self.events.add("worker_start", None, worker.pid, index, role)
-        release = getattr(worker, "release", None)
-        if release is not None:  # a fork-server child held at its start gate until attached
-            release()
-        return _Started(worker, role, phase_before, index)
-
-    def finish_worker(self, started: _Started) -> WorkerRun:
-        """Wait for (reap) a started worker and record its run."""
-        worker, role, phase_before, index = (started.worker, started.role,
-                                             started.phase_before, started.index)
-        info = worker.wait(self.timeout + (HOLD_LIMIT_S if self.s.takeover_at else 0))
-        self.events.add("worker_exit", None, worker.pid, index,
-                        f"returncode {info.returncode}"
-                        + (" (deadline passed)" if info.timed_out else ""))
-        if info.timed_out:
-            self.errors.append(f"worker {index} ({role}) passed its {self.timeout:g} s deadline")
-        out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
-        run = WorkerRun(index, role, worker.pid, info.returncode, info.killed_by_harness,
-                        info.timed_out, info.leftovers, _tail(out), _tail(err),
-                        round(info.elapsed_s, 4), self._read_phase(), phase_before)
-        self.runs.append(run)
-        self.runs.sort(key=lambda r: r.index)
-        return run
-
-    def _read_phase(self) -> str | None:
-        self._phase = self.latest_phase()
-        return self._phase
-
-    def latest_phase(self) -> str | None:
-        """The phase of the latest checkpoint the loop wrote, read by the harness."""
-        injected = {r.seq for r in self.injected}
-        rows, _ = read_checkpoints(self.ckpt_db, self.s.case_id)
-        rows = tuple(r for r in rows if r.seq not in injected)
+    def _request_migrated(self) -> None:
+        """After a migration, the queue holds the parked case's request, as it did all
+        along before the upgrade."""
+        rows, _ = read_checkpoints(self.w.ckpt_db, self.s.case_id)
         try:
-            return rows[-1].state().phase if rows else None
-        except ShopOpsError:
-            return None
-
-
-@dataclass(frozen=True)
-class _Started:
-    worker: Worker
-    role: str
-    phase_before: str | None
-    index: int
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+            draft = rows[-1].state().draft if rows else None
+        except ShopOpsError as exc:
+            self.w.errors.append(f"the migrated checkpoint cannot be read: {exc}")
+            return
+        if draft is not None:
+            with ApprovalQueue(self.w.appr_db) as queue:
+                queue.request(self.s.case_id, draft.digest())

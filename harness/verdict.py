@@ -1,72 +1,131 @@
-"""From checks to a verdict: ``pass``, ``fail`` or ``unknown``.
+"""From checks to a verdict: ``pass``, ``fail`` or ``unknown`` (``docs/design.md``,
+"Verdict precedence").
 
-``unknown`` is never a pass. It means the execution did not test what it claimed: a
-scheduled kill point was never reached, a worker died of anything other than the harness's
-own SIGKILL (the exit status must be exactly ``-SIGKILL``) or exited non-zero, a deadline
-passed, or the harness could not read its evidence.
+1. **fail** — a check failed on evidence the harness gathered itself (its gateway's log,
+   the checkpoint history it read, the approval records, its own trace), whatever the
+   workers' exits: two deliveries stay two deliveries when the worker then exits with a
+   typed refusal. A check the scenario expects to fail (a teaching demo) that passed is a
+   failure too.
+2. **unknown** — no check failed, but some check could not be decided because the evidence
+   it needs is missing: a scheduled kill point was never reached, a file could not be read,
+   the story was cut short (a deadline, a harness error), or a worker ended in a way nobody
+   declared (exited non-zero, or SIGKILLed by someone other than the harness). Each such
+   check carries the reason (``CheckResult.undecided``). ``unknown`` is never a pass.
+3. **pass** — every check decided and held.
 
-``fail`` means the evidence is complete and a check failed that the scenario did not
-expect to fail — or a check it expected to fail (a teaching demo) passed.
+A worker error the scenario declares (``expect.worker_error``) is an outcome, not a gap.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
-from harness.checks import CheckResult
-from harness.evidence import Evidence, WorkerRun
+from harness.checks import NEEDS
+from harness.model import (
+    CheckResult,
+    CheckStatus,
+    Evidence,
+    EvidenceSource,
+    ExecutionPlan,
+    Gap,
+    Verdict,
+    WorkerRun,
+)
 
-if TYPE_CHECKING:
-    from harness.execution import ExecutionPlan
-
-PASS, FAIL, UNKNOWN = "pass", "fail", "unknown"
+PASS, FAIL, UNKNOWN = Verdict.PASS, Verdict.FAIL, Verdict.UNKNOWN
 #: Exit status of ``shopops-chaos run`` for each overall verdict.
-EXIT_STATUS = {PASS: 0, FAIL: 1, UNKNOWN: 2}
+EXIT_STATUS = {v: v.exit_status for v in Verdict}
+
+
+def gaps(ev: Evidence, plan: ExecutionPlan) -> tuple[Gap, ...]:
+    """Every piece of missing evidence, in a stable order: kill points never reached,
+    undeclared worker exits, the story cut short, files the harness could not read."""
+    out = [Gap(EvidenceSource.SCHEDULE, f"kill point {k} was never reached")
+           for k in ev.unreached]
+    wanted = plan.scenario.expect_worker_error
+    for w in ev.workers:
+        if w.expected_exit or (wanted and stopped_with(w, wanted)):
+            continue
+        how = ("was SIGKILLed but not by the harness" if w.returncode == -9
+               and not w.killed_by_harness else f"exited with status {w.returncode}")
+        if w.timed_out:
+            how = "passed its deadline"
+        out.append(Gap(EvidenceSource.WORKERS, f"worker {w.index} ({w.role}) {how}; stderr: "
+                       f"{w.stderr_tail.splitlines()[-1] if w.stderr_tail else '(empty)'}"))
+    out += [Gap(EvidenceSource.STORY, e) for e in ev.errors]
+    out += list(ev.gaps)
+    return tuple(out)
+
+
+def decide(ev: Evidence, checks: tuple[CheckResult, ...], plan: ExecutionPlan
+           ) -> tuple[CheckResult, ...]:
+    """Each check decided or marked undecided, by the one rule of this module.
+
+    A check is undecided (``undecided`` set to the first gap's reason) when a gap concerns
+    it — a universal one (schedule, story, workers) or one in a file it reads
+    (``harness.checks.NEEDS``) — and it passed, or it failed but reads the file that could
+    not be read (its failure may be an artefact of the missing file). A failure on evidence
+    that was read stays a failure. A check that decided itself undecided stays so.
+    """
+    found = gaps(ev, plan)
+    out = []
+    for c in checks:
+        if c.undecided is not None:
+            out.append(c)
+            continue
+        needs = NEEDS.get(c.check_id, frozenset(EvidenceSource))
+        mine = [g for g in found if g.source.universal or g.source in needs]
+        unread = [g for g in mine if not g.source.universal]
+        blocking = unread if not c.passed else mine
+        out.append(replace(c, passed=False, undecided=blocking[0].reason) if blocking else c)
+    return tuple(out)
 
 
 def judge(ev: Evidence, checks: tuple[CheckResult, ...], plan: ExecutionPlan
-          ) -> tuple[str, tuple[str, ...]]:
+          ) -> tuple[Verdict, tuple[str, ...]]:
     """The verdict of one execution and the reasons for it.
 
     Args:
         ev: the evidence.
-        checks: ``harness.checks.run_checks(ev)``.
+        checks: ``harness.checks.run_checks(ev)``, decided or not (``decide`` is applied).
         plan: supplies the schedule and the scenario's expected failing checks (they apply
-            to executions with at least one kill; the no-kill baseline must be clean).
+            to executions with at least one kill; the no-kill baseline must be clean) and
+            its declared worker error.
 
     Returns:
-        ``(verdict, reasons)``.
+        ``(verdict, reasons)``: for ``fail`` the failing checks (and any expected failure
+        that did not happen); for ``unknown`` every gap, then which checks it left
+        undecided; for ``pass`` the expected outcomes that happened.
     """
-    unknown = [f"kill point {k} was never reached" for k in ev.unreached]
+    decided = decide(ev, checks, plan)
+    found = gaps(ev, plan)
     wanted = plan.scenario.expect_worker_error
-    stopped = [w for w in ev.workers if wanted and _stopped_with(w, wanted)]
-    for w in ev.workers:
-        if not w.expected_exit and w not in stopped:
-            how = ("was SIGKILLed but not by the harness" if w.returncode == -9
-                   and not w.killed_by_harness else f"exited with status {w.returncode}")
-            if w.timed_out:
-                how = "passed its deadline"
-            unknown.append(f"worker {w.index} ({w.role}) {how}; stderr: "
-                           f"{w.stderr_tail.splitlines()[-1] if w.stderr_tail else '(empty)'}")
-    unknown += list(ev.errors)
-    if unknown:
-        return UNKNOWN, tuple(unknown)
+    stopped = [w for w in ev.workers if wanted and stopped_with(w, wanted)]
     expected = plan.scenario.expect_failing if plan.schedule.kills else frozenset()
-    failing = {c.check_id for c in checks if not c.passed}
-    reasons = [f"{c.check_id}: {c.detail}" for c in checks
-               if not c.passed and c.check_id not in expected]
-    reasons += [f"{c}: expected to fail, but passed" for c in sorted(expected - failing)]
-    if wanted and not stopped:
-        reasons.append(f"expected a worker to stop with {wanted}; none did")
-    if reasons:
-        return FAIL, tuple(reasons)
+    status = {c.check_id: c.status for c in decided}
+    failures = [f"{c.check_id}: {c.detail}" for c in decided
+                if c.status is CheckStatus.FAIL and c.check_id not in expected]
+    failures += [f"{c}: expected to fail, but passed" for c in sorted(expected)
+                 if status.get(c) is CheckStatus.PASS]
+    if wanted and not stopped and not found:
+        failures.append(f"expected a worker to stop with {wanted}; none did")
+    if failures:
+        return FAIL, tuple(failures)
+    undecided = [c.check_id for c in decided if c.status is CheckStatus.UNDECIDED]
+    if found or undecided:
+        reasons = [g.reason for g in found]
+        if undecided:
+            which = ("every check" if len(undecided) == len(decided) > 1
+                     else ", ".join(undecided))
+            reasons.append(f"undecided: {which}")
+        return UNKNOWN, tuple(reasons)
     notes = [f"{c}: failed as the scenario expects" for c in sorted(expected)]
     notes += [f"worker {w.index} stopped with {wanted}, as the scenario expects"
               for w in stopped]
     return PASS, tuple(notes)
 
 
-def _stopped_with(w: WorkerRun, error: str) -> bool:
+def stopped_with(w: WorkerRun, error: str) -> bool:
     """The worker exited 1 on its own, its last stderr line naming ``error``."""
     last = w.stderr_tail.strip().splitlines()[-1:] if w.stderr_tail else []
     return (w.returncode == 1 and not w.killed_by_harness and not w.timed_out

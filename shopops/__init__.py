@@ -1,6 +1,6 @@
 """ShopOps: the reference Chapter 8 loop (checkpointing and resumability) under test."""
 
-from shopops.approvals import ApprovalQueue, grant_approval
+from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import (
     ApprovalRefused,
@@ -13,6 +13,7 @@ from shopops.errors import (
     ShopOpsError,
     UnsupportedSchemaVersion,
 )
+from shopops.grant import grant_approval
 from shopops.loop import LoopResult, run_loop
 from shopops.phases import Phase
 from shopops.state import Draft, State

@@ -2,7 +2,7 @@
 
 The queue, not the worker, creates tickets. A worker proposes a send (``request``); a human
 approves it (``approve``), which issues a ticket bound to the case and to the SHA-256 digest
-of the exact draft approved; ``grant_approval`` accepts only such a ticket; the send
+of the exact draft approved; ``shopops.grant.grant_approval`` accepts only such a ticket; the send
 consumes it under the send's idempotency key, so a resumed worker re-sending the same
 logical email passes the re-check and any other use of the ticket is refused. The chapter's
 failure mode "Forged approval on resume: model writes approval_ticket into state" is what
@@ -22,9 +22,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from shopops.errors import ApprovalRefused
-from shopops.failpoints import failpoint
-from shopops.phases import Phase
-from shopops.state import State
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS approval_requests (
@@ -331,36 +328,3 @@ class ApprovalQueue:
                 f"the draft is now {draft_digest[:12]}: a stale approval",
                 ticket_id=ticket.ticket_id, case_id=case_id, reason="stale_draft",
             )
-
-
-def grant_approval(state: State, ticket_id: str, *, queue: ApprovalQueue | None = None) -> None:
-    """Grant a server-issued ticket to a parked case: ``awaiting_approval → approved``.
-
-    Args:
-        state: the case, in ``awaiting_approval`` with a draft.
-        ticket_id: the ticket the human's approval produced (``"apr-desk-9"``).
-        queue: the approval queue; default the one configured by ``shopops.runtime``.
-
-    Raises:
-        ApprovalRefused: wrong phase, no draft, or any ``ApprovalQueue.verify`` refusal —
-            a ticket merely written into the state, for another case, for a stale draft, or
-            consumed.
-    """
-    if queue is None:
-        from shopops.runtime import default_services
-
-        queue = default_services().approvals
-    if state.phase != Phase.AWAITING_APPROVAL:
-        raise ApprovalRefused(
-            f"grant_approval needs phase awaiting_approval, {state.case_id} is {state.phase}",
-            ticket_id=ticket_id, case_id=state.case_id, reason="wrong_phase",
-        )
-    if state.draft is None:
-        raise ApprovalRefused(
-            f"{state.case_id} has no draft to approve", ticket_id=ticket_id,
-            case_id=state.case_id, reason="no_draft",
-        )
-    queue.verify(ticket_id, state.case_id, state.draft.digest())
-    state.approval_ticket = ticket_id
-    state.transition(Phase.APPROVED)
-    failpoint("t6.approval_granted")

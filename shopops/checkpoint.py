@@ -218,7 +218,7 @@ def read_history(path: str | os.PathLike[str], case_id: str,
                  run_id: str | None = None) -> list[CheckpointRow]:
     """Raw rows of a case, in ``seq`` order, through a read-only connection (URI ``mode=ro``).
 
-    The harness judges a run from this without any risk of writing (DESIGN.md, Grading).
+    The harness judges a run from this without any risk of writing (``docs/design.md``, Grading).
 
     Raises:
         FileNotFoundError: no database at ``path`` (none is created).

@@ -1,4 +1,4 @@
-"""``shopops``: run, approve, reject, resume and inspect ShopOps cases; serve the gateway.
+"""``shopops``: run, approve, reject, resume and inspect ShopOps cases.
 
 Exit status: 0 success; 1 the system refused (bad ticket, lease held, corrupt or
 unsupported checkpoint, a file that is not a checkpoint database, gateway error) or a bad
@@ -76,16 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", default=None, type=_ID)
     p = sub.add_parser("migrate", help="apply the explicit v1->v2 checkpoint migration")
     p.add_argument("db", type=_DB, help="checkpoint database")
-    p = sub.add_parser("gateway", help="the mock email gateway")
-    gsub = p.add_subparsers(dest="gateway_command", required=True)
-    g = gsub.add_parser("serve", help="serve the mock gateway on loopback until interrupted")
-    g.add_argument("--db", default="gateway.db", type=_DB, help="the gateway's durable log")
-    g.add_argument("--port", type=v.PORT, default=0, help="port 0-65535 (default 0: ephemeral)")
     return parser
+
+
+#: The mock gateway is the harness's, not the loop's: ``shopops`` never imports the harness.
+MOVED = {"gateway": "the mock gateway moved to the harness: run `shopops-chaos gateway serve "
+                    "[--db FILE] [--port N]`"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``shopops``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in MOVED:
+        print(f"shopops: error: {MOVED[argv[0]]}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     try:
         v.check_environment()  # every SHOPOPS_* variable, before any file or process
@@ -132,11 +136,6 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "migrate":
         with CheckpointStore(args.db) as store:
             print(json.dumps({"migrated_rows": store.migrate_v1_to_v2()}))
-        return 0
-    if args.command == "gateway":
-        from harness.mock_gateway import serve
-
-        serve(args.db, port=args.port)
         return 0
     raise AssertionError(args.command)  # pragma: no cover
 

@@ -40,14 +40,14 @@ import threading
 import time
 from dataclasses import dataclass
 
-from shopops import labels, validators
+from shopops import labels
+from shopops.bounds import MAX_OCCURRENCE, MAX_SLEEP_MS
 from shopops.errors import FailpointRaised, FailpointSpecError, ShopOpsError
 
 ENV_SPEC = "SHOPOPS_FAILPOINTS"
 ENV_CHANNEL = "SHOPOPS_FAILPOINT_CHANNEL"
 #: Bounds of a spec (``shopops.validators``): a sleep of at most a day, counts up to 1000.
-MAX_SLEEP_MS = int(validators.SLEEP_MS.hi)
-MAX_COUNT = validators.MAX_OCCURRENCE
+MAX_COUNT = MAX_OCCURRENCE
 
 _TERM = re.compile(
     r"^(?:(?P<count>[0-9]+)\*)?(?P<kind>off|pause|kill|raise|sleep)(?:\((?P<arg>[0-9]+)\))?$"

@@ -27,7 +27,6 @@ class Label:
     side: str = "worker"
 
 
-
 CATALOGUE: tuple[Label, ...] = (
     Label("t0.case_started", "case started: state initialised, before any tool"),
     Label("t1.get_customer", "Intake read the customer (in memory, not yet checkpointed)"),
@@ -59,4 +58,31 @@ CATALOGUE: tuple[Label, ...] = (
 )
 
 BY_NAME: dict[str, Label] = {label.name: label for label in CATALOGUE}
+
+#: Labels a worker can be killed at (every side but the human's ``queue``), in order.
+KILLABLE: tuple[str, ...] = tuple(lab.name for lab in CATALOGUE if lab.side != "queue")
+
+# -- groups of labels (the one place they are listed; the harness reads them from here) --
+#: Intake's reads: not repeated once a checkpoint past ``intake`` exists (Chapter 8).
+INTAKE_READS = frozenset({"t1.get_customer", "t1.get_order"})
+#: Drafting: not repeated once the parked draft is checkpointed.
+DRAFTING = frozenset({"t1.draft_email"})
+#: Points a worker resuming an approved case reaches (where a slow one can be held).
+RESUMER_POINTS = frozenset({"t6.checkpoint_loaded", "t6.approval_granted",
+                            "t6.send_key_persisted", "t6.request_leaving",
+                            "t6.reply_received", "ckpt.before_commit"})
+#: Points a worker can only reach once the case was approved.
+AFTER_APPROVAL = frozenset({"t6.approval_granted", "t6.send_key_persisted",
+                            "t6.request_leaving", "t6.gateway_accepted", "t6.reply_received",
+                            "t7.completed_saved"})
+#: The point every resuming worker passes first (concurrent resumers are held there).
+CHECKPOINT_LOADED = "t6.checkpoint_loaded"
+#: The point a fresh case start passes (a case started over after a fault passes it again).
+CASE_STARTED = "t0.case_started"
+#: Every checkpoint save passes it once, in row order.
+SAVE_COMMIT = "ckpt.before_commit"
+#: The harness's gateway reaches it when it commits a delivery.
+GATEWAY_ACCEPTED = "t6.gateway_accepted"
+#: The human's approval (the queue issues a ticket).
+APPROVED = "t5.approved"
 

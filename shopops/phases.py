@@ -1,6 +1,6 @@
 """The case's phase FSM.
 
-Phases, in story order (DESIGN.md, Chapter 8's crash timeline for O-1001)::
+Phases, in story order (``docs/design.md``, Chapter 8's crash timeline for O-1001)::
 
     intake ──> drafting ──> awaiting_approval ──> approved ──> sending ──> completed
                                      └──────────> rejected

@@ -96,7 +96,7 @@ class Services:
         if self.gateway is None:
             raise ConfigError(
                 "no email gateway configured: set SHOPOPS_GATEWAY_URL (e.g. the URL printed "
-                "by `shopops gateway serve`)",
+                "by `shopops-chaos gateway serve`)",
                 variable="SHOPOPS_GATEWAY_URL", value=None, allowed="an http:// URL",
             )
         return self.gateway

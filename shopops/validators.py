@@ -37,14 +37,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shopops.bounds import DAY_S, MAX_OCCURRENCE, MAX_SLEEP_MS
 from shopops.errors import ConfigError, ShopOpsError
 
-#: Seconds in a day: the longest worker timeout, lease, or failpoint sleep that means anything.
-DAY_S = 86_400
 #: Simulated clock offsets (SHOPOPS_CLOCK_OFFSET_S) up to ten years either way.
 MAX_CLOCK_OFFSET_S = 10 * 366 * DAY_S
-#: ``#N`` of a kill point: a label hit more often than this in one execution is a loop bug.
-MAX_OCCURRENCE = 1000
 #: Longest scenario name: it becomes part of folder names (execution ids add the schedule).
 MAX_NAME = 64
 #: Longest id (case, run, owner, ticket, approver) and free text such as a description.
@@ -166,7 +163,7 @@ REPEAT = Number(1, 10_000, integer=True)
 EXAMPLES = Number(1, 100_000, integer=True)
 SEED = Number(0, 2**64 - 1, integer=True)
 OCCURRENCE = Number(1, MAX_OCCURRENCE, integer=True)
-SLEEP_MS = Number(0, DAY_S * 1000, "milliseconds", integer=True)
+SLEEP_MS = Number(0, MAX_SLEEP_MS, "milliseconds", integer=True)
 CLOCK_OFFSET_S = Number(-MAX_CLOCK_OFFSET_S, MAX_CLOCK_OFFSET_S, "seconds")
 #: Simulated hours between the park and the approval (a scenario's human.delay_hours).
 DELAY_HOURS = Number(0, 366 * 24, "hours")

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import contextlib
 
-from shopops.approvals import grant_approval
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import CheckpointError
 from shopops.failpoints import failpoint
+from shopops.grant import grant_approval
 from shopops.loop import DEFAULT_RUN_ID, LoopResult, run_loop
 from shopops.phases import TERMINAL, Phase
 from shopops.runtime import Services

@@ -188,4 +188,21 @@ MUTANTS: tuple[Mutant, ...] = (
         ("Checklist 5",),
         "reply-after-timeout[no-kill]",
     ),
+    Mutant(
+        # Verdict precedence (issue 9, D): two deliveries in the gateway's own log, then the
+        # worker exits 1 with a typed refusal. The refusal must not turn the proven
+        # duplicate into ``unknown``.
+        "double-send-then-refusal",
+        (("tools.py", """    state.email_sent = True
+    state.delivery_id = result.delivery_id
+""", """    again = f"{state.send_idempotency_key}:confirm"  # a second "confirmation" send
+    svc.require_gateway().send(case_id=state.case_id, to=draft.to, subject=draft.subject,
+                               body=draft.body, idempotency_key=again)
+    svc.approvals.consume(state.approval_ticket, state.case_id, draft.digest(), again)
+    state.email_sent = True
+    state.delivery_id = result.delivery_id
+"""),),
+        ("Checklist 5", "Exactly one delivery"),
+        "o1001[no-kill]",
+    ),
 )

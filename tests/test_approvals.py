@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from shopops.approvals import ApprovalQueue, grant_approval
+from shopops.approvals import ApprovalQueue
 from shopops.errors import ApprovalRefused
+from shopops.grant import grant_approval
 from shopops.state import Draft, State
 
 CASE, OTHER = "case-O-1001", "case-O-1002"

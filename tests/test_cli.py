@@ -156,13 +156,23 @@ def test_history_prints_json_lines(tmp_path: Path) -> None:
     ["run", "--lease-ttl", "soon"],
     ["approve", "--no-such-flag"],
     ["migrate"],
-    ["gateway"],
 ], ids=lambda a: " ".join(a) or "no-args")
 def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
     ran = shopops(tmp_path, *args)
     assert ran.code == 2
     assert "usage: shopops" in ran.err and ran.out == ""
     assert list(tmp_path.iterdir()) == []  # nothing created
+
+
+@pytest.mark.parametrize("args", [["gateway"], ["gateway", "serve", "--port", "0"]])
+def test_the_gateway_moved_to_the_harness_with_a_clear_message(tmp_path: Path,
+                                                               args: list[str]) -> None:
+    """``shopops`` never imports the harness: the mock gateway is ``shopops-chaos``'s."""
+    ran = shopops(tmp_path, *args)
+    assert ran.code == 2 and ran.out == ""
+    assert ran.err == ("shopops: error: the mock gateway moved to the harness: run "
+                       "`shopops-chaos gateway serve [--db FILE] [--port N]`\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_resume_without_a_checkpoint_exits_1_with_a_clear_message(tmp_path: Path) -> None:

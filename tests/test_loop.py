@@ -17,7 +17,7 @@ import pytest
 
 from harness.mock_gateway import MockGateway
 from shopops import failpoints
-from shopops.approvals import ApprovalQueue, grant_approval
+from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import (
     ApprovalRefused,
@@ -29,6 +29,7 @@ from shopops.errors import (
     UnsupportedSchemaVersion,
 )
 from shopops.gateway_client import EmailGatewayClient
+from shopops.grant import grant_approval
 from shopops.loop import LoopResult, run_loop
 from shopops.phases import Phase
 from shopops.policy import DeterministicPolicy, Policy, VaryingDraftPolicy

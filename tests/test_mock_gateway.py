@@ -264,9 +264,10 @@ def test_fault_spec_names_allowed_values() -> None:
 
 
 def test_serve_prints_url_and_stops_on_sigterm(db: Path) -> None:
-    code = "import sys; from harness.mock_gateway import serve; serve(sys.argv[1])"
+    """``shopops-chaos gateway serve`` (the harness's CLI: ``shopops`` never imports it)."""
+    argv = [sys.executable, "-m", "harness", "gateway", "serve", "--db", str(db)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    with subprocess.Popen([sys.executable, "-c", code, str(db)], stdout=subprocess.PIPE,
+    with subprocess.Popen(argv, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, env=env) as proc:
         try:
             assert proc.stdout is not None

@@ -48,3 +48,27 @@ def test_each_mutant_is_caught_by_the_check_it_breaks(mutant: Mutant, tmp_path: 
     summary = json.loads((tmp_path / "out" / "run" / "summary.json").read_text())
     verdicts = {e["id"]: e["verdict"] for e in summary["executions"]}
     assert verdicts[mutant.shown_by] == "fail", summary
+
+
+def test_a_proven_duplicate_stays_fail_when_the_worker_then_refuses(tmp_path: Path) -> None:
+    """Verdict precedence end to end: the mutant delivers twice, then its worker exits 1
+    with ``ApprovalRefused``. The gateway's log holds the proof: ``fail``, and the checks
+    that a refusal leaves undecided say so."""
+    from harness.execution import execute
+    from harness.model import CheckStatus, CrashSchedule, ExecutionPlan, Scenario
+    from harness.spawn_launcher import SpawnLauncher
+
+    (mutant,) = [m for m in MUTANTS if m.name == "double-send-then-refusal"]
+    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
+    result = execute(plan, tmp_path / "exe", launcher=SpawnLauncher())
+    ev = result.evidence
+    assert ev.deliveries == 2
+    (refused,) = [w for w in ev.workers if w.returncode == 1]
+    assert "ApprovalRefused" in refused.stderr_tail
+    assert result.verdict == "fail", result.reasons
+    status = {c.check_id: c.status for c in result.checks}
+    assert status["exactly_one_delivery"] is CheckStatus.FAIL
+    assert status["same_key_one_delivery"] is CheckStatus.FAIL
+    undecided = result.undecided
+    assert undecided and all(f"worker {refused.index}" in c.undecided for c in undecided)

@@ -1,27 +1,31 @@
 """``judge``: pass, fail or unknown, and the reasons, from evidence and check results.
 
-``unknown`` is never a pass: it means the execution did not test what it claimed.
+``fail`` wins over every gap (a check that failed on evidence the harness read);
+``unknown`` is never a pass: some check could not be decided, and each says why.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from harness.checks import CHECK_IDS, CheckResult
+from harness.checks import CHECK_IDS, NEEDS, CheckResult
 from harness.evidence import Evidence, WorkerRun
 from harness.execution import ExecutionPlan
 from harness.mock_gateway import GatewayLog
+from harness.model import CheckStatus, EvidenceSource, Gap
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule, KillPoint
-from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN, judge
+from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN, decide, judge
 
 DEMO = Scenario(name="demo-keys-off", idempotency_keys=False,
                 expect_failing=frozenset({"same_key_one_delivery", "exactly_one_delivery"}))
 CRASH_SAFE = Scenario(name="o1001")
 KILLED = CrashSchedule.parse("t6.gateway_accepted")
 BASELINE = CrashSchedule()
+EVERY = "undecided: every check"
 
 
 def run(index: int, role: str, returncode: int, *, killed: bool = False,
@@ -71,7 +75,7 @@ def test_unreached_kill_point_is_unknown() -> None:
     point = KillPoint("t6.request_leaving", 2)
     verdict, reasons = judge(evidence(unreached=(point,)), checks(), plan())
     assert verdict == UNKNOWN
-    assert reasons == ("kill point t6.request_leaving#2 was never reached",)
+    assert reasons == ("kill point t6.request_leaving#2 was never reached", EVERY)
 
 
 def test_worker_exiting_non_zero_on_its_own_is_unknown() -> None:
@@ -80,7 +84,7 @@ def test_worker_exiting_non_zero_on_its_own_is_unknown() -> None:
     verdict, reasons = judge(evidence(workers=tuple(workers)), checks(), plan())
     assert verdict == UNKNOWN
     assert reasons == ("worker 2 (resume) exited with status 1; stderr: "
-                       "sqlite3.OperationalError: locked",)
+                       "sqlite3.OperationalError: locked", EVERY)
 
 
 def test_worker_sigkilled_by_someone_else_is_unknown() -> None:
@@ -90,7 +94,7 @@ def test_worker_sigkilled_by_someone_else_is_unknown() -> None:
     verdict, reasons = judge(evidence(workers=tuple(workers)), checks(), plan())
     assert verdict == UNKNOWN
     assert reasons == ("worker 0 (start) was SIGKILLed but not by the harness; stderr: "
-                       "(empty)",)
+                       "(empty)", EVERY)
 
 
 def test_worker_killed_by_the_harness_with_another_signal_status_is_unknown() -> None:
@@ -99,7 +103,7 @@ def test_worker_killed_by_the_harness_with_another_signal_status_is_unknown() ->
     workers[1] = run(1, "resume", -15, killed=True)
     verdict, reasons = judge(evidence(workers=tuple(workers)), checks(), plan())
     assert verdict == UNKNOWN
-    assert reasons == ("worker 1 (resume) exited with status -15; stderr: (empty)",)
+    assert reasons == ("worker 1 (resume) exited with status -15; stderr: (empty)", EVERY)
 
 
 def test_worker_that_timed_out_is_unknown() -> None:
@@ -107,27 +111,73 @@ def test_worker_that_timed_out_is_unknown() -> None:
     workers[2] = run(2, "resume", -9, killed=True, timed_out=True, stderr="waiting\nstill waiting")
     verdict, reasons = judge(evidence(workers=tuple(workers)), checks(), plan())
     assert verdict == UNKNOWN
-    assert reasons == ("worker 2 (resume) passed its deadline; stderr: still waiting",)
+    assert reasons == ("worker 2 (resume) passed its deadline; stderr: still waiting", EVERY)
 
 
 def test_evidence_errors_are_unknown() -> None:
     err = "gateway log /tmp/x/gateway.db unreadable: file is not a database"
     verdict, reasons = judge(evidence(errors=(err,)), checks(), plan())
     assert verdict == UNKNOWN
-    assert reasons == (err,)
+    assert reasons == (err, EVERY)
 
 
-def test_unknown_wins_over_failing_checks_and_lists_every_cause() -> None:
+def test_a_failing_check_wins_over_every_gap() -> None:
+    """Verdict precedence: a check that fails on evidence the harness read is a failure,
+    whatever the workers' exits, an unreached point or a story cut short."""
     workers = list(clean_workers())
     workers[2] = run(2, "resume", 1)
     ev = evidence(unreached=(KillPoint("t7.completed_saved"),), workers=tuple(workers),
                   errors=("the human could not approve: no pending request",))
     verdict, reasons = judge(ev, checks("exactly_one_delivery", "step_continues"), plan())
+    assert verdict == FAIL
+    assert reasons == ("step_continues: step_continues broke",
+                       "exactly_one_delivery: exactly_one_delivery broke")
+
+
+def test_two_deliveries_then_a_typed_refusal_is_fail_not_unknown() -> None:
+    """The issue's case: the gateway's log holds two deliveries, then the worker exits 1
+    with ``ApprovalRefused`` (not a declared outcome). Two deliveries stay two."""
+    workers = list(clean_workers())
+    workers[2] = run(2, "resume", 1, stderr="shopops: error: ApprovalRefused: consumed")
+    verdict, reasons = judge(evidence(workers=tuple(workers)),
+                             checks("same_key_one_delivery", "exactly_one_delivery"), plan())
+    assert verdict == FAIL
+    assert [r.split(":")[0] for r in reasons] == ["same_key_one_delivery",
+                                                  "exactly_one_delivery"]
+
+
+def test_each_undecided_check_says_why_and_the_others_stay_decided() -> None:
+    gap = Gap(EvidenceSource.APPROVALS, "approval database a.db unreadable: locked")
+    ev = evidence(gaps=(gap,))
+    decided = {c.check_id: c for c in decide(ev, checks(), plan())}
+    undecided = sorted(k for k, c in decided.items() if c.status is CheckStatus.UNDECIDED)
+    assert undecided == sorted(k for k, v in NEEDS.items() if EvidenceSource.APPROVALS in v)
+    assert {decided[k].undecided for k in undecided} == {gap.reason}
+    assert decided["no_process_left"].status is CheckStatus.PASS
+    verdict, reasons = judge(ev, checks(), plan())
     assert verdict == UNKNOWN
-    assert reasons == ("kill point t7.completed_saved was never reached",
-                       "worker 2 (resume) exited with status 1; stderr: (empty)",
-                       "the human could not approve: no pending request")
-    assert not any("exactly_one_delivery" in r for r in reasons)
+    in_order = ", ".join(c for c in CHECK_IDS if c in undecided)
+    assert reasons == (gap.reason, f"undecided: {in_order}")
+
+
+def test_a_failure_on_a_file_that_could_not_be_read_is_undecided() -> None:
+    # An empty log because the gateway's file was unreadable proves no lost send ...
+    gap = Gap(EvidenceSource.GATEWAY, "gateway log g.db unreadable: not a database")
+    verdict, reasons = judge(evidence(gaps=(gap,)), checks("exactly_one_delivery"), plan())
+    assert verdict == UNKNOWN
+    assert gap.reason in reasons
+    # ... but a check that does not read that file still fails on what it read.
+    verdict, reasons = judge(evidence(gaps=(gap,)), checks("intake_not_repeated"), plan())
+    assert verdict == FAIL
+    assert reasons == ("intake_not_repeated: intake_not_repeated broke",)
+
+
+def test_a_check_that_found_itself_undecided_stays_undecided() -> None:
+    results = tuple(replace(c, passed=False, undecided="the story was cut short")
+                    if c.check_id == "exactly_one_delivery" else c for c in checks())
+    verdict, reasons = judge(evidence(), results, plan())
+    assert verdict == UNKNOWN
+    assert reasons == ("undecided: exactly_one_delivery",)
 
 
 def test_unknown_wins_even_over_an_expected_failure() -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from harness.model import RunResult
 from harness.reports.base import ReportWriter
 from harness.reports.duplicates_json import DuplicatesJson
 from harness.reports.junit_xml import JunitXml
 from harness.reports.markdown import Markdown
 from harness.reports.summary_json import SummaryJson
-from harness.runner import RunResult
 
 __all__ = ["WRITERS", "ReportWriter", "point_latest", "write_reports"]
 

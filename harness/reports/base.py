@@ -1,6 +1,6 @@
 """The ``ReportWriter`` protocol and the helpers every writer shares.
 
-Reports are written from the evidence only (DESIGN.md, "Duplicate-send report"): deliveries
+Reports are written from the evidence only (``docs/design.md``, "Duplicate-send report"): deliveries
 and keys come from the gateway's own log, the sender of each delivery and the kill before it
 from the harness's trace. Everything here is a pure function of the ``RunResult``, so the
 same run gives byte-identical reports.
@@ -14,10 +14,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from harness.checks import CheckResult
-from harness.execution import ExecutionResult
-from harness.runner import RunResult
-from harness.verdict import FAIL, PASS, UNKNOWN
+from harness.model import CheckResult, ExecutionResult, RunResult, Verdict
+
+PASS, FAIL, UNKNOWN = Verdict.PASS, Verdict.FAIL, Verdict.UNKNOWN
 
 VERDICTS = (PASS, FAIL, UNKNOWN)
 

@@ -1,4 +1,4 @@
-"""``duplicates.json``: the duplicate-send report (DESIGN.md), machine form.
+"""``duplicates.json``: the duplicate-send report (``docs/design.md``), machine form.
 
 Every execution whose case did not get exactly one delivery from the gateway — two or more
 is a duplicate send, zero a lost send — with the keys, each send's time, the worker that
@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.model import RunResult
 from harness.reports.base import duplicate_entries, write_json
-from harness.runner import RunResult
 
 
 def duplicates(run: RunResult) -> dict[str, Any]:

@@ -13,10 +13,10 @@ import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from harness.execution import ExecutionResult
+from harness.model import ExecutionResult, RunResult, Verdict
 from harness.reports.base import counts, failing_checks, write_atomic
-from harness.runner import RunResult
-from harness.verdict import FAIL, UNKNOWN
+
+FAIL, UNKNOWN = Verdict.FAIL, Verdict.UNKNOWN
 
 SUITE = "shopops-chaos"
 # Characters XML 1.0 cannot carry (worker stderr may hold any byte); pytest escapes them too.

@@ -1,4 +1,4 @@
-"""``report.md``: the report a reviewer opens (DESIGN.md, "Duplicate-send report").
+"""``report.md``: the report a reviewer opens (``docs/design.md``, "Duplicate-send report").
 
 A title with the verdict and counts, a matrix (execution × check), one section per execution
 worth reading — failed, unknown, or a demo whose expected failures happened — with its
@@ -12,8 +12,7 @@ import re
 from pathlib import Path
 
 from harness.checks import CHECK_IDS
-from harness.evidence import Event
-from harness.execution import ExecutionResult
+from harness.model import Event, ExecutionResult, RunResult, Verdict
 from harness.reports.base import (
     counts,
     duplicate_entries,
@@ -21,8 +20,8 @@ from harness.reports.base import (
     is_expected,
     write_atomic,
 )
-from harness.runner import RunResult
-from harness.verdict import PASS
+
+PASS = Verdict.PASS
 
 _MARKS = {"kill": "*** SIGKILL", "delivery": ">>> delivery"}
 

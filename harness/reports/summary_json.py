@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from harness.model import RunResult
 from harness.reports.base import counts, execution_dict, write_json
-from harness.runner import RunResult
 
 
 def summary(run: RunResult) -> dict[str, Any]:

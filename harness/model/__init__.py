@@ -1,0 +1,70 @@
+"""The harness's frozen types, at the bottom of the layering (``docs/design.md``).
+
+Data flows one way — plan → story record → evidence → checks → verdict → reports — and
+every stage hands the next one of these frozen dataclasses. This package imports nothing
+of the harness outside itself (a test reads the import graph), so any module may use it:
+reports, the explorer and the pytest plugin take their types from here, never from the
+runner.
+"""
+
+from harness.model.evidence import (
+    Delivery,
+    Event,
+    Evidence,
+    Gap,
+    GatewayLog,
+    RequestRecord,
+    WorkerRun,
+)
+from harness.model.hits import HIT_KINDS, HitCounter, number_trace
+from harness.model.kinds import (
+    CheckStatus,
+    EventKind,
+    EvidenceSource,
+    HumanAction,
+    StorageFault,
+    TicketKind,
+    Verdict,
+    WorkerRole,
+)
+from harness.model.plan import (
+    FAULT_KINDS,
+    MAX_FAULT_MS,
+    REFERENCE,
+    SRC,
+    ExecutionPlan,
+    FaultSpec,
+    Scenario,
+    Sut,
+)
+from harness.model.points import NO_KILL, CrashSchedule, KillPoint
+from harness.model.results import CheckResult, Counts, ExecutionResult, RunResult, roll_up
+from harness.model.shard import Shard, ShardError, ShardPlan, Unit
+from harness.model.story import (
+    DEFAULT_GATE,
+    DEFAULT_OWNER,
+    NO_RECOVERY,
+    PAST_LEASE,
+    ClockStep,
+    HoldStep,
+    HumanStep,
+    ReleaseStep,
+    Step,
+    StepKind,
+    StorageStep,
+    StoryRecord,
+    Wait,
+    When,
+    WorkersStep,
+)
+
+__all__ = [
+    "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KILL",
+    "NO_RECOVERY", "PAST_LEASE", "REFERENCE", "SRC", "CheckResult", "CheckStatus", "ClockStep",
+    "Counts", "CrashSchedule", "Delivery", "Event", "EventKind", "Evidence", "EvidenceSource",
+    "ExecutionPlan", "ExecutionResult", "FaultSpec", "Gap", "GatewayLog", "HitCounter",
+    "HoldStep", "HumanAction", "HumanStep", "KillPoint", "ReleaseStep", "RequestRecord",
+    "RunResult", "Scenario", "Shard", "ShardError", "ShardPlan", "Step", "StepKind",
+    "StorageFault", "StorageStep", "StoryRecord", "Sut", "TicketKind", "Unit", "Verdict",
+    "Wait", "When", "WorkerRole", "WorkerRun", "WorkersStep", "number_trace", "roll_up",
+]

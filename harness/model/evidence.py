@@ -1,0 +1,196 @@
+"""What the harness observed in one execution — plain frozen data (``docs/design.md``,
+"Evidence"). The harness never takes the loop's word: the trace is its own, checkpoint rows
+and approval records are read from the files by the harness, deliveries come from its own
+gateway's log.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.model.kinds import EventKind, EvidenceSource
+from harness.model.points import KillPoint
+from shopops.approvals import ApprovalRequest, Ticket
+from shopops.checkpoint import CheckpointRow
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One ``POST /v1/messages`` as the gateway saw it. ``status`` is the status decided (with
+    ``drop_after_accept`` no reply reached the client); ``received_epoch`` is seconds since
+    the epoch; ``delivery_id``/``duplicate`` say which delivery the answer named."""
+
+    seq: int
+    received_at: str
+    received_epoch: float
+    idempotency_key: str | None
+    body_sha256: str
+    case_id: str | None
+    status: int
+    fault: str | None
+    worker_pid: int | None
+    remote_port: int | None
+    delivery_id: str | None
+    duplicate: bool
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One email the gateway delivered (committed before any reply was written)."""
+
+    delivery_id: str
+    request_seq: int
+    idempotency_key: str | None
+    body_sha256: str
+    case_id: str
+    to: str
+    subject: str
+    body: str
+    delivered_at: str
+
+
+@dataclass(frozen=True)
+class GatewayLog:
+    """The durable log: every request and every delivery, in order."""
+
+    requests: tuple[RequestRecord, ...]
+    deliveries: tuple[Delivery, ...]
+
+    def deliveries_for(self, case_id: str) -> tuple[Delivery, ...]:
+        """The deliveries made for ``case_id``."""
+        return tuple(d for d in self.deliveries if d.case_id == case_id)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Evidence a check may need that is missing: ``source`` (an ``EvidenceSource``) and
+    ``reason`` (one line: what is missing and why, e.g. the SQLite error)."""
+
+    source: EvidenceSource
+    reason: str
+
+
+@dataclass(frozen=True)
+class Event:
+    """One entry of the ordered trace: ``seq`` (0-based), ``t_ms`` (milliseconds since the
+    execution started), ``kind`` (an ``EventKind``), ``label``, ``pid``, ``worker`` (index),
+    ``ref`` (what the event names: the kill point ``t6.request_leaving#2`` of a kill, the delivery
+    id of a delivery, the ticket id of an approval) and a free-text ``detail``."""
+
+    seq: int
+    t_ms: float
+    kind: EventKind
+    label: str | None = None
+    pid: int | None = None
+    worker: int | None = None
+    detail: str = ""
+    ref: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    """One worker process of the execution.
+
+    Attributes:
+        index: 0-based, in launch order.
+        role: ``start`` (first run), ``recheck`` (resume before approval; must park again),
+            ``resume`` (resume after approval).
+        pid, returncode: as reaped (``-9`` = SIGKILL).
+        killed_by_harness, timed_out: see ``harness.processes.ExitInfo``.
+        leftovers: pids of its process group found alive after it exited.
+        stdout_tail, stderr_tail: the last lines it printed.
+        elapsed_s: seconds from launch to reap.
+        phase_after, phase_before: the phase of the latest checkpoint once it was gone /
+            before it started, read by the harness from SQLite (``None``: no checkpoint, or
+            unreadable).
+    """
+
+    index: int
+    role: str
+    pid: int
+    returncode: int
+    killed_by_harness: bool
+    timed_out: bool
+    leftovers: tuple[int, ...]
+    stdout_tail: str
+    stderr_tail: str
+    elapsed_s: float
+    phase_after: str | None = None
+    phase_before: str | None = None
+
+    @property
+    def expected_exit(self) -> bool:
+        """Exited 0 on its own, or died of exactly the harness's SIGKILL."""
+        if self.timed_out:
+            return False
+        if self.killed_by_harness:
+            return self.returncode == -9
+        return self.returncode == 0
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Everything about one execution.
+
+    Attributes:
+        execution_id: ``scenario[schedule]``.
+        case_id: the case.
+        events: the ordered trace.
+        workers: every worker run.
+        checkpoints: the case's checkpoint rows, read raw from SQLite.
+        approval_requests, tickets: the approval queue's records for the case.
+        gateway: the gateway's own log (all cases).
+        approval_event: the trace ``seq`` of the human's approval, or ``None``.
+        checkpoint_seq_at_approval: the highest checkpoint ``seq`` when the human approved.
+        unreached: scheduled kills that never fired.
+        errors: harness-side problems while the story ran (a deadline passed, the human
+            could not act, a harness error): the story was cut short.
+        gaps: evidence the harness could not read (``Gap``: which source, why).
+        workdir: where the execution's files are.
+        expected_deliveries: what the case must end with (the scenario's expectation).
+        injected: checkpoint rows the harness itself appended (storage faults, a forged
+            ticket), as it wrote them.
+        v1_rows: v1 rows installed from the fixture (0 if none).
+        migrations: ``schema_migrations`` records ``(name, rows)`` read afterwards.
+    """
+
+    execution_id: str
+    case_id: str
+    events: tuple[Event, ...]
+    workers: tuple[WorkerRun, ...]
+    checkpoints: tuple[CheckpointRow, ...]
+    approval_requests: tuple[ApprovalRequest, ...]
+    tickets: tuple[Ticket, ...]
+    gateway: GatewayLog
+    approval_event: int | None
+    checkpoint_seq_at_approval: int | None
+    unreached: tuple[KillPoint, ...]
+    errors: tuple[str, ...] = ()
+    gaps: tuple[Gap, ...] = ()
+    workdir: str = ""
+    expected_deliveries: int = 1
+    injected: tuple[CheckpointRow, ...] = ()
+    v1_rows: int = 0
+    migrations: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def cut_short(self) -> bool:
+        """The story did not run to its end (``errors``): what did not happen may simply
+        not have had the chance to."""
+        return bool(self.errors)
+
+    @property
+    def kills(self) -> tuple[Event, ...]:
+        """The kill events of the trace, in order."""
+        return tuple(e for e in self.events if e.kind == EventKind.KILL)
+
+    @property
+    def loop_checkpoints(self) -> tuple[CheckpointRow, ...]:
+        """The checkpoint rows the loop wrote (without the harness's injected ones)."""
+        injected = {r.seq for r in self.injected}
+        return tuple(r for r in self.checkpoints if r.seq not in injected)
+
+    @property
+    def deliveries(self) -> int:
+        """How many emails the gateway delivered for the case."""
+        return len(self.gateway.deliveries_for(self.case_id))

@@ -1,0 +1,128 @@
+"""Closed sets of the harness as ``StrEnum`` (Python docs, ``enum.StrEnum``).
+
+Each member *is* its string, so JSON, reports and scenario files keep writing ``pass``,
+``kill`` or ``corrupt_json``, and a comparison with the plain string still holds. Imports
+nothing of the harness (``docs/design.md``, "Layering").
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Verdict(StrEnum):
+    """The verdict of an execution or a run (``docs/design.md``, "Verdict precedence").
+
+    ``fail``: a check failed on evidence the harness gathered itself (or an expected
+    failure did not happen). ``unknown``: evidence a check needs is missing, so it could
+    not be decided; never a pass. ``pass``: every check decided and passed.
+    """
+
+    PASS = "pass"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+    @property
+    def exit_status(self) -> int:
+        """Exit status of ``shopops-chaos run``: 0 pass, 1 fail, 2 unknown."""
+        return _EXIT[self]
+
+
+_EXIT = {Verdict.PASS: 0, Verdict.FAIL: 1, Verdict.UNKNOWN: 2}
+
+
+class CheckStatus(StrEnum):
+    """One check's outcome: decided ``pass``/``fail``, or ``undecided`` (its evidence is
+    missing; the ``CheckResult`` says why)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    UNDECIDED = "undecided"
+
+
+class EventKind(StrEnum):
+    """What one entry of the harness's trace (``Event.kind``) records."""
+
+    WORKER_START = "worker_start"
+    WORKER_EXIT = "worker_exit"
+    HIT = "hit"  # a worker reached a labelled point (failpoint channel)
+    KILL = "kill"  # the harness SIGKILLed a worker
+    DELIVERY = "delivery"  # the harness's gateway committed a delivery
+    APPROVE = "approve"  # the human approved (the queue issued a ticket)
+    HUMAN = "human"  # any other human act: reject, a second approval, a bad ticket
+    INJECT = "inject"  # the harness wrote a storage fault or a forged row
+    LOCK = "lock"  # the harness took an exclusive SQLite lock
+    HOLD = "hold"  # a worker is held at a point
+    RELEASE = "release"  # a held worker goes on
+    CLOCK = "clock"  # the simulated clock moved
+    STEP = "step"  # a story step began
+    ERROR = "error"  # a harness-side problem seen while the story ran
+
+
+class EvidenceSource(StrEnum):
+    """Where a check's evidence comes from, so a ``Gap`` can say which checks it leaves
+    undecided. The first three are files the harness reads; the last three are about the
+    story as a whole and concern every check."""
+
+    CHECKPOINTS = "checkpoints"  # the checkpoint database
+    APPROVALS = "approvals"  # the approval queue's database
+    GATEWAY = "gateway"  # the mock gateway's log
+    SCHEDULE = "schedule"  # a scheduled kill point was never reached
+    STORY = "story"  # the story was cut short (deadline, harness error, human refused)
+    WORKERS = "workers"  # a worker ended in a way nobody declared
+
+    @property
+    def universal(self) -> bool:
+        """The gap concerns every check, whatever it reads."""
+        return self in (EvidenceSource.SCHEDULE, EvidenceSource.STORY, EvidenceSource.WORKERS)
+
+
+class HumanAction(StrEnum):
+    """What the human decides on a parked case's gate."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class TicketKind(StrEnum):
+    """Which ticket the resuming worker is offered: the one the queue ``issued``, or a bad
+    one the queue must refuse (Chapter 8, "Forged approval on resume")."""
+
+    ISSUED = "issued"
+    FORGED = "forged"
+    FORGED_IN_STATE = "forged_in_state"
+    OTHER_CASE = "other_case"
+    STALE_DRAFT = "stale_draft"
+    CONSUMED = "consumed"
+
+
+class StorageFault(StrEnum):
+    """A fault the harness injects into the checkpoint database (``none``: no fault)."""
+
+    NONE = "none"
+    CORRUPT_JSON = "corrupt_json"
+    TRUNCATED_JSON = "truncated_json"
+    INVALID_UTF8 = "invalid_utf8"
+    UNKNOWN_VERSION = "unknown_version"
+    V1_CHECKPOINT = "v1_checkpoint"
+    LOCK = "lock"
+
+    @property
+    def corrupts_row(self) -> bool:
+        """The fault appends a bad row to the checkpoint history (the loop must fail
+        closed on it)."""
+        return self in _ROW_FAULTS
+
+
+_ROW_FAULTS = frozenset({StorageFault.CORRUPT_JSON, StorageFault.TRUNCATED_JSON,
+                         StorageFault.INVALID_UTF8, StorageFault.UNKNOWN_VERSION})
+
+
+class WorkerRole(StrEnum):
+    """Why a worker was started (``WorkerRun.role``)."""
+
+    START = "start"  # the first run of the case
+    RECHECK = "recheck"  # resumed before any approval: must park again and send nothing
+    RESUME = "resume"  # resumed after the human decided
+    TAKEOVER = "takeover"  # takes over a held worker's expired lease
+    MIGRATE = "migrate"  # runs the explicit v1 -> v2 migration

@@ -1,0 +1,237 @@
+"""What to run: gateway faults, the scenario, the implementation under test and one
+execution's plan — plain frozen data (kill points: ``harness.model.points``; story steps:
+``harness.model.story``).
+
+Parsing of scenario files lives in ``harness.scenario``; these types only hold what was
+validated.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeGuard
+
+import shopops
+from harness.model.kinds import HumanAction, StorageFault, TicketKind
+from harness.model.points import NO_KILL, CrashSchedule, KillPoint
+from harness.model.story import Step
+
+__all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "NO_KILL", "REFERENCE", "SRC", "CrashSchedule",
+           "ExecutionPlan", "FaultSpec", "KillPoint", "Scenario", "Sut"]
+
+FAULT_KINDS = ("latency", "error", "drop_after_accept", "pause_after_accept",
+               "delay_after_accept")
+#: Longest ``ms`` a latency or delayed reply may have (a minute: a fault, not a hang).
+MAX_FAULT_MS = 60_000
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One planned misbehaviour of the mock gateway. ``kind`` is one of ``FAULT_KINDS``;
+    ``ms`` (milliseconds, 0..``MAX_FAULT_MS``; ``latency`` and ``delay_after_accept`` only,
+    required there) and ``status`` (500–599, ``error`` only)."""
+
+    kind: str
+    ms: int | None = None
+    status: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Any) -> FaultSpec:
+        """Validate a fault dict such as ``{"kind": "error", "status": 503}``.
+
+        Raises:
+            ValueError: not a dict, an unknown ``kind``, a missing/mistyped/out-of-range
+                ``ms``/``status``, or an unexpected key; the message names the field and
+                the allowed values.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"fault: expected an object, got {type(data).__name__}")
+        kind = data.get("kind")
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"fault.kind: {kind!r} is not one of {', '.join(FAULT_KINDS)}")
+        allowed = {"kind"} | {"latency": {"ms"}, "delay_after_accept": {"ms"},
+                              "error": {"status"}}.get(kind, set())
+        for key in data:
+            if key not in allowed:
+                raise ValueError(f"fault.{key}: not allowed for kind {kind!r} "
+                                 f"(allowed: {', '.join(sorted(allowed))})")
+        ms, status = data.get("ms"), data.get("status")
+        if kind in ("latency", "delay_after_accept") and not (
+                _is_int(ms) and 0 <= ms <= MAX_FAULT_MS):
+            raise ValueError(f"fault.ms: {ms!r} must be an integer in 0..{MAX_FAULT_MS} "
+                             "(milliseconds)")
+        if kind == "error" and not (_is_int(status) and 500 <= status <= 599):
+            raise ValueError(f"fault.status: {status!r} must be an integer in 500..599")
+        return cls(kind, ms, status)
+
+    @property
+    def label(self) -> str:
+        """How the request log records it: ``latency:50ms``, ``error:503``, or the kind."""
+        if self.kind in ("latency", "delay_after_accept"):
+            return f"{self.kind}:{self.ms}ms"
+        return f"error:{self.status}" if self.kind == "error" else self.kind
+
+
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario (``scenarios/README.md`` documents each field).
+
+    Attributes:
+        name: the id prefix of its executions (``o1001``).
+        path: the file it came from (``None`` when built in code).
+        description: one line for reports.
+        case_id, order_id: the case.
+        policy: ``deterministic`` or ``varying``.
+        idempotency_keys: SUT option; ``False`` demonstrates duplicates (exercise 3).
+        read_timeout_s: SUT option ``--read-timeout``: seconds the gateway client waits for
+            a reply per attempt (``None``: the SUT's default, 5 s for the reference).
+        points: kill points for single-kill executions; ``None``: every point the trace
+            run reaches.
+        schedules: extra multi-kill schedules.
+        baseline: also run the no-kill execution.
+        double: also run every ordered pair (first kill, second kill reached during the
+            recovery from the first), learned from the single-kill executions.
+        human_action, approve_at, approve_delay_h, approve_twice, ticket: the ``[human]``
+            table (approve or reject; approve mid-resume at a point; hours later on a
+            simulated clock; twice; which ticket the resuming worker is offered).
+        gateway_faults: the mock gateway's fault plan, one per send request in order.
+        resumers, leases, lease_ttl_s, takeover_at, same_owner: the ``[concurrency]``
+            table (``same_owner``: every worker leases as ``worker-0``, a restarted worker
+            reusing its identity).
+        storage_fault, lock_at, lock_ms: the ``[storage]`` table.
+        story: the story as steps (``[[story]]``); empty: the story the tables above
+            describe (``harness.story_plan.expand`` turns them into steps).
+        expect_failing: check ids expected to fail in every killed execution.
+        expect_deliveries: deliveries the case must end with (1; 0 when nothing may send).
+        expect_worker_error: the error a resuming worker must stop with (exit 1), e.g.
+            ``CheckpointCorrupt``; such an exit is then a declared outcome.
+    """
+
+    name: str
+    path: Path | None = None
+    description: str = ""
+    case_id: str = "case-O-1001"
+    order_id: str = "O-1001"
+    policy: str = "deterministic"
+    idempotency_keys: bool = True
+    read_timeout_s: float | None = None
+    points: tuple[KillPoint, ...] | None = None
+    schedules: tuple[CrashSchedule, ...] = ()
+    baseline: bool = True
+    double: bool = False
+    human_action: HumanAction = HumanAction.APPROVE
+    approve_at: KillPoint | None = None
+    approve_delay_h: float = 0.0
+    approve_twice: bool = False
+    ticket: TicketKind = TicketKind.ISSUED
+    gateway_faults: tuple[FaultSpec, ...] = ()
+    resumers: int = 1
+    leases: bool = False
+    lease_ttl_s: float = 30.0
+    takeover_at: KillPoint | None = None
+    same_owner: bool = False
+    storage_fault: StorageFault = StorageFault.NONE
+    lock_at: KillPoint | None = None
+    lock_ms: int = 300
+    story: tuple[Step, ...] = ()
+    expect_failing: frozenset[str] = field(default_factory=frozenset)
+    expect_deliveries: int = 1
+    expect_worker_error: str | None = None
+
+    def __post_init__(self) -> None:
+        # a scenario built in code may spell a closed set as its string: hold the enum
+        for name, enum in (("human_action", HumanAction), ("ticket", TicketKind),
+                           ("storage_fault", StorageFault)):
+            object.__setattr__(self, name, enum(getattr(self, name)))
+
+
+#: The folder that holds the reference ``shopops`` and ``harness`` packages.
+SRC = str(Path(shopops.__file__).resolve().parent.parent)
+
+
+@dataclass(frozen=True)
+class Sut:
+    """An implementation to run (the adapter contract: ``harness.sut``).
+
+    Attributes:
+        path: the folder holding the package (first on ``PYTHONPATH``), or ``None`` for the
+            reference implementation.
+        module: the package name run as ``python -m MODULE``.
+        memory_mib, file_size_mib, cpu_s: limits for a foreign worker (address space in
+            MiB, largest file it may write in MiB, CPU seconds).
+        trusted: our own variant (a mutant): started like the reference, without limits,
+            so a fork server preloaded from ``path`` may fork it.
+    """
+
+    path: Path | None = None
+    module: str = "shopops"
+    memory_mib: int = 1024
+    file_size_mib: int = 64
+    cpu_s: int = 60
+    trusted: bool = False
+
+    @property
+    def foreign(self) -> bool:
+        """True for anything but the reference."""
+        return self.path is not None
+
+    def argv(self, *args: str) -> list[str]:
+        """The command line of one worker running ``MODULE ARGS``."""
+        if not self.foreign or self.trusted:
+            return [sys.executable, "-m", self.module, *args]
+        return [sys.executable, "-m", "harness.sut_boot", str(self.memory_mib),
+                str(self.file_size_mib), str(self.cpu_s), self.module, *args]
+
+    def pythonpath(self, inherited: str | None) -> str:
+        """``PYTHONPATH`` for a worker: the implementation's folder first, then the
+        harness's (for ``harness.sut_boot``), then what was inherited."""
+        first = [str(self.path.resolve())] if self.path is not None else []
+        return os.pathsep.join(p for p in (*first, SRC, inherited) if p)
+
+    def describe(self) -> str:
+        """``reference`` or the folder."""
+        return "reference" if self.path is None else str(self.path)
+
+
+REFERENCE = Sut()
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """A scenario and one crash schedule, run against an implementation (``sut``, the
+    reference by default); ``id`` is ``name[schedule]``, stable across runs."""
+
+    scenario: Scenario
+    schedule: CrashSchedule
+    sut: Sut = REFERENCE
+
+    @property
+    def id(self) -> str:
+        """E.g. ``o1001[t6.gateway_accepted]``."""
+        return f"{self.scenario.name}[{self.schedule.id}]"
+
+    @property
+    def dirname(self) -> str:
+        """A filesystem-safe folder name (``o1001--t6.gateway_accepted``)."""
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario.name}--{self.schedule.id}")
+
+    @property
+    def replay(self) -> str:
+        """One shell command that re-runs exactly this execution."""
+        if self.scenario.path is None:
+            return (f"(scenario {self.scenario.name!r} was built in code: re-run the test that "
+                    f"built it; schedule {self.schedule.id})")
+        sut = f" --sut {shlex.quote(str(self.sut.path))}" if self.sut.path else ""
+        if self.sut.path and self.sut.module != "shopops":
+            sut += f" --module {shlex.quote(self.sut.module)}"
+        return (f"shopops-chaos run {shlex.quote(str(self.scenario.path))} "
+                f"--schedule {shlex.quote(self.schedule.id)}{sut}")

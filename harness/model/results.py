@@ -1,0 +1,144 @@
+"""What came out: one check's result, one execution's result, a whole run's result, and
+the roll-up of verdicts — plain frozen data (``docs/design.md``, "The pipeline").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.model.evidence import Evidence
+from harness.model.kinds import CheckStatus, Verdict
+from harness.model.plan import ExecutionPlan
+from harness.model.shard import Shard, ShardPlan
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check over one execution's evidence.
+
+    Attributes:
+        check_id: the check's name (``harness.checks.CHECK_IDS``).
+        passed: the check held. ``False`` when it failed *or* could not be decided.
+        detail: one line.
+        evidence: the lines a human needs to see why.
+        undecided: why the check could not be decided (the evidence it needs is missing),
+            or ``None`` when it was decided (``harness.verdict.decide``).
+    """
+
+    check_id: str
+    passed: bool
+    detail: str
+    evidence: tuple[str, ...] = ()
+    undecided: str | None = None
+
+    @property
+    def status(self) -> CheckStatus:
+        """``pass``, ``fail`` or ``undecided``."""
+        if self.undecided is not None:
+            return CheckStatus.UNDECIDED
+        return CheckStatus.PASS if self.passed else CheckStatus.FAIL
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The outcome of one execution: its ``evidence``, the decided ``checks``, the
+    ``verdict``, the ``reasons`` behind it and ``elapsed_s`` (seconds)."""
+
+    plan: ExecutionPlan
+    evidence: Evidence
+    checks: tuple[CheckResult, ...]
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    elapsed_s: float
+
+    @property
+    def undecided(self) -> tuple[CheckResult, ...]:
+        """The checks that could not be decided (each says why in ``undecided``)."""
+        return tuple(c for c in self.checks if c.status is CheckStatus.UNDECIDED)
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many executions ended ``pass``, ``fail`` and ``unknown``."""
+
+    passed: int = 0
+    failed: int = 0
+    unknown: int = 0
+
+    @classmethod
+    def of(cls, verdicts: Iterable[str]) -> Counts:
+        """Count ``verdicts`` (``Verdict`` values or their strings)."""
+        vs = [Verdict(v) for v in verdicts]
+        return cls(vs.count(Verdict.PASS), vs.count(Verdict.FAIL), vs.count(Verdict.UNKNOWN))
+
+    @property
+    def total(self) -> int:
+        """All executions counted."""
+        return self.passed + self.failed + self.unknown
+
+    def as_dict(self) -> dict[str, int]:
+        """``{"pass": n, "fail": n, "unknown": n}`` (the reports' spelling)."""
+        return {Verdict.PASS: self.passed, Verdict.FAIL: self.failed,
+                Verdict.UNKNOWN: self.unknown}
+
+
+def roll_up(verdicts: Iterable[str], *, complete: bool = True) -> Verdict:
+    """The verdict of many executions — the one roll-up rule: ``fail`` if any failed, else
+    ``unknown`` if any is unknown, there were none, or the set is not ``complete`` (an
+    interrupted run), else ``pass``."""
+    counts = Counts.of(verdicts)
+    if counts.failed:
+        return Verdict.FAIL
+    if counts.unknown or not counts.total or not complete:
+        return Verdict.UNKNOWN
+    return Verdict.PASS
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """All executions of one ``shopops-chaos run``.
+
+    Attributes:
+        run_id: ``YYYYmmddTHHMMSSZ-<pid>``; the report folder's name.
+        out_dir: ``reports/<run_id>``.
+        results: executions in plan order (scenario, then kill point order).
+        started_at: ISO-8601 UTC.
+        elapsed_s: wall seconds.
+        interrupted: the run was stopped by SIGINT/SIGTERM before it finished.
+        launcher: the launcher's name.
+        repeats: for each of ``results``, the repeat (1-based) it belongs to (soak runs,
+            ``repeat`` > 1: the same ids come back once per repeat).
+        stopped_early: ``fail_fast`` stopped the run at its first failing execution.
+        shard: the part of the matrix this run is (``run(shard=...)``), else ``None``.
+        shard_plan: how the matrix was cut (every shard's units, ``harness.shard``), which
+            ``merge`` compares across shards; ``None`` when not sharded.
+    """
+
+    run_id: str
+    out_dir: Path
+    results: tuple[ExecutionResult, ...] = ()
+    started_at: str = ""
+    elapsed_s: float = 0.0
+    interrupted: bool = False
+    launcher: str = "spawn"
+    repeats: tuple[int, ...] = ()
+    stopped_early: bool = False
+    shard: Shard | None = None
+    shard_plan: ShardPlan | None = None
+
+    @property
+    def counts(self) -> Counts:
+        """The executions' verdicts, counted."""
+        return Counts.of(r.verdict for r in self.results)
+
+    @property
+    def verdict(self) -> Verdict:
+        """``roll_up`` of the executions; an interrupted run is never a pass."""
+        return roll_up((r.verdict for r in self.results), complete=not self.interrupted)
+
+    @property
+    def exit_status(self) -> int:
+        """0 pass, 1 fail, 2 unknown (``Verdict.exit_status``)."""
+        return self.verdict.exit_status

@@ -1,0 +1,168 @@
+"""Starting and reaping the workers of a story (``harness.story``): their command line,
+environment (the simulated clock), lease owner, and the phase the harness reads from the
+checkpoint database before and after each one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.controller import KillController
+from harness.evidence import EventLog, read_checkpoints
+from harness.launcher import Launcher
+from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
+from harness.processes import Worker
+from shopops.checkpoint import CheckpointRow
+from shopops.errors import ShopOpsError
+
+RUN_ID = "run-1"
+
+
+@dataclass(frozen=True)
+class Started:
+    """A worker that was started and not yet reaped."""
+
+    worker: Worker
+    role: WorkerRole
+    phase_before: str | None
+    index: int
+
+
+class Workers:
+    """The story's workers: start, wait, record (``WorkerRun``), in launch order.
+
+    Attributes:
+        clock_offset_s: seconds later workers' clocks run ahead (``SHOPOPS_CLOCK_OFFSET_S``).
+        offered_ticket: a ticket the human handed over, passed to later workers.
+        runs: every reaped worker, in launch order.
+        errors: deadlines that passed (they cut the story short).
+        injected: checkpoint rows the harness appended (not the loop's: ignored when the
+            harness reads the loop's latest phase).
+    """
+
+    def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
+                 controller: KillController, events: EventLog, *, gateway_url: str,
+                 channel: str, timeout_s: float, extra_wait_s: float) -> None:
+        self.s = scenario
+        self.sut = sut
+        self.workdir = workdir
+        self.launcher = launcher
+        self.controller = controller
+        self.events = events
+        self.gateway_url = gateway_url
+        self.channel = channel
+        self.timeout = timeout_s
+        self.extra_wait_s = extra_wait_s
+        self.ckpt_db = workdir / "checkpoints.db"
+        self.appr_db = workdir / "approvals.db"
+        self.gw_db = workdir / "gateway.db"
+        self.clock_offset_s = 0.0
+        self.offered_ticket: str | None = None
+        self.runs: list[WorkerRun] = []
+        self.errors: list[str] = []
+        self.injected: list[CheckpointRow] = []
+        self._started = 0
+        self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
+
+    @property
+    def started(self) -> int:
+        """Workers started so far."""
+        return self._started
+
+    def argv(self, role: WorkerRole, index: int, owner: str) -> list[str]:
+        """The command line of worker ``index``."""
+        s = self.s
+        if role is WorkerRole.MIGRATE:
+            return self.sut.argv("migrate", str(self.ckpt_db))
+        argv = self.sut.argv(
+            "run", "--db", str(self.ckpt_db), "--approvals", str(self.appr_db),
+            "--gateway", self.gateway_url, "--case", s.case_id, "--order", s.order_id,
+            "--run-id", RUN_ID, "--keys", "on" if s.idempotency_keys else "off",
+            "--policy", s.policy)
+        if s.read_timeout_s is not None:
+            argv += ["--read-timeout", f"{s.read_timeout_s:g}"]
+        if s.leases:
+            argv += ["--owner", owner.format(index=index), "--lease-ttl", f"{s.lease_ttl_s:g}"]
+        if self.offered_ticket is not None:
+            argv += ["--ticket", self.offered_ticket]
+        return argv
+
+    def env(self) -> dict[str, str]:
+        """The worker's environment: ours without any ``SHOPOPS_*``, plus the channel and
+        the simulated clock."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+        env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
+        env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
+        if self.clock_offset_s:
+            env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
+        return env
+
+    def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> WorkerRun:
+        """Start one worker and wait for it."""
+        return self.finish(self.start(role, owner))
+
+    def start(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> Started:
+        """Start one worker (index = launch order) without waiting for it.
+
+        Raises:
+            OSError: the launcher could not start it.
+        """
+        # Only workers change the phase and it is read as each one ends; while another
+        # worker still runs (a held or concurrent one), read it afresh.
+        phase_before = self._phase if self._started == len(self.runs) else self.latest_phase()
+        index = self._started
+        self._started += 1
+        out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
+        worker = self.launcher.start(self.argv(role, index, owner), env=self.env(),
+                                     cwd=str(self.workdir), stdout=str(out), stderr=str(err),
+                                     index=index)
+        self.controller.attach(worker)
+        self.events.add(EventKind.WORKER_START, None, worker.pid, index, role)
+        release = getattr(worker, "release", None)
+        if release is not None:  # a fork-server child held at its start gate until attached
+            release()
+        return Started(worker, role, phase_before, index)
+
+    def finish(self, started: Started) -> WorkerRun:
+        """Wait for (reap) a started worker and record its run."""
+        worker, index = started.worker, started.index
+        info = worker.wait(self.timeout + self.extra_wait_s)
+        self.events.add(EventKind.WORKER_EXIT, None, worker.pid, index,
+                        f"returncode {info.returncode}"
+                        + (" (deadline passed)" if info.timed_out else ""))
+        if info.timed_out:
+            self.errors.append(f"worker {index} ({started.role}) passed its {self.timeout:g} s "
+                               "deadline")
+        out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
+        self._phase = self.latest_phase()
+        run = WorkerRun(index, started.role, worker.pid, info.returncode,
+                        info.killed_by_harness, info.timed_out, info.leftovers, _tail(out),
+                        _tail(err), round(info.elapsed_s, 4), self._phase,
+                        started.phase_before)
+        self.runs.append(run)
+        self.runs.sort(key=lambda r: r.index)
+        return run
+
+    def reset_phase(self) -> None:
+        """Read the latest phase afresh (after the harness itself wrote the database)."""
+        self._phase = self.latest_phase()
+
+    def latest_phase(self) -> str | None:
+        """The phase of the latest checkpoint the loop wrote, read by the harness."""
+        injected = {r.seq for r in self.injected}
+        rows, _ = read_checkpoints(self.ckpt_db, self.s.case_id)
+        rows = tuple(r for r in rows if r.seq not in injected)
+        try:
+            return rows[-1].state().phase if rows else None
+        except ShopOpsError:
+            return None
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
