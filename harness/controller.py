@@ -31,10 +31,12 @@ HOLD_LIMIT_S = 60.0
 @dataclass
 class Hold:
     """A worker held at ``point``: ``held`` is set when one arrives, ``release`` lets it go;
-    after ``limit_s`` seconds it goes on anyway (a slow step is a short limit)."""
+    after ``limit_s`` seconds it goes on anyway (a slow step is a short limit). A hold that
+    is not ``required`` (a slow step) may be missed: a kill at the same hit comes first."""
 
     point: KillPoint
     limit_s: float = HOLD_LIMIT_S
+    required: bool = True
     held: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
     worker: Worker | None = None
@@ -66,10 +68,12 @@ class KillController:
         """Run ``action(worker)`` once, at the hit ``point`` (counted from the start)."""
         self.hooks[point] = action
 
-    def add_hold(self, point: KillPoint, *, limit_s: float = HOLD_LIMIT_S) -> Hold:
+    def add_hold(self, point: KillPoint, *, limit_s: float = HOLD_LIMIT_S,
+                 required: bool = True) -> Hold:
         """Hold the worker that reaches ``point`` (counted from the start) until
-        ``Hold.release`` is set, or for at most ``limit_s`` seconds."""
-        hold = Hold(point, limit_s)
+        ``Hold.release`` is set, or for at most ``limit_s`` seconds; ``required``: a point
+        no worker reached makes the execution's evidence incomplete."""
+        hold = Hold(point, limit_s, required)
         self.holds[point] = hold
         return hold
 

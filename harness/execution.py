@@ -100,5 +100,6 @@ def _sender_pid(gateway: MockGateway, delivery: Delivery) -> int | None:
 def _unreached_points(controller: KillController) -> tuple[KillPoint, ...]:
     """Story points (a decision or a lock ``at`` a point, a hold) no worker ever reached."""
     missed = list(controller.hooks)  # a hook is removed when it fires
-    missed += [h.point for h in controller.holds.values() if not h.held.is_set()]
+    missed += [h.point for h in controller.holds.values()
+               if h.required and not h.held.is_set()]
     return tuple(missed)

@@ -21,9 +21,11 @@ from harness.model import (
     HumanAction,
     KillPoint,
     Scenario,
+    Step,
     StorageFault,
     TicketKind,
 )
+from harness.story_parse import parse_story
 from shopops import labels
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
@@ -59,6 +61,12 @@ WORKER_ERRORS = ("ApprovalRefused", "CheckpointCorrupt", "UnsupportedSchemaVersi
                  "LeaseHeld", "FencedOff", "GatewayRejected", "GatewayUnavailable")
 
 
+#: The array of tables that writes the story out as steps (``harness.story_parse``).
+STORY = "story"
+#: What a ``[[story]]`` replaces: whole tables (``None``) or some of their fields.
+_STORY_REPLACES: dict[str, frozenset[str] | None] = {
+    "human": None, "storage": None,
+    "concurrency": frozenset({"resumers", "takeover_at", "same_owner"})}
 _NUM = (int, float)
 _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "": {"name": str, "description": str},
@@ -139,17 +147,24 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         return ScenarioError(f"{where}: field '{fld}': {reason}", path=str(path), field=fld,
                              line=line, reason=reason)
 
+    def fail_at(fld: str, reason: str, line: int | None) -> ScenarioError:
+        where = f"{path}:{line}" if line else str(path)
+        return ScenarioError(f"{where}: field '{fld}': {reason}", path=str(path), field=fld,
+                             line=line, reason=reason)
+
     tables = [t for t in _ALLOWED if t]
     for key, value in data.items():
+        if key == STORY:
+            continue
         if key in tables and not isinstance(value, dict):
             raise fail(key, f"must be a table [{key}]")
         if key not in tables and key not in _ALLOWED[""]:
             raise fail(key, "unknown field or table; allowed: name, description, "
-                       + ", ".join(f"[{t}]" for t in tables))
+                       + ", ".join(f"[{t}]" for t in tables) + f", [[{STORY}]]")
     for table, allowed in _ALLOWED.items():
         section = data if table == "" else data.get(table, {})
         for key, value in section.items():
-            if table == "" and key in tables:
+            if table == "" and key in (*tables, STORY):
                 continue
             dotted = f"{table}.{key}" if table else key
             if key not in allowed:
@@ -241,6 +256,15 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
     read_timeout = (positive(sut, "sut.read_timeout_s", 5, _READ_TIMEOUT_S)
                     if "read_timeout_s" in sut else None)
     resumers = int(positive(conc, "concurrency.resumers", 1, _RESUMERS))
+    story: tuple[Step, ...] = ()
+    if STORY in data:
+        for table, keys in _STORY_REPLACES.items():
+            given = sorted(k for k in data.get(table, {}) if keys is None or k in keys)
+            if given:
+                dotted = table if keys is None else f"{table}.{given[0]}"
+                raise fail(dotted, f"[[{STORY}]] tells the story: write this as a step "
+                           "instead (scenarios/README.md, \"The story as steps\")")
+        story = parse_story(data[STORY], text, leases=conc.get("leases", False), fail=fail_at)
     scenario = Scenario(
         name=name, path=path, description=data.get("description", ""),
         case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
@@ -260,7 +284,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         lock_ms=int(positive(storage, "storage.lock_ms", 300, LOCK_MS)),
         expect_failing=frozenset(failing),
         expect_deliveries=_deliveries(expect, fail),
-        expect_worker_error=worker_error,
+        expect_worker_error=worker_error, story=story,
     )
     for dotted, reason in impossible(scenario):
         raise fail(dotted, reason)

@@ -201,7 +201,8 @@ class _Engine:
     def _hold(self, step: Step) -> None:
         assert isinstance(step, HoldStep)
         limit = step.ms / 1000 if step.ms else HOLD_LIMIT_S
-        self.holds[step.at] = self.controller.add_hold(step.at, limit_s=limit)
+        self.holds[step.at] = self.controller.add_hold(step.at, limit_s=limit,
+                                                       required=not step.ms)
 
     def _release(self, step: Step) -> None:
         assert isinstance(step, ReleaseStep)
@@ -253,6 +254,7 @@ class _Engine:
                                     f"refused: {exc}")
             self.w.errors.append(f"the human could not approve: {exc}")
         self.w.clock_offset_s += hours * 3600
+        self.w.offered_ticket = None  # the approval withdraws a bad ticket offered earlier
         if self.approval_event is None:
             self.approval_event = event.seq
             self.checkpoint_seq_at_approval = seq_now

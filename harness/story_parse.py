@@ -1,0 +1,314 @@
+"""Validating a scenario's ``[[story]]`` array of tables into story steps
+(``harness.model.story``), as strictly as the rest of a scenario file: every problem names
+the file, the line, the field (``story[2].role``) and what is allowed, before anything runs.
+``scenarios/README.md`` documents each step kind with an example.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+from harness.model import (
+    DEFAULT_GATE,
+    DEFAULT_OWNER,
+    NO_RECOVERY,
+    PAST_LEASE,
+    ClockStep,
+    HoldStep,
+    HumanAction,
+    HumanStep,
+    KillPoint,
+    ReleaseStep,
+    Step,
+    StepKind,
+    StorageFault,
+    StorageStep,
+    TicketKind,
+    Wait,
+    When,
+    WorkerRole,
+    WorkersStep,
+)
+from shopops import labels
+from shopops.validators import DELAY_HOURS, FREE_TEXT, LOCK_MS
+
+__all__ = ["GATES", "STEP_FIELDS", "parse_story"]
+
+#: The named gates a human decision can be about (the loop's gated actions).
+GATES = (DEFAULT_GATE,)
+#: The fields each step kind allows (besides ``step`` and ``when``), with their types.
+_NUM = (int, float)
+STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
+    StepKind.WORKERS: {"role": str, "count": int, "together": bool, "recover": str,
+                       "owner": str, "wait": str},
+    StepKind.HUMAN: {"action": str, "gate": str, "twice": bool, "feedback": str,
+                     "ticket": str, "delay_hours": _NUM, "at": str},
+    StepKind.HOLD: {"at": str, "ms": int},
+    StepKind.RELEASE: {"at": str},
+    StepKind.CLOCK: {"advance_s": (str, int, float)},
+    StepKind.STORAGE: {"fault": str, "at": str, "ms": int},
+}
+#: Upper bounds (absurd values are bad input): workers per step, hold/lock ms, clock, hours.
+#: (the delay of a decision, a lock's ms and feedback text use ``shopops.validators``).
+MAX_COUNT, MAX_MS, MAX_CLOCK_S = 4, 600_000, 10 * 365 * 86400.0
+#: Roles that start by loading a checkpoint (where workers started together are made to
+#: overlap: ``labels.CHECKPOINT_LOADED``).
+_LOADING = (WorkerRole.RECHECK, WorkerRole.RESUME, WorkerRole.TAKEOVER)
+_OWNER = re.compile(r"[A-Za-z0-9_.-]*(\{index\})?[A-Za-z0-9_.-]*")
+
+Fail = Callable[[str, str, int | None], Exception]
+
+
+def parse_story(raw: Any, text: str, *, leases: bool, fail: Fail) -> tuple[Step, ...]:
+    """The steps of a ``[[story]]`` value.
+
+    Args:
+        raw: the parsed TOML value of ``story``.
+        text: the file's text (to find each step's line).
+        leases: the scenario's workers take leases (``concurrency.leases``).
+        fail: builds the error to raise from ``(field, reason, line)``.
+
+    Raises:
+        whatever ``fail`` builds: not a list of tables, an unknown step kind or field, a
+        wrong type, a value not allowed, or steps that cannot run in that order.
+    """
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise fail("story", "must be an array of tables: [[story]] (see scenarios/README.md)",
+                   _header_line(text, 0))
+    if not raw:
+        raise fail("story", "needs at least one step", None)
+    steps: list[Step] = []
+    for i, table in enumerate(raw):
+        steps.append(_step(i, table, text, leases, fail))
+    _order(steps, text, fail)
+    return tuple(steps)
+
+
+def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail) -> Step:
+    def bad(key: str, reason: str) -> Exception:
+        return fail(f"story[{i}].{key}" if key else f"story[{i}]", reason,
+                    _field_line(text, i, key))
+
+    kind_raw = table.get("step")
+    if kind_raw not in tuple(StepKind):
+        raise bad("step", f"{kind_raw!r}; allowed: {', '.join(StepKind)}")
+    kind = StepKind(kind_raw)
+    allowed = STEP_FIELDS[kind]
+    for key, value in table.items():
+        if key in ("step", "when"):
+            continue
+        if key not in allowed:
+            raise bad(key, f"unknown field for step = \"{kind}\"; allowed: "
+                      + ", ".join(["step", "when", *allowed]))
+        if isinstance(value, bool) and bool not in _types(allowed[key]):
+            raise bad(key, f"must be {_type_text(allowed[key])}, got bool")
+        if not isinstance(value, allowed[key]):
+            raise bad(key, f"must be {_type_text(allowed[key])}, got {type(value).__name__}")
+    when = _choice(table, "when", When.ALWAYS, When, bad)
+
+    def point(key: str, required: bool) -> KillPoint | None:
+        if key not in table:
+            if required:
+                raise bad(key, "required: a labelled point, e.g. \"t6.checkpoint_loaded\"")
+            return None
+        try:
+            return KillPoint.parse(table[key])
+        except ValueError as exc:
+            raise bad(key, str(exc)) from None
+
+    def ms(key: str, default: int) -> int:
+        value = table.get(key, default)
+        if not 0 <= value <= MAX_MS:
+            raise bad(key, f"{value!r}: milliseconds in 0..{MAX_MS}")
+        return int(value)
+
+    if kind is StepKind.WORKERS:
+        return _workers(table, when, leases, bad)
+    if kind is StepKind.HUMAN:
+        return _human(table, when, point("at", False), bad)
+    if kind is StepKind.HOLD:
+        return HoldStep(point("at", True), ms("ms", 0), when)  # type: ignore[arg-type]
+    if kind is StepKind.RELEASE:
+        return ReleaseStep(point("at", True), when)  # type: ignore[arg-type]
+    if kind is StepKind.CLOCK:
+        advance = table.get("advance_s", PAST_LEASE)
+        if isinstance(advance, str):
+            if advance != PAST_LEASE:
+                raise bad("advance_s", f"{advance!r}; allowed: a number of seconds or "
+                          f"\"{PAST_LEASE}\" (the lease TTL + 1 s)")
+        elif not (math.isfinite(advance) and 0 < advance <= MAX_CLOCK_S):
+            raise bad("advance_s", f"{advance!r}: a finite number of seconds in "
+                      f"(0, {MAX_CLOCK_S:g}]")
+        return ClockStep(advance if isinstance(advance, str) else float(advance), when)
+    fault = _choice(table, "fault", None, StorageFault, bad)
+    if fault is None or fault is StorageFault.NONE:
+        raise bad("fault", "required; allowed: "
+                  + ", ".join(f for f in StorageFault if f is not StorageFault.NONE))
+    at = point("at", fault is StorageFault.LOCK)
+    if at is not None and fault is not StorageFault.LOCK:
+        raise bad("at", f"only a lock is taken at a point; {fault} is injected now")
+    if "ms" in table and fault is not StorageFault.LOCK:
+        raise bad("ms", "only with fault = \"lock\"")
+    try:
+        lock_ms = int(LOCK_MS.check(table.get("ms", 300)))
+    except ValueError as exc:
+        raise bad("ms", str(exc)) from None
+    return StorageStep(fault, at, lock_ms, when)
+
+
+def _workers(table: dict[str, Any], when: When, leases: bool,
+             bad: Callable[[str, str], Exception]) -> WorkersStep:
+    role = _choice(table, "role", None, WorkerRole, bad)
+    if role is None:
+        raise bad("role", "required; allowed: " + ", ".join(WorkerRole))
+    count = table.get("count", 1)
+    if not 1 <= count <= MAX_COUNT:
+        raise bad("count", f"{count!r}: 1..{MAX_COUNT} workers")
+    recover_raw = table.get("recover", NO_RECOVERY)
+    if recover_raw != NO_RECOVERY and recover_raw not in tuple(WorkerRole):
+        raise bad("recover", f"{recover_raw!r}; allowed: {NO_RECOVERY}, "
+                  + ", ".join(WorkerRole))
+    recover = None if recover_raw == NO_RECOVERY else WorkerRole(recover_raw)
+    together = table.get("together", False)
+    wait = _choice(table, "wait", Wait.EXIT, Wait, bad)
+    owner = table.get("owner", DEFAULT_OWNER)
+    if not (0 < len(owner) <= 64 and _OWNER.fullmatch(owner)):
+        raise bad("owner", f"{owner!r}: 1-64 letters, digits, '.', '_' or '-', with at most "
+                  "one {index} (the worker's launch index)")
+    if together and count < 2:
+        raise bad("together", "needs count >= 2")
+    if together and role not in _LOADING:
+        raise bad("together", "workers overlap where they load the checkpoint: roles "
+                  + ", ".join(_LOADING))
+    if together and recover is not None:
+        raise bad("recover", "workers started together recover in a later step (when = "
+                  "\"killed\")")
+    if (together or role is WorkerRole.TAKEOVER or owner != DEFAULT_OWNER) and not leases:
+        raise bad("together" if together else "role" if role is WorkerRole.TAKEOVER
+                  else "owner", "needs concurrency.leases = true")
+    if wait is Wait.HELD and (count != 1 or together or recover is not None):
+        raise bad("wait", "\"held\" starts one worker (count = 1, not together, recover = "
+                  "\"none\")")
+    if role is WorkerRole.MIGRATE and recover not in (None, WorkerRole.MIGRATE):
+        raise bad("recover", "a migration is recovered by another migration")
+    return WorkersStep(role, count, together, recover, owner, wait, when)
+
+
+def _human(table: dict[str, Any], when: When, at: KillPoint | None,
+           bad: Callable[[str, str], Exception]) -> HumanStep:
+    action = _choice(table, "action", HumanAction.APPROVE, HumanAction, bad)
+    gate = table.get("gate", DEFAULT_GATE)
+    if gate not in GATES:
+        raise bad("gate", f"{gate!r}; allowed: {', '.join(GATES)}")
+    ticket = _choice(table, "ticket", TicketKind.ISSUED, TicketKind, bad)
+    hours = table.get("delay_hours", 0)
+    try:
+        DELAY_HOURS.check(hours)
+    except ValueError as exc:
+        raise bad("delay_hours", str(exc)) from None
+    feedback = table.get("feedback")
+    if action is HumanAction.REJECT:
+        for key in ("twice", "ticket", "delay_hours"):
+            if key in table:
+                raise bad(key, "only when action = \"approve\"")
+    elif feedback is not None:
+        raise bad("feedback", "only when action = \"reject\" (the reviewer's feedback)")
+    if feedback is not None:
+        try:
+            FREE_TEXT.check(feedback)
+        except ValueError as exc:
+            raise bad("feedback", str(exc)) from None
+    twice = table.get("twice", False)
+    if ticket is not TicketKind.ISSUED and (twice or "delay_hours" in table):
+        raise bad("ticket", "a bad ticket is offered instead of an approval: twice and "
+                  "delay_hours need ticket = \"issued\"")
+    if at is not None:
+        if action is HumanAction.APPROVE and (ticket is not TicketKind.ISSUED or twice):
+            raise bad("at", "an approval at a point issues the ticket itself: ticket and twice "
+                      "need it unset")
+        if at.label in labels.AFTER_APPROVAL:
+            raise bad("at", f"{at.label} is only reached after an approval")
+    return HumanStep(action, gate, twice, feedback, ticket, float(hours), at, when)
+
+
+def _order(steps: list[Step], text: str, fail: Fail) -> None:
+    """Steps that cannot run in the order written."""
+    held: dict[KillPoint, HoldStep] = {}
+    started = False
+    for i, step in enumerate(steps):
+        def bad(key: str, reason: str, i: int = i) -> Exception:
+            return fail(f"story[{i}].{key}", reason, _field_line(text, i, key))
+
+        if isinstance(step, HoldStep):
+            if step.at in held:
+                raise bad("at", f"{step.at} is already held by an earlier step")
+            held[step.at] = step
+        elif isinstance(step, ReleaseStep):
+            hold = held.pop(step.at, None)
+            if hold is None or hold.ms:
+                raise bad("at", f"no earlier hold (without ms) at {step.at} to release")
+        elif isinstance(step, WorkersStep):
+            if step.wait is Wait.HELD and not any(not h.ms for h in held.values()):
+                raise bad("wait", "\"held\" needs an earlier hold step (without ms) not yet "
+                          "released")
+            started = True
+        elif isinstance(step, StorageStep) and step.fault is StorageFault.V1_CHECKPOINT \
+                and started:
+            raise bad("fault", "a v1 history is installed before any worker starts")
+    if not started:
+        raise fail("story", "needs at least one step = \"workers\"", _header_line(text, 0))
+    for at in held:
+        if not held[at].ms:
+            index = steps.index(held[at])
+            raise fail(f"story[{index}].at", f"the worker held at {at} is never released: add "
+                       "a step = \"release\" (or give the hold ms)",
+                       _field_line(text, index, "at"))
+
+
+def _choice(table: dict[str, Any], key: str, default: Any, enum: Any,
+            bad: Callable[[str, str], Exception]) -> Any:
+    value = table.get(key, default)
+    if value is None:
+        return None
+    if value not in tuple(enum):
+        raise bad(key, f"{value!r}; allowed: {', '.join(enum)}")
+    return enum(value)
+
+
+def _types(expected: type | tuple[type, ...]) -> tuple[type, ...]:
+    return expected if isinstance(expected, tuple) else (expected,)
+
+
+def _type_text(expected: type | tuple[type, ...]) -> str:
+    names = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}
+    return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in _types(expected)))
+
+
+def _header_line(text: str, index: int) -> int | None:
+    """The 1-based line of the ``index``-th ``[[story]]`` header."""
+    seen = -1
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(r"^\s*\[\[\s*\"?story\"?\s*\]\]", line):
+            seen += 1
+            if seen == index:
+                return number
+    return None
+
+
+def _field_line(text: str, index: int, key: str) -> int | None:
+    """The line where ``key`` is set in the ``index``-th ``[[story]]`` table, else the
+    table's header line."""
+    header = _header_line(text, index)
+    if header is None:
+        return None
+    lines = text.splitlines()
+    for number in range(header + 1, len(lines) + 1):
+        stripped = lines[number - 1].strip()
+        if stripped.startswith("["):
+            break
+        if key and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
+            return number
+    return header
