@@ -12,7 +12,8 @@ MODULES = {
     "pure": {"test_state_phases", "test_checks", "test_verdict", "test_matrix",
              "test_scenario_fields", "test_scenario_loop_fields",
              "test_approvals", "test_gateway_client",
-             "test_shard"},  # its real runs are marked processes
+             "test_shard",  # its real runs are marked processes
+             "test_layering", "test_story_steps"},
     "io": {"test_checkpoint", "test_mock_gateway", "test_loop"},  # test_merge: processes
 }
 
