@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from harness.check_support import draft_digest as _digest
+from harness.check_support import parsed_states as _states
+from harness.check_support import redrafts_owed as _redrafts_owed
+from harness.history_checks import HISTORY_CHECKS
 from harness.model import CheckResult, Evidence, EvidenceSource
 from shopops import labels
-from shopops.errors import ShopOpsError
 from shopops.phases import PRE_APPROVAL, Phase
-from shopops.state import Draft, State
 
 __all__ = ["CHECKS", "CHECK_IDS", "NEEDS", "CheckFailed", "CheckResult", "run_checks"]
 
@@ -23,16 +25,6 @@ __all__ = ["CHECKS", "CHECK_IDS", "NEEDS", "CheckFailed", "CheckResult", "run_ch
 class CheckFailed(AssertionError):
     """Raised by the pytest plugin for a failing execution (an ``AssertionError``, so pytest
     shows a failure, not an error)."""
-
-
-def _states(ev: Evidence) -> tuple[list[tuple[int, State]], list[str]]:
-    parsed, problems = [], []
-    for row in ev.loop_checkpoints:
-        try:
-            parsed.append((row.seq, row.state()))
-        except ShopOpsError as exc:
-            problems.append(f"checkpoint seq {row.seq}: {exc}")
-    return parsed, problems
 
 
 def _absent(ev: Evidence, result: CheckResult) -> CheckResult:
@@ -45,17 +37,17 @@ def _absent(ev: Evidence, result: CheckResult) -> CheckResult:
                        undecided=f"the story was cut short ({ev.errors[0]}): {result.detail}")
 
 
-def _digest(to: str, subject: str, body: str) -> str:
-    return Draft(to, subject, body).digest()
-
-
 def draft_identical(ev: Evidence) -> CheckResult:
     """1. The draft after resume is identical to the pre-crash (checkpointed) draft, to the
     draft of the ticket the loop used (held in a checkpoint or consumed by a send), and to
-    what the gateway delivered."""
+    what the gateway delivered. The one exception is a redraft after a human rejected the
+    draft with feedback: then the rejected draft may give way (once) to a new one, and the
+    newest draft is the one that must be approved and delivered."""
     states, problems = _states(ev)
     drafts = [(seq, s.draft) for seq, s in states if s.draft is not None]
     lines = [f"checkpoint seq {seq}: draft {d.digest()[:12]}" for seq, d in drafts]
+    owed = _redrafts_owed(ev)
+    lines += [f"draft {d[:12]} rejected with feedback: a redraft is owed" for d in sorted(owed)]
     held = {s.approval_ticket for _, s in states if s.approval_ticket}
     used = [t for t in ev.tickets if t.ticket_id in held or t.consumed_by_key is not None]
     lines += [f"ticket {t.ticket_id}: approved draft {t.draft_digest[:12]}" for t in used]
@@ -63,7 +55,15 @@ def draft_identical(ev: Evidence) -> CheckResult:
                  for d in ev.gateway.deliveries_for(ev.case_id)]
     lines += [f"delivery {i}: body+subject+to {g[:12]}" for i, g in delivered]
     digests = {d.digest() for _, d in drafts}
-    lost = [seq for seq, s in states if s.draft is None and drafts and seq > drafts[0][0]]
+    runs = [d.digest() for i, (_, d) in enumerate(drafts)
+            if i == 0 or d.digest() != drafts[i - 1][1].digest()]  # each draft in turn
+    unowed = [d for d in runs[:-1] if d not in owed] + [d for d in set(runs)
+                                                       if runs.count(d) > 1]
+    lost = []
+    for seq, s in states:
+        before = [d for sq, d in drafts if sq < seq]
+        if s.draft is None and before and before[-1].digest() not in owed:
+            lost.append(seq)
     lines += [f"checkpoint seq {seq}: the draft is gone" for seq in lost]
     if problems:
         return CheckResult("draft_identical", False, problems[0], tuple(lines + problems))
@@ -71,18 +71,19 @@ def draft_identical(ev: Evidence) -> CheckResult:
         return CheckResult("draft_identical", False,
                            f"a checkpoint after the draft has no draft (seq {lost[0]})",
                            tuple(lines))
-    if len(digests) > 1:
+    if unowed:
         return CheckResult("draft_identical", False,
-                           f"the checkpointed draft changed ({len(digests)} different drafts)",
-                           tuple(lines))
-    expected = digests | {t.draft_digest for t in used} | {g for _, g in delivered}
+                           f"the checkpointed draft changed ({len(digests)} different drafts) "
+                           "without a rejection with feedback asking for it", tuple(lines))
+    expected = set(runs[-1:]) | {t.draft_digest for t in used} | {g for _, g in delivered}
     if len(expected) > 1:
         return CheckResult("draft_identical", False,
                            "approved or delivered text differs from the checkpointed draft",
                            tuple(lines))
     return CheckResult("draft_identical", True,
-                       "one draft throughout" if digests else "no draft was checkpointed",
-                       tuple(lines))
+                       "one draft throughout" if len(digests) == 1 else
+                       f"{len(runs)} drafts, each after a rejection with feedback" if digests
+                       else "no draft was checkpointed", tuple(lines))
 
 
 def parked_until_approval(ev: Evidence) -> CheckResult:
@@ -280,14 +281,20 @@ def intake_not_repeated(ev: Evidence) -> CheckResult:
     once checkpointed — a worker that starts from a checkpoint past ``intake`` must not hit
     ``t1.get_customer``/``t1.get_order``, and one past the park must not hit
     ``t1.draft_email`` (Chapter 8: "A later worker loads those facts — it does not ask the
-    model to rediscover them"). Uses the phase the harness read before each worker started,
+    model to rediscover them"), unless a human rejected the draft with feedback (one redraft
+    per such rejection). Uses the phase the harness read before each worker started,
     and the labelled points the worker reported; a loop without labels passes vacuously."""
     lines, repeats = [], []
+    owed = len(_redrafts_owed(ev))  # a redraft after a rejection with feedback is due
     for w in ev.workers:
         hits = [e.label for e in ev.events if e.kind == "hit" and e.worker == w.index]
         redo = [lab for lab in hits if (lab in labels.INTAKE_READS
                                         and w.phase_before in _INTAKE_DURABLE)
                 or (lab in labels.DRAFTING and w.phase_before in _DRAFT_DURABLE)]
+        for lab in [lab for lab in redo if lab in labels.DRAFTING]:
+            if owed:
+                owed -= 1
+                redo.remove(lab)
         lines.append(f"worker {w.index} ({w.role}) started from {w.phase_before or 'nothing'}"
                      + (f": repeated {', '.join(redo)}" if redo else ""))
         repeats += redo
@@ -371,6 +378,7 @@ CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
     intake_not_repeated,
     storage_safe,
     no_process_left,
+    *HISTORY_CHECKS,
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)
 
@@ -388,6 +396,11 @@ NEEDS: dict[str, frozenset[EvidenceSource]] = {
     "intake_not_repeated": frozenset(),
     "storage_safe": frozenset({_C}),
     "no_process_left": frozenset(),
+    "no_request_after_done": frozenset({_C, _G}),
+    "phase_path": frozenset({_C}),
+    "lease_exclusive": frozenset({_C}),
+    "rejection_respected": frozenset({_C, _A, _G}),
+    "attempts_bounded": frozenset({_C}),
 }
 
 

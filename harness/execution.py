@@ -20,6 +20,7 @@ from harness.evidence import EventLog, read_approvals, read_checkpoints, read_ga
 from harness.launcher import Launcher
 from harness.mock_gateway import Delivery, MockGateway
 from harness.model import (
+    EventKind,
     Evidence,
     ExecutionPlan,
     ExecutionResult,
@@ -57,6 +58,9 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     gateway = MockGateway(workdir / "gateway.db")
     gateway.on_accepted = lambda delivery: controller.on_gateway_accepted(
         delivery, _sender_pid(gateway, delivery))
+    gateway.on_request = lambda r: events.add(
+        EventKind.REQUEST, None, r.worker_pid, None,
+        f"status {r.status}" + (" duplicate" if r.duplicate else ""), ref=str(r.seq))
     gateway.set_faults(plan.scenario.gateway_faults)
     with FailpointChannel(controller.on_hit) as channel, gateway:
         record = drive(plan, workdir, launcher or SpawnLauncher(), controller, events,
@@ -88,6 +92,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         workdir=str(record.workdir), expected_deliveries=s.expect_deliveries,
         injected=record.injected, v1_rows=record.v1_rows,
         migrations=migrations(record.checkpoints_db),
+        max_attempts=s.max_attempts,
     )
 
 

@@ -81,7 +81,7 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                ("exactly_one_delivery",),
                explain="The gateway's own log must show one delivery, and the case done."),
     RubricItem("No send without a server-issued ticket", 10,
-               ("forged-ticket", "forged-ticket-in-state", "ticket-other-case",
+               ("o1001", "forged-ticket", "forged-ticket-in-state", "ticket-other-case",
                 "ticket-stale-draft", "ticket-consumed"),
                ("ticket_server_issued",),
                explain="Tickets are server-side facts: verify them with the queue."),
@@ -100,6 +100,20 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
     RubricItem("Exercise 4: a lease owner rejects resume from another owner", 10,
                ("two-resumers", "lease-takeover", "lease-same-owner"),
                explain="Leases with an owner and an expiry; fence a taken-over worker."),
+    RubricItem("History: nothing is sent or written once the case is done", 10,
+               ("o1001", "lease-takeover", "lease-same-owner", "two-resumers", "rejection",
+                "dead-letter"), ("no_request_after_done", "phase_path"),
+               explain="No gateway call after completion, even a deduplicated one; phases "
+                       "follow the FSM and stop at a terminal one."),
+    RubricItem("Leases: one writer at a time, fences only rise", 10,
+               ("two-resumers", "lease-takeover", "lease-same-owner"), ("lease_exclusive",),
+               explain="A new holder gets a higher fence; a taken-over worker never writes."),
+    RubricItem("Rejections end the case or are answered by a redraft", 10,
+               ("rejection", "rejection-feedback"), ("rejection_respected",),
+               explain="Never park forever on a rejected draft; answer the feedback."),
+    RubricItem("Recovery attempts are counted; dead-lettered past the maximum", 10,
+               ("dead-letter", "o1001"), ("attempts_bounded",),
+               explain="Count every pick-up in flight durably; stop retrying at the maximum."),
 )
 
 

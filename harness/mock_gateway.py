@@ -105,6 +105,9 @@ class MockGateway:
     Args:
         db_path: its own SQLite file (WAL, ``synchronous=FULL``); reused if it exists, so
             keys seen before a restart still dedupe.
+        on_request: called in the request thread with every request's ``RequestRecord``
+            once it is logged (before ``on_accepted``): the harness puts each request into
+            its trace, so a request after the case was done shows even when deduplicated.
         on_accepted: called in the request thread right after a new delivery is committed
             and before the reply is written (the harness SIGKILLs the sender there: label
             ``t6.gateway_accepted``). Exceptions propagate: werkzeug answers 500, the
@@ -112,10 +115,12 @@ class MockGateway:
     """
 
     def __init__(self, db_path: str | Path, *, host: str = "127.0.0.1", port: int = 0,
-                 on_accepted: Callable[[Delivery], None] | None = None) -> None:
+                 on_accepted: Callable[[Delivery], None] | None = None,
+                 on_request: Callable[[RequestRecord], None] | None = None) -> None:
         self.db_path = Path(db_path)
         self.host, self.port = host, port
         self.on_accepted = on_accepted
+        self.on_request = on_request
         self._faults: deque[FaultSpec] = deque()
         self._faults_lock = threading.Lock()
         self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
@@ -240,16 +245,19 @@ class MockGateway:
         if fault is not None and fault.kind == "error":
             status = fault.status or 500
             with self._transaction() as conn:
-                _insert_request(conn, evidence, status)
+                seq = _insert_request(conn, evidence, status)
+            self._report(seq)
             return _json({"error": "injected_fault", "status": status}, status)
         if problem is not None:
             with self._transaction() as conn:
-                _insert_request(conn, evidence, 400)
+                seq = _insert_request(conn, evidence, 400)
+            self._report(seq)
             field, why = problem
             return _json({"error": "invalid_request", "field": field,
                           "detail": f"{field}: {why}"}, 400)
         assert message is not None
-        status, reply, delivery = self._accept(evidence, message)
+        status, reply, delivery, seq = self._accept(evidence, message)
+        self._report(seq)
         if delivery is not None and self.on_accepted is not None:
             self.on_accepted(delivery)
         if fault is not None and fault.kind == "drop_after_accept":
@@ -258,8 +266,19 @@ class MockGateway:
             self._stopping.wait((fault.ms or 0) / 1000.0)
         return _json(reply, status)
 
+    def _report(self, seq: int) -> None:
+        """Hand the logged request ``seq`` to ``on_request``."""
+        if self.on_request is None:
+            return
+        with contextlib.closing(self._connect()) as conn:
+            names = [f.name for f in dataclasses.fields(RequestRecord)]
+            row = conn.execute(f"SELECT {', '.join(names)} FROM requests WHERE seq = ?",
+                               (seq,)).fetchone()
+        record = dict(zip(names, row, strict=True))
+        self.on_request(RequestRecord(**{**record, "duplicate": bool(record["duplicate"])}))
+
     def _accept(self, evidence: dict[str, Any], message: dict[str, str]
-                ) -> tuple[int, dict[str, Any], Delivery | None]:
+                ) -> tuple[int, dict[str, Any], Delivery | None, int]:
         """Check-and-insert in one ``BEGIN IMMEDIATE`` transaction: one delivery per key."""
         key, digest = evidence["idempotency_key"], evidence["body_sha256"]
         delivery = None
@@ -283,9 +302,9 @@ class MockGateway:
         if status == 409:
             return 409, {"error": "idempotency_key_reused", "idempotency_key": key,
                          "delivery_id": delivery_id, "detail": "the key was first used with a "
-                         "different body; use a new key for a new message"}, None
+                         "different body; use a new key for a new message"}, None, seq
         return status, {"delivery_id": delivery_id, "status": "delivered",
-                        "duplicate": status == 200}, delivery
+                        "duplicate": status == 200}, delivery, seq
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

@@ -48,6 +48,7 @@ _RESUMERS = Number(1, 4, "workers at once", integer=True)
 _LEASE_TTL_S = Number(0.1, LEASE_TTL_S.hi, "seconds")
 #: sut.read_timeout_s: 0.05 s to a minute.
 _READ_TIMEOUT_S = Number(0.05, 60, "seconds")
+_MAX_ATTEMPTS = Number(1, 100, "attempts", integer=True)
 
 
 class ScenarioError(ShopOpsError, ValueError):
@@ -71,10 +72,11 @@ _NUM = (int, float)
 _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "": {"name": str, "description": str},
     "case": {"case_id": str, "order_id": str},
-    "sut": {"policy": str, "idempotency_keys": bool, "read_timeout_s": _NUM},
+    "sut": {"policy": str, "idempotency_keys": bool, "read_timeout_s": _NUM,
+            "max_attempts": int},
     "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool},
     "human": {"action": str, "approve_at": str, "delay_hours": _NUM, "twice": bool,
-              "ticket": str},
+              "ticket": str, "feedback": str},
     "gateway": {"faults": list},
     "concurrency": {"resumers": int, "leases": bool, "lease_ttl_s": _NUM, "takeover_at": str,
                     "same_owner": bool},
@@ -255,6 +257,11 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
                    f"{worker_error!r}; allowed: {', '.join(WORKER_ERRORS)}")
     read_timeout = (positive(sut, "sut.read_timeout_s", 5, _READ_TIMEOUT_S)
                     if "read_timeout_s" in sut else None)
+    max_attempts = (int(positive(sut, "sut.max_attempts", 5, _MAX_ATTEMPTS))
+                    if "max_attempts" in sut else None)
+    feedback = human.get("feedback")
+    if feedback is not None and not 0 < len(feedback.strip()) <= 2000:
+        raise fail("human.feedback", "must be 1-2000 characters of text")
     resumers = int(positive(conc, "concurrency.resumers", 1, _RESUMERS))
     story: tuple[Step, ...] = ()
     if STORY in data:
@@ -270,9 +277,9 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
         order_id=case.get("order_id", "O-1001"), policy=policy,
         idempotency_keys=sut.get("idempotency_keys", True), read_timeout_s=read_timeout,
-        points=points,
+        max_attempts=max_attempts, points=points,
         schedules=schedules, baseline=crash.get("baseline", True),
-        double=crash.get("double", False), human_action=action,
+        double=crash.get("double", False), human_action=action, reject_feedback=feedback,
         approve_at=point(human, "human.approve_at"),
         approve_delay_h=positive(human, "human.delay_hours", 0, DELAY_HOURS),
         approve_twice=human.get("twice", False), ticket=ticket,
@@ -307,6 +314,8 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
     if s.takeover_at and (not s.leases or s.resumers != 1):
         problems.append(("concurrency.takeover_at", "a takeover needs leases = true and "
                                                     "resumers = 1"))
+    if s.reject_feedback is not None and s.human_action != "reject":
+        problems.append(("human.feedback", "feedback goes with action = \"reject\""))
     if s.same_owner and not s.leases:
         problems.append(("concurrency.same_owner", "one owner id for every worker needs "
                                                    "leases = true"))

@@ -42,6 +42,8 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
               f"idempotency_keys = {_b(s.idempotency_keys)}"]
     if s.read_timeout_s is not None:
         lines.append(f"read_timeout_s = {float(s.read_timeout_s)!r}")
+    if s.max_attempts is not None:
+        lines.append(f"max_attempts = {s.max_attempts}")
     lines += ["",
               "[crash]",
               f"points = {_list(s.points) if s.points is not None else _q('all')}",
@@ -49,6 +51,8 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
               f"baseline = {_b(s.baseline)}", f"double = {_b(s.double)}", ""]
     if not s.story:
         lines += ["[human]", f"action = {_q(s.human_action)}"]
+        if s.reject_feedback is not None:
+            lines.append(f"feedback = {_q(s.reject_feedback)}")
         if s.approve_at is not None:
             lines.append(f"approve_at = {_q(str(s.approve_at))}")
         lines += [f"delay_hours = {float(s.approve_delay_h)!r}",

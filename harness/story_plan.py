@@ -70,7 +70,12 @@ def _expand(s: Scenario) -> list[Step]:
     if s.storage_fault.corrupts_row:
         steps.append(StorageStep(s.storage_fault))
     if s.approve_at is None:
-        if s.human_action is HumanAction.REJECT:
+        if s.human_action is HumanAction.REJECT and s.reject_feedback is not None:
+            # rejected with feedback: the loop redrafts and parks; the human approves that
+            steps += [HumanStep(HumanAction.REJECT, feedback=s.reject_feedback),
+                      WorkersStep(WorkerRole.RECHECK, recover=WorkerRole.RECHECK),
+                      HumanStep()]
+        elif s.human_action is HumanAction.REJECT:
             steps.append(HumanStep(HumanAction.REJECT))
         elif s.ticket is TicketKind.ISSUED:
             steps.append(HumanStep(delay_hours=s.approve_delay_h, twice=s.approve_twice))

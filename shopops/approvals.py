@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS approval_requests (
     case_id TEXT NOT NULL,
     draft_digest TEXT NOT NULL,
     requested_at TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'rejected'))
+    status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'rejected')),
+    feedback TEXT
 );
 CREATE TABLE IF NOT EXISTS tickets (
     ticket_id TEXT PRIMARY KEY,
@@ -49,13 +50,15 @@ CREATE TABLE IF NOT EXISTS tickets (
 class ApprovalRequest:
     """A proposed send awaiting a human: ``request_id``, ``case_id``, ``draft_digest`` (hex
     SHA-256 of the draft), ``requested_at`` (ISO-8601 UTC), ``status`` (pending / approved /
-    rejected)."""
+    rejected) and the reviewer's ``feedback`` on a rejection (``None``: a plain rejection,
+    the case ends; a text: the loop drafts again answering it)."""
 
     request_id: str
     case_id: str
     draft_digest: str
     requested_at: str
     status: str
+    feedback: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,9 @@ class ApprovalQueue:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
+        columns = {r[1] for r in self._conn.execute("PRAGMA table_info(approval_requests)")}
+        if "feedback" not in columns:  # a queue database from before feedback existed
+            self._conn.execute("ALTER TABLE approval_requests ADD COLUMN feedback TEXT")
 
     def close(self) -> None:
         """Close the connection."""
@@ -122,19 +128,30 @@ class ApprovalQueue:
         """
         request_id = f"req-{case_id}-{draft_digest[:12]}"
         self._conn.execute(
-            "INSERT OR IGNORE INTO approval_requests VALUES (?, ?, ?, ?, 'pending')",
+            "INSERT OR IGNORE INTO approval_requests(request_id, case_id, draft_digest,"
+            " requested_at, status) VALUES (?, ?, ?, ?, 'pending')",
             (request_id, case_id, draft_digest, _iso(self.clock())),
         )
         return request_id
 
-    def ticket_for(self, case_id: str) -> Ticket | None:
-        """The newest ticket issued for ``case_id`` and not consumed, or ``None``."""
+    def ticket_for(self, case_id: str, draft_digest: str | None = None) -> Ticket | None:
+        """The newest ticket issued for ``case_id`` (and, if given, for the draft with
+        ``draft_digest``: a ticket for an earlier draft is void) and not consumed, or
+        ``None``."""
+        sql, args = "SELECT * FROM tickets WHERE case_id = ? AND consumed_by_key IS NULL", [
+            case_id]
+        if draft_digest is not None:
+            sql, args = sql + " AND draft_digest = ?", [case_id, draft_digest]
         row = self._conn.execute(
-            "SELECT * FROM tickets WHERE case_id = ? AND consumed_by_key IS NULL "
-            "ORDER BY issued_at_epoch DESC, ticket_id DESC LIMIT 1",
-            (case_id,),
-        ).fetchone()
+            sql + " ORDER BY issued_at_epoch DESC, ticket_id DESC LIMIT 1", args).fetchone()
         return Ticket(*row) if row else None
+
+    def latest_request(self, case_id: str) -> ApprovalRequest | None:
+        """The case's newest request (insertion order), or ``None``."""
+        row = self._conn.execute(
+            "SELECT * FROM approval_requests WHERE case_id = ? ORDER BY rowid DESC LIMIT 1",
+            (case_id,)).fetchone()
+        return ApprovalRequest(*row) if row else None
 
     def is_rejected(self, case_id: str) -> bool:
         """True if the case's newest request was rejected by a human."""
@@ -257,19 +274,30 @@ class ApprovalQueue:
             raise
         return self._get(ticket_id, case_id)
 
-    def reject(self, case_id: str, *, approver: str) -> ApprovalRequest:
-        """A human rejects the case's pending request; the case must never send.
+    def reject(self, case_id: str, *, approver: str,
+               feedback: str | None = None) -> ApprovalRequest:
+        """A human rejects the case's pending request: that draft must never be sent.
+
+        Args:
+            feedback: what the reviewer wants changed. With it the loop drafts again
+                (answering it) and asks for a new approval; without it the case ends
+                ``rejected``.
 
         Raises:
-            ApprovalRefused: reason ``no_request``.
+            ApprovalRefused: reason ``no_request``; reason ``bad_feedback`` for feedback
+                that is empty or longer than 2000 characters.
         """
+        if feedback is not None and not (0 < len(feedback.strip()) and len(feedback) <= 2000):
+            raise ApprovalRefused(
+                f"feedback for {case_id} must be 1-2000 characters, got {len(feedback)}",
+                case_id=case_id, ticket_id=None, reason="bad_feedback")
         req = self._pending(case_id)
         self._conn.execute(
-            "UPDATE approval_requests SET status = 'rejected' WHERE request_id = ?",
-            (req.request_id,),
+            "UPDATE approval_requests SET status = 'rejected', feedback = ? WHERE request_id = ?",
+            (feedback, req.request_id),
         )
         return ApprovalRequest(req.request_id, req.case_id, req.draft_digest,
-                               req.requested_at, "rejected")
+                               req.requested_at, "rejected", feedback)
 
     # -- evidence ---------------------------------------------------------------------
     def requests(self, case_id: str | None = None) -> list[ApprovalRequest]:

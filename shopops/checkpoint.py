@@ -13,26 +13,27 @@ Durability (SQLite docs, "Write-Ahead Logging" and "PRAGMA synchronous"): WAL jo
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, NoReturn
+from dataclasses import dataclass
 
-from shopops.errors import (
-    CheckpointCorrupt,
-    CheckpointNotFound,
-    FencedOff,
-    LeaseHeld,
-    StateInvalid,
-    UnsupportedSchemaVersion,
+from shopops.checkpoint_rows import (
+    _ADDED_COLUMNS,
+    _ROW_SQL,
+    CheckpointRow,
+    DeadLetter,
+    _select_rows,
+    _upgrade_v1_state,
+    _utc_iso,
+    read_history,
 )
+from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
 from shopops.failpoints import failpoint
 from shopops.state import SCHEMA_VERSION, State
+
+__all__ = ["CheckpointRow", "CheckpointStore", "DeadLetter", "Lease", "read_history"]
 
 MIGRATION_V1_V2 = "v1_to_v2_preferred_channel"
 _NO_UPDATE = (
@@ -51,18 +52,10 @@ _SCHEMA = (
     " expires_at REAL)",
     "CREATE TABLE IF NOT EXISTS schema_migrations(name TEXT PRIMARY KEY, applied_at TEXT,"
     ' "rows" INTEGER)',
+    "CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY REFERENCES"
+    " checkpoints(seq), case_id TEXT NOT NULL, run_id TEXT NOT NULL, attempts INTEGER NOT NULL,"
+    " last_phase TEXT NOT NULL, reason TEXT NOT NULL, created_at TEXT NOT NULL)",
 )
-# state_json is read as bytes (CAST) and decoded strictly: sqlite3's own text decoding
-# would fail with an OperationalError on invalid UTF-8 instead of a typed error.
-_ROW_SQL = (
-    "SELECT seq, case_id, run_id, schema_version, CAST(state_json AS BLOB), created_at,"
-    " lease_owner, fence, writer_pid FROM checkpoints"
-)
-#: Columns added after the first release; a database written before them gets them (NULL in
-#: old rows) when a store opens it, and is read with NULL until then.
-_ADDED_COLUMNS = (("writer_pid", "INTEGER"),)
-
-
 @dataclass(frozen=True)
 class Lease:
     """A worker's claim on a case (Chapter 8 exercise 4, Chapter 32).
@@ -75,162 +68,6 @@ class Lease:
     owner: str
     fence: int
     expires_at: float
-
-
-@dataclass(frozen=True)
-class CheckpointRow:
-    """One raw ``checkpoints`` row, not parsed, so a corrupt row can still be listed.
-
-    ``state_json`` holds the stored bytes (``None`` for SQL NULL). ``writer_pid`` is the
-    pid of the process that saved it, as that process reported it (``None`` in rows of
-    older databases and rows the harness injected): the harness ties rows to the workers it
-    started. ``db_path`` (not part of equality) names the database in error messages.
-    """
-
-    seq: int
-    case_id: str
-    run_id: str
-    schema_version: int | None
-    state_json: bytes | None
-    created_at: str
-    lease_owner: str | None
-    fence: int | None
-    writer_pid: int | None = None
-    db_path: str = field(default="", compare=False, repr=False)
-
-    @classmethod
-    def _from_sql(cls, r: tuple[Any, ...], db_path: str) -> CheckpointRow:
-        return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], db_path)
-
-    def state(self) -> State:
-        """Parse the row with the checks of ``CheckpointStore.load`` (Chapter 8 exercise 1).
-
-        Raises:
-            UnsupportedSchemaVersion: ``schema_version`` is NULL or not the current version
-                (version 1 rows need ``shopops migrate DB``).
-            CheckpointCorrupt: ``state_json`` is NULL, not UTF-8, not JSON, not an object,
-                an invalid ``State``, or disagrees with the row's identity columns.
-        """
-        version = self.schema_version
-        if version != SCHEMA_VERSION:
-            if version == 1:
-                hint = (
-                    "version 1 rows need the explicit v1->v2 migration (Chapter 8 exercise 2):"
-                    f" run `shopops migrate {self.db_path}`"
-                )
-            else:
-                hint = "the row is left untouched; restore it from a backup or start a new run"
-            raise UnsupportedSchemaVersion(
-                f"{self._where()}: schema_version {version!r} is not supported; this code "
-                f"reads version {SCHEMA_VERSION} only; {hint}",
-                version=version,
-                reason="unsupported version",
-                **self._ids(),
-            )
-        data = self._decode()
-        for key, expected in (("case_id", self.case_id), ("schema_version", version)):
-            if key in data and data[key] != expected:
-                self._corrupt(
-                    f"state_json {key} {data[key]!r} disagrees with the row's {expected!r}",
-                    key,
-                    "mismatch",
-                )
-        try:
-            return State.from_dict(data)
-        except StateInvalid as exc:
-            self._corrupt(exc.message, exc.fields.get("field", "<root>"), exc.fields["reason"])
-
-    def _ids(self) -> dict[str, Any]:
-        return {"path": self.db_path, "case_id": self.case_id, "run_id": self.run_id,
-                "seq": self.seq}
-
-    def _where(self) -> str:
-        return (f"checkpoint {self.db_path} case_id={self.case_id!r} run_id={self.run_id!r} "
-                f"seq={self.seq}")
-
-    def _corrupt(self, what: str, field_name: str, reason: str) -> NoReturn:
-        raise CheckpointCorrupt(
-            f"{self._where()}: {what}; the row is left untouched (fail closed, Chapter 8)",
-            field=field_name,
-            reason=reason,
-            **self._ids(),
-        )
-
-    def _decode(self) -> dict[str, Any]:
-        if self.state_json is None:
-            self._corrupt("state_json is NULL", "state_json", "null")
-        try:
-            data = json.loads(self.state_json.decode("utf-8", errors="strict"))
-        except UnicodeDecodeError as exc:
-            self._corrupt(f"state_json is not valid UTF-8 ({exc})", "state_json", "invalid utf-8")
-        except json.JSONDecodeError as exc:
-            self._corrupt(f"state_json is not valid JSON ({exc})", "state_json", "invalid json")
-        except RecursionError:
-            self._corrupt("state_json nests too deeply to parse", "state_json", "too deep")
-        if not isinstance(data, dict):
-            self._corrupt(
-                f"state_json must be a JSON object, got {type(data).__name__}",
-                "state_json",
-                "not an object",
-            )
-        return data
-
-
-def _upgrade_v1_state(row: CheckpointRow) -> str:
-    """The v2 ``state_json`` for a v1 row: adds ``preferred_channel="email"`` (exercise 2)."""
-    data = row._decode()
-    if data.get("schema_version") != 1 or data.get("case_id") != row.case_id:
-        row._corrupt("state_json identity disagrees with a v1 row", "schema_version", "mismatch")
-    if "preferred_channel" in data:
-        row._corrupt("a v1 state must not carry preferred_channel", "preferred_channel",
-                     "unexpected")
-    data["preferred_channel"], data["schema_version"] = "email", SCHEMA_VERSION
-    try:
-        return State.from_dict(data).to_json()
-    except StateInvalid as exc:
-        row._corrupt(exc.message, exc.fields.get("field", "<root>"), "invalid v1 state")
-
-
-def _utc_iso(epoch_s: float) -> str:
-    stamp = datetime.fromtimestamp(epoch_s, tz=UTC).isoformat(timespec="milliseconds")
-    return stamp.replace("+00:00", "Z")
-
-
-def _row_sql(conn: sqlite3.Connection) -> str:
-    """``_ROW_SQL``, with NULL for a column an older database does not have yet."""
-    have = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
-    sql = _ROW_SQL
-    for name, _ in _ADDED_COLUMNS:
-        if name not in have:
-            sql = sql.replace(f" {name} FROM", f" NULL AS {name} FROM")
-    return sql
-
-
-def _select_rows(conn: sqlite3.Connection, path: str, case_id: str,
-                 run_id: str | None) -> list[CheckpointRow]:
-    sql, args = f"{_row_sql(conn)} WHERE case_id = ?", [case_id]
-    if run_id is not None:
-        sql, args = sql + " AND run_id = ?", [case_id, run_id]
-    return [CheckpointRow._from_sql(r, path) for r in conn.execute(sql + " ORDER BY seq", args)]
-
-
-def read_history(path: str | os.PathLike[str], case_id: str,
-                 run_id: str | None = None) -> list[CheckpointRow]:
-    """Raw rows of a case, in ``seq`` order, through a read-only connection (URI ``mode=ro``).
-
-    The harness judges a run from this without any risk of writing (``docs/design.md``, Grading).
-
-    Raises:
-        FileNotFoundError: no database at ``path`` (none is created).
-    """
-    db = Path(path)
-    if not db.exists():
-        raise FileNotFoundError(f"checkpoint database {db} does not exist")
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
-    try:
-        return _select_rows(conn, os.fspath(path), case_id, run_id)
-    finally:
-        conn.close()
 
 
 class CheckpointStore:
@@ -300,6 +137,29 @@ class CheckpointStore:
                 nothing is written. An expired lease nobody took over may still write.
             sqlite3.OperationalError: the database stayed locked past ``busy_timeout_s``.
         """
+        return self._append(state, run_id, created_at, lease, None)
+
+    def save_dead_letter(self, state: State, run_id: str, *, last_phase: str,
+                         lease: Lease | None = None) -> DeadLetter:
+        """Append ``state`` (phase ``dead_lettered``, with its ``dead_letter_reason``) and its
+        ``dead_letters`` record in ONE transaction: the case is out of the fleet's hands
+        exactly when the queue says so.
+
+        Raises:
+            StateInvalid: ``state`` is not a valid dead-lettered state.
+            FencedOff, sqlite3.OperationalError: as ``save``.
+        """
+        seq = self._append(state, run_id, None, lease, last_phase)
+        return next(d for d in self.dead_letters(state.case_id) if d.seq == seq)
+
+    def dead_letters(self, case_id: str | None = None) -> list[DeadLetter]:
+        """The dead-letter queue (of one case), oldest first."""
+        where, args = (" WHERE case_id = ?", [case_id]) if case_id is not None else ("", [])
+        rows = self._conn.execute(f"SELECT * FROM dead_letters{where} ORDER BY seq", args)
+        return [DeadLetter(*r) for r in rows]
+
+    def _append(self, state: State, run_id: str, created_at: str | None, lease: Lease | None,
+                dead_letter_from: str | None) -> int:
         text = state.to_json()
         State.from_json(text)
         stamp = created_at if created_at is not None else _utc_iso(self._clock())
@@ -312,6 +172,11 @@ class CheckpointStore:
                 (state.case_id, run_id, state.schema_version, text, stamp,
                  lease.owner if lease else None, lease.fence if lease else None, os.getpid()),
             )
+            if dead_letter_from is not None:
+                self._conn.execute(
+                    "INSERT INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (cur.lastrowid, state.case_id, run_id, state.recovery_attempts,
+                     dead_letter_from, state.dead_letter_reason or "", stamp))
             failpoint("ckpt.before_commit")
         assert cur.lastrowid is not None
         return cur.lastrowid
@@ -447,6 +312,15 @@ class CheckpointStore:
                 "UPDATE leases SET expires_at = 0 WHERE case_id = ? AND owner = ? AND fence = ?",
                 (lease.case_id, lease.owner, lease.fence))
         return cur.rowcount == 1
+
+    def check_lease(self, lease: Lease, run_id: str | None = None) -> None:
+        """Raise ``FencedOff`` unless ``lease`` is still the case's lease (same owner and
+        fence; an expired lease nobody took over still counts). Writes nothing.
+
+        The loop calls it before every send attempt, so a worker whose lease was taken
+        over stops before a side effect, not only at its next checkpoint."""
+        with self._write():
+            self._check_lease(lease, lease.case_id, run_id)
 
     def _check_lease(self, lease: Lease, case_id: str, run_id: str | None) -> None:
         current = self.current_lease(case_id, include_expired=True)

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--read-timeout", type=v.READ_TIMEOUT_S, default=None, metavar="SECONDS",
                        help="seconds to wait for the gateway's reply per attempt "
                             "($SHOPOPS_READ_TIMEOUT_S, default 5; at most 3600)")
+        p.add_argument("--max-attempts", default=None, metavar="N", type=v.MAX_ATTEMPTS,
+                       help="recovery attempts before the case is dead-lettered "
+                            f"($SHOPOPS_MAX_ATTEMPTS, default 5; {v.MAX_ATTEMPTS.allowed})")
     p = sub.add_parser("approve", help="a human approves the case's pending send (t5)")
     _common(p)
     p.add_argument("--case", default="case-O-1001", type=_ID)
@@ -70,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--case", default="case-O-1001", type=_ID)
     p.add_argument("--approver", default="maya", type=_ID)
+    p.add_argument("--feedback", default=None, type=v.FREE_TEXT,
+                   help="what to change: the loop drafts again and asks anew (without it "
+                        "the case ends rejected)")
     p = sub.add_parser("history", help="print a case's checkpoint history as JSON lines")
     _common(p)
     p.add_argument("--case", default="case-O-1001", type=_ID)
@@ -121,8 +127,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "reject":
         with ApprovalQueue(approvals) as queue:
-            r = queue.reject(args.case, approver=args.approver)
-        print(json.dumps({"request_id": r.request_id, "status": r.status}))
+            r = queue.reject(args.case, approver=args.approver, feedback=args.feedback)
+        print(json.dumps({"request_id": r.request_id, "status": r.status,
+                          "feedback": r.feedback}))
         return 0
     if args.command == "history":
         from shopops.checkpoint import read_history
@@ -143,16 +150,23 @@ def _dispatch(args: argparse.Namespace) -> int:
 def _work(args: argparse.Namespace, approvals: str) -> int:
     from shopops.checkpoint import CheckpointStore
     from shopops.errors import CheckpointNotFound
-    from shopops.runtime import clock_from_env, services_from_env, set_default_services
-    from shopops.worker import work
+    from shopops.runtime import (
+        clock_from_env,
+        max_attempts_from_env,
+        services_from_env,
+        set_default_services,
+    )
+    from shopops.worker import DEFAULT_MAX_ATTEMPTS, work
 
     env = dict(os.environ, SHOPOPS_APPROVALS_DB=approvals)
     for flag, var in ((args.gateway, "SHOPOPS_GATEWAY_URL"), (args.keys,
                       "SHOPOPS_IDEMPOTENCY_KEYS"), (args.policy, "SHOPOPS_POLICY"),
-                      (args.read_timeout, "SHOPOPS_READ_TIMEOUT_S")):
+                      (args.read_timeout, "SHOPOPS_READ_TIMEOUT_S"),
+                      (args.max_attempts, "SHOPOPS_MAX_ATTEMPTS")):
         if flag is not None:
             env[var] = str(flag)
     services = services_from_env(env)
+    max_attempts = max_attempts_from_env(env, DEFAULT_MAX_ATTEMPTS)
     set_default_services(services)
     order = args.order or args.case.removeprefix("case-")
     if args.command == "resume" and not os.path.exists(args.db):
@@ -162,7 +176,7 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
     with CheckpointStore(args.db, clock=clock_from_env(env)) as store:
         result = work(args.case, order, store=store, services=services, run_id=args.run_id,
                       owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,
-                      require_checkpoint=args.command == "resume")
+                      require_checkpoint=args.command == "resume", max_attempts=max_attempts)
     s = result.state
     print(json.dumps({"stopped": result.stopped, "phase": s.phase, "step": s.step,
                       "email_sent": s.email_sent, "delivery_id": s.delivery_id,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,7 +98,8 @@ class EmailGatewayClient:
         self.close()
 
     def send(self, *, case_id: str, to: str, subject: str, body: str,
-             idempotency_key: str | None) -> SendResult:
+             idempotency_key: str | None,
+             before_attempt: Callable[[], None] | None = None) -> SendResult:
         """Send one email, retrying transport failures and 5xx with the same key.
 
         Calls ``failpoint("t6.request_leaving")`` before every attempt and
@@ -109,6 +111,10 @@ class EmailGatewayClient:
             idempotency_key: the key persisted with the state before the send (Chapter 8
                 checklist item 5). Required while ``use_idempotency_keys`` is on; ignored
                 when it is off.
+            before_attempt: called right before every attempt leaves (after the
+                ``t6.request_leaving`` failpoint); it raises to stop the send — the loop
+                checks there that its lease was not taken over (a fencing check as late as
+                the client can make it; the gateway itself knows no fence).
 
         Returns:
             SendResult; ``duplicate`` tells a retry that found the first delivery.
@@ -134,6 +140,8 @@ class EmailGatewayClient:
             if attempt > 1:
                 time.sleep(self.backoff_s * 2 ** (attempt - 2))
             failpoint("t6.request_leaving")
+            if before_attempt is not None:
+                before_attempt()
             try:
                 response = self.session.post(self.base_url + MESSAGES_PATH, json=payload,
                                              headers=headers, timeout=self.timeout,

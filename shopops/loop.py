@@ -28,7 +28,8 @@ class LoopResult:
     Attributes:
         state: the (mutated) state.
         stopped: why it stopped — ``parked`` (awaiting approval, no ticket), ``completed``,
-            ``rejected``, ``max_steps``, or ``done`` (called with ``state.done`` true).
+            ``rejected``, ``dead_lettered``, ``max_steps``, or ``done`` (called with
+            ``state.done`` true).
         steps: tool calls made by this call.
     """
 
@@ -72,6 +73,10 @@ def run_loop(
         if store is not None:
             store.save(state, run_id=run_id, lease=lease)
 
+    def fence_check() -> None:  # before every send attempt: a taken-over worker stops
+        if store is not None and lease is not None:
+            store.check_lease(lease, run_id)
+
     if Phase(state.phase) in TERMINAL:
         state.done = True
         return LoopResult(state, state.phase, 0)
@@ -114,7 +119,7 @@ def run_loop(
                 state.transition(Phase.SENDING)
                 save()
                 failpoint("t6.send_key_persisted")
-            tools.send_email(state, svc)
+            tools.send_email(state, svc, guard=fence_check)
             state.transition(Phase.COMPLETED)
             state.done = True
             save()

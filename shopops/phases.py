@@ -3,13 +3,18 @@
 Phases, in story order (``docs/design.md``, Chapter 8's crash timeline for O-1001)::
 
     intake ──> drafting ──> awaiting_approval ──> approved ──> sending ──> completed
-                                     └──────────> rejected
+                  ^                  ├──────────> rejected
+                  └──────────────────┘  (rejected with feedback: draft again)
+
+    any phase that is not terminal ──> dead_lettered  (too many recovery attempts)
 
 ``intake``: reading the customer and the order. ``drafting``: the draft is being written.
 ``awaiting_approval``: the send is proposed and the case is parked until a human approves
 (Chapter 29's queue issues the ticket). ``approved``: a server-issued ticket was granted.
-``sending``: the idempotency key is durable and the send may have left. ``completed`` and
-``rejected`` are terminal.
+``sending``: the idempotency key is durable and the send may have left. ``completed``,
+``rejected`` and ``dead_lettered`` (the case was picked up after a crash more often than
+the maximum; a human must look at it — Chapter 8's fleet-scale dead-letter queues) are
+terminal.
 """
 
 from __future__ import annotations
@@ -29,23 +34,26 @@ class Phase(StrEnum):
     SENDING = "sending"
     COMPLETED = "completed"
     REJECTED = "rejected"
+    DEAD_LETTERED = "dead_lettered"
 
 
+_DL = Phase.DEAD_LETTERED
 ALLOWED: dict[Phase, frozenset[Phase]] = {
-    Phase.INTAKE: frozenset({Phase.DRAFTING}),
-    Phase.DRAFTING: frozenset({Phase.AWAITING_APPROVAL}),
-    Phase.AWAITING_APPROVAL: frozenset({Phase.APPROVED, Phase.REJECTED}),
-    Phase.APPROVED: frozenset({Phase.SENDING}),
-    Phase.SENDING: frozenset({Phase.COMPLETED}),
+    Phase.INTAKE: frozenset({Phase.DRAFTING, _DL}),
+    Phase.DRAFTING: frozenset({Phase.AWAITING_APPROVAL, _DL}),
+    Phase.AWAITING_APPROVAL: frozenset({Phase.APPROVED, Phase.REJECTED, Phase.DRAFTING, _DL}),
+    Phase.APPROVED: frozenset({Phase.SENDING, _DL}),
+    Phase.SENDING: frozenset({Phase.COMPLETED, _DL}),
     Phase.COMPLETED: frozenset(),
     Phase.REJECTED: frozenset(),
+    Phase.DEAD_LETTERED: frozenset(),
 }
 
 #: Phases in which nothing may have been sent and no ticket may be held.
 PRE_APPROVAL: frozenset[Phase] = frozenset(
     {Phase.INTAKE, Phase.DRAFTING, Phase.AWAITING_APPROVAL, Phase.REJECTED}
 )
-TERMINAL: frozenset[Phase] = frozenset({Phase.COMPLETED, Phase.REJECTED})
+TERMINAL: frozenset[Phase] = frozenset({Phase.COMPLETED, Phase.REJECTED, Phase.DEAD_LETTERED})
 
 
 def check_transition(source: str, target: str) -> Phase:

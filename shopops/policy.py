@@ -10,6 +10,7 @@ sent body would disagree.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from shopops.phases import Phase
@@ -26,8 +27,10 @@ class Policy(Protocol):
         """The next tool's name, or ``None`` to stop (parked, or terminal)."""
         ...
 
-    def draft(self, customer: dict[str, Any], order: dict[str, Any]) -> Draft:
-        """Write the email for this customer and order."""
+    def draft(self, customer: dict[str, Any], order: dict[str, Any],
+              feedback: Sequence[str] = ()) -> Draft:
+        """Write the email for this customer and order, answering the reviewers'
+        ``feedback`` (oldest first; empty for the first draft)."""
         ...
 
 
@@ -48,8 +51,10 @@ class DeterministicPolicy:
             return "send_email"
         return None  # awaiting_approval parks; completed/rejected are terminal
 
-    def draft(self, customer: dict[str, Any], order: dict[str, Any]) -> Draft:
-        """A fixed template over the customer's name and the order's facts."""
+    def draft(self, customer: dict[str, Any], order: dict[str, Any],
+              feedback: Sequence[str] = ()) -> Draft:
+        """A fixed template over the customer's name and the order's facts; after a
+        rejection, the newest feedback is answered in a line of its own."""
         first = str(customer.get("name", "there")).split()[0]
         eta = order.get("carrier_eta") or "soon"
         body = (
@@ -57,7 +62,8 @@ class DeterministicPolicy:
             f"Thanks for your patience with order {order['order_id']} ({order.get('item')}). "
             f"It is currently {str(order.get('status', 'in progress')).replace('_', ' ')}; "
             f"the carrier now expects it by {eta}. We're sorry for the wait.\n\n"
-            "— ShopOps support"
+            + (f"(Revised after review: {feedback[-1]})\n\n" if feedback else "")
+            + "— ShopOps support"
         )
         return Draft(
             to=str(customer["email"]),
@@ -72,9 +78,10 @@ class VaryingDraftPolicy(DeterministicPolicy):
     version = "policy-varying-1"
     model_route_id = "route-none-varying"
 
-    def draft(self, customer: dict[str, Any], order: dict[str, Any]) -> Draft:
+    def draft(self, customer: dict[str, Any], order: dict[str, Any],
+              feedback: Sequence[str] = ()) -> Draft:
         """The deterministic draft plus a random 64-bit reference line."""
-        base = super().draft(customer, order)
+        base = super().draft(customer, order, feedback)
         return Draft(base.to, base.subject, base.body + f"\n\nRef: {secrets.token_hex(8)}")
 
 

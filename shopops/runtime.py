@@ -10,7 +10,8 @@ wiring, so a process-wide default is built on first use from these variables:
 - ``SHOPOPS_FIXTURES``: folder with ``customers.json``/``orders.json`` (``fixtures/``);
 - ``SHOPOPS_CLOCK_OFFSET_S``: seconds added to the clock (simulated time; default 0);
 - ``SHOPOPS_READ_TIMEOUT_S``: seconds the gateway client waits for a reply per attempt
-  (requests' read timeout; default 5).
+  (requests' read timeout; default 5);
+- ``SHOPOPS_MAX_ATTEMPTS``: recovery attempts before a case is dead-lettered (default 5).
 """
 
 from __future__ import annotations
@@ -68,6 +69,24 @@ def positive_seconds(env: dict[str, str], variable: str, default: float,
                           f"(0, {maximum:g}]", variable=variable, value=raw,
                           allowed=f"(0, {maximum:g}] seconds")
     return value
+
+
+def max_attempts_from_env(env: dict[str, str], default: int) -> int:
+    """``SHOPOPS_MAX_ATTEMPTS`` as an integer 1..1000 (``default`` when unset).
+
+    Raises:
+        ConfigError: not an integer in range (``shopops.validators.MAX_ATTEMPTS``).
+    """
+    from shopops.validators import MAX_ATTEMPTS
+
+    raw = env.get("SHOPOPS_MAX_ATTEMPTS")
+    if raw is None:
+        return default
+    try:
+        return int(MAX_ATTEMPTS.parse(raw))
+    except ValueError as exc:
+        raise ConfigError(f"SHOPOPS_MAX_ATTEMPTS: {exc}", variable="SHOPOPS_MAX_ATTEMPTS",
+                          value=raw, allowed=MAX_ATTEMPTS.allowed) from None
 
 
 def offset_clock(offset_s: float) -> Callable[[], float]:

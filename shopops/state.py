@@ -4,16 +4,18 @@ Chapter 8, "What belongs in the snapshot": phase, drafts, tickets, counters, fla
 snapshot metadata (policy version, tool schema hash, model route id). Never secrets, raw
 HTTP bodies or full CRM dumps: the Intake facts are the few fields the draft needs.
 
-Schema versions: v1 is the chapter's teaching schema; v2 adds ``preferred_channel``
-(exercise 2, default ``"email"``). ``State.from_dict`` reads only the current version; older
-rows go through the explicit migration in ``shopops.checkpoint``.
+Schema versions: v1 is the chapter's teaching schema (``V1_FIELDS``); v2 adds
+``preferred_channel`` (exercise 2, default ``"email"``) and the fields of the production
+loop: ``recovery_attempts``, ``dead_letter_reason``, ``draft_revision``,
+``review_feedback``. ``State.from_dict`` reads only the current version; older rows go
+through the explicit migration in ``shopops.checkpoint``, which sets every v2 field.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from shopops.errors import StateInvalid
@@ -21,6 +23,11 @@ from shopops.phases import Phase, check_transition
 
 SCHEMA_VERSION = 2
 DEFAULT_MAX_STEPS = 8
+#: The fields of a schema v1 state (Chapter 8's teaching schema); v2 adds the others.
+V1_FIELDS: tuple[str, ...] = (
+    "case_id", "order_id", "phase", "step", "max_steps", "done", "customer", "order", "draft",
+    "approval_request_id", "approval_ticket", "send_idempotency_key", "email_sent",
+    "delivery_id", "schema_version", "policy_version", "tool_schema_hash", "model_route_id")
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,13 @@ class State:
         email_sent: true only once the gateway confirmed the delivery.
         delivery_id: the gateway's delivery id.
         preferred_channel: v2 field (exercise 2), ``"email"``.
+        recovery_attempts: how many times a worker picked the case up from a checkpoint
+            that a previous worker left in flight (it stopped without parking or ending:
+            killed); never goes down. Past the maximum the case is dead-lettered.
+        dead_letter_reason: why the case was dead-lettered (``None`` otherwise).
+        draft_revision: 0 for the first draft, +1 at every redraft after a rejection.
+        review_feedback: the reviewers' feedback, one ``str`` per rejection, in order; the
+            redraft answers it.
         schema_version, policy_version, tool_schema_hash, model_route_id: snapshot metadata.
     """
 
@@ -73,6 +87,10 @@ class State:
     email_sent: bool = False
     delivery_id: str | None = None
     preferred_channel: str = "email"
+    recovery_attempts: int = 0
+    dead_letter_reason: str | None = None
+    draft_revision: int = 0
+    review_feedback: list[str] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
     policy_version: str = ""
     tool_schema_hash: str = ""
@@ -91,7 +109,8 @@ class State:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = asdict(value) if isinstance(value, Draft) else value
+            out[f.name] = (asdict(value) if isinstance(value, Draft)
+                           else list(value) if isinstance(value, list) else value)
         return out
 
     def to_json(self) -> str:
@@ -148,6 +167,9 @@ class State:
                 field="schema_version",
                 reason="unsupported version",
             )
+        if not all(isinstance(x, str) for x in data["review_feedback"]):
+            raise StateInvalid("state field 'review_feedback' must be a list of strings",
+                               field="review_feedback", reason="wrong type")
         _check_invariants(data)
         draft = data["draft"]
         if draft is not None:
@@ -163,6 +185,7 @@ class State:
             draft = Draft(**draft)
         kwargs = dict(data)
         kwargs["draft"] = draft
+        kwargs["review_feedback"] = list(data["review_feedback"])
         return cls(**kwargs)
 
     @classmethod
@@ -203,6 +226,10 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "email_sent": (bool,),
     "delivery_id": _OPT_STR,
     "preferred_channel": (str,),
+    "recovery_attempts": (int,),
+    "dead_letter_reason": _OPT_STR,
+    "draft_revision": (int,),
+    "review_feedback": (list,),
     "schema_version": (int,),
     "policy_version": (str,),
     "tool_schema_hash": (str,),
@@ -226,13 +253,19 @@ def _check_invariants(data: dict[str, Any]) -> None:
     required = [("draft", phase in _NEEDS_DRAFT and data["draft"] is None),
                 ("approval_ticket", phase in _NEEDS_TICKET and data["approval_ticket"] is None),
                 ("email_sent", phase == "completed" and not data["email_sent"]),
-                ("step", data["step"] < 0 or data["max_steps"] < 0)]
+                ("step", data["step"] < 0 or data["max_steps"] < 0),
+                ("recovery_attempts", data["recovery_attempts"] < 0),
+                ("draft_revision", data["draft_revision"] < 0
+                 or data["draft_revision"] > len(data["review_feedback"])),
+                ("dead_letter_reason", (phase == "dead_lettered")
+                 != (data["dead_letter_reason"] is not None))]
     for name, broken in required:
         if broken:
             raise StateInvalid(
                 f"state field {name!r} contradicts phase {phase!r} (a state needs a draft "
                 "from awaiting_approval on, a ticket from approved on, email_sent when "
-                "completed, and non-negative steps)", field=name,
+                "completed, a reason exactly when dead_lettered, non-negative steps and "
+                "attempts, and no more redrafts than feedback)", field=name,
                 reason="inconsistent with phase",
             )
 

@@ -8,6 +8,8 @@ an idempotency key that is durable before the request leaves (Chapter 6 + Chapte
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from shopops.errors import ApprovalRefused, IllegalTransition
 from shopops.failpoints import failpoint
 from shopops.phases import Phase
@@ -40,7 +42,7 @@ def draft_email(state: State, svc: Services) -> None:
             source=state.phase, target=state.phase,
         )
     assert state.customer is not None and state.order is not None
-    state.draft = svc.policy.draft(state.customer, state.order)
+    state.draft = svc.policy.draft(state.customer, state.order, state.review_feedback)
     failpoint("t1.draft_email")
 
 
@@ -58,16 +60,21 @@ def send_key(state: State) -> str:
     return f"{state.case_id}:send_email:{_require_draft(state).digest()[:16]}"
 
 
-def send_email(state: State, svc: Services) -> None:
+def send_email(state: State, svc: Services,
+               guard: Callable[[], None] | None = None) -> None:
     """Send the approved draft through the gateway, once.
 
     Requires phase ``sending`` with the idempotency key and the ticket already in the
     (checkpointed) state. Re-checks the ticket with the queue and binds it to the key, then
     sends; a retry or a resumed worker reuses the same key, so the gateway dedupes.
 
+    Args:
+        guard: called before every attempt leaves (the loop's lease check); raises to stop.
+
     Raises:
         ApprovalRefused: no ticket, or the queue refuses it.
         shopops.errors.GatewayError: the gateway refused or stayed unreachable.
+        shopops.errors.FencedOff: from ``guard``: the lease was taken over.
     """
     draft = _require_draft(state)
     if state.approval_ticket is None or state.send_idempotency_key is None:
@@ -80,7 +87,7 @@ def send_email(state: State, svc: Services) -> None:
     )
     result = svc.require_gateway().send(
         case_id=state.case_id, to=draft.to, subject=draft.subject, body=draft.body,
-        idempotency_key=state.send_idempotency_key,
+        idempotency_key=state.send_idempotency_key, before_attempt=guard,
     )
     state.email_sent = True
     state.delivery_id = result.delivery_id

@@ -158,6 +158,8 @@ WORKER_TIMEOUT_S = Number(0.001, DAY_S, "seconds")
 LEASE_TTL_S = Number(0.001, DAY_S, "seconds")
 #: The gateway client's read timeout per attempt (shopops.runtime allows up to an hour).
 READ_TIMEOUT_S = Number(0.001, 3600, "seconds")
+#: Recovery attempts before the loop dead-letters a case (``--max-attempts``).
+MAX_ATTEMPTS = Number(1, 1000, "attempts", integer=True)
 PORT = Number(0, 65535, integer=True)
 REPEAT = Number(1, 10_000, integer=True)
 EXAMPLES = Number(1, 100_000, integer=True)
@@ -366,6 +368,7 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
     "SHOPOPS_FAILPOINT_CHANNEL": socket_path,
     "SHOPOPS_READ_TIMEOUT_S": READ_TIMEOUT_S.parse,
     "SHOPOPS_SHARD": shard_spec,  # shopops-chaos run: harness.shard
+    "SHOPOPS_MAX_ATTEMPTS": MAX_ATTEMPTS.parse,
 }
 
 

@@ -2,15 +2,17 @@
 
 This is what a fleet worker does when it picks a case up (and what the harness launches as
 a real OS process): take the lease, load the latest checkpoint (or start the case if there
-is none at all — a corrupt checkpoint raises, it is never "no checkpoint"), pick up a
-server-issued ticket if a human approved, and run the loop.
+is none at all — a corrupt checkpoint raises, it is never "no checkpoint"), count a recovery
+attempt if the last worker left the case in flight (and dead-letter it past the maximum),
+pick up a server-issued ticket if a human approved — or draft again if the human rejected
+the draft with feedback — and run the loop.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from shopops.checkpoint import CheckpointStore
+from shopops.checkpoint import CheckpointStore, Lease
 from shopops.errors import CheckpointError
 from shopops.failpoints import failpoint
 from shopops.grant import grant_approval
@@ -21,6 +23,10 @@ from shopops.state import State
 
 #: Steps a resumed worker may take, as in the chapter (``state.max_steps = state.step + 5``).
 STEP_BUDGET = 5
+#: Recovery attempts before a case is dead-lettered (``--max-attempts``).
+DEFAULT_MAX_ATTEMPTS = 5
+#: Redrafts after rejections with feedback; one more rejection then ends the case.
+MAX_REVISIONS = 3
 
 
 def work(
@@ -34,6 +40,7 @@ def work(
     lease_ttl_s: float = 60.0,
     ticket: str | None = None,
     require_checkpoint: bool = False,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> LoopResult:
     """Start or resume ``case_id`` and run it until it parks or ends.
 
@@ -49,6 +56,11 @@ def work(
         ticket: a ticket id to grant; default: the newest unconsumed ticket the approval
             queue issued for the case, if any.
         require_checkpoint: refuse to start a new case (``shopops resume``).
+        max_attempts: recovery attempts allowed. A worker that finds the case in flight
+            (the latest checkpoint is neither parked nor terminal: the last worker was
+            killed) counts one, durably, before any work; the attempt past this maximum
+            dead-letters the case instead (phase ``dead_lettered``, the reason in the state
+            and in the store's ``dead_letters`` queue) and does nothing else.
 
     Raises:
         shopops.errors.LeaseHeld: another owner holds a live lease.
@@ -65,20 +77,31 @@ def work(
         state = State(case_id=case_id, order_id=order_id)
     else:
         failpoint("t6.checkpoint_loaded")
-        if state.phase == Phase.AWAITING_APPROVAL:
-            if ticket is None:
-                issued = services.approvals.ticket_for(case_id)
-                ticket = issued.ticket_id if issued else None
-            if ticket is not None:
-                grant_approval(state, ticket, queue=services.approvals)
-            elif services.approvals.is_rejected(case_id):
-                state.transition(Phase.REJECTED)
-                store.save(state, run_id=run_id, lease=lease)
-        elif state.phase in (Phase.APPROVED, Phase.SENDING) and state.draft is not None:
+        if state.phase in (Phase.APPROVED, Phase.SENDING) and state.draft is not None:
             # A checkpoint past approval is not proof of approval (a model may have written
             # the ticket into the state): the queue must confirm it before anything else.
             services.approvals.check_held(state.approval_ticket, case_id,
                                           state.draft.digest(), state.send_idempotency_key)
+        if not state.done and Phase(state.phase) not in TERMINAL:
+            state.recovery_attempts += 1
+            if state.recovery_attempts > max_attempts:
+                return _dead_letter(state, store, run_id, lease, max_attempts)
+            store.save(state, run_id=run_id, lease=lease)  # durable before any work
+        if state.phase == Phase.AWAITING_APPROVAL and state.draft is not None:
+            digest = state.draft.digest()
+            if ticket is None:
+                issued = services.approvals.ticket_for(case_id, digest)
+                ticket = issued.ticket_id if issued else None
+            latest = services.approvals.latest_request(case_id)
+            if ticket is not None:
+                grant_approval(state, ticket, queue=services.approvals)
+            elif latest is not None and latest.status == "rejected" and (
+                    latest.draft_digest == digest):
+                if latest.feedback and state.draft_revision < MAX_REVISIONS:
+                    _redraft(state, latest.feedback)
+                else:
+                    state.transition(Phase.REJECTED)
+                store.save(state, run_id=run_id, lease=lease)
         if Phase(state.phase) not in TERMINAL:
             state.max_steps = state.step + STEP_BUDGET
             state.done = False
@@ -90,3 +113,34 @@ def work(
         if lease is not None:  # a worker that stops on its own hands the case back
             with contextlib.suppress(CheckpointError):
                 store.release_lease(lease)
+
+
+def _redraft(state: State, feedback: str) -> None:
+    """A rejection with feedback: back to ``drafting`` without the rejected draft, the
+    feedback kept for the policy; the loop then drafts and asks for a new approval (a
+    ticket for the old draft no longer matches the draft's digest: it is void)."""
+    state.review_feedback.append(feedback)
+    state.draft_revision += 1
+    state.draft = None
+    state.approval_request_id = None
+    state.transition(Phase.DRAFTING)
+    state.done = False
+
+
+def _dead_letter(state: State, store: CheckpointStore, run_id: str, lease: Lease | None,
+                 max_attempts: int) -> LoopResult:
+    """Take the case out of the fleet's hands: ``dead_lettered`` and a queue record, in one
+    transaction; nothing else is done (a human looks at it)."""
+    last = state.phase
+    state.dead_letter_reason = (
+        f"recovery attempt {state.recovery_attempts} is past the maximum of {max_attempts}: "
+        f"workers kept stopping in phase {last}")
+    state.transition(Phase.DEAD_LETTERED)
+    state.done = True
+    try:
+        store.save_dead_letter(state, run_id, last_phase=last, lease=lease)
+    finally:
+        if lease is not None:
+            with contextlib.suppress(CheckpointError):
+                store.release_lease(lease)
+    return LoopResult(state, Phase.DEAD_LETTERED.value, 0)

@@ -92,11 +92,11 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "email-sent-before-send",
-        (("loop.py", "            tools.send_email(state, svc)\n",
+        (("loop.py", "            tools.send_email(state, svc, guard=fence_check)\n",
           "            if not state.email_sent:\n"
           "                state.email_sent = True  # recorded before the send happens\n"
           "                save()\n"
-          "                tools.send_email(state, svc)\n"),),
+          "                tools.send_email(state, svc, guard=fence_check)\n"),),
         ("Checklist 3", "Exactly one delivery"),
         "o1001[t6.request_leaving]",
     ),
@@ -112,7 +112,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "load-ignores-schema-version",
         (("state.py", "        if data[\"schema_version\"] != SCHEMA_VERSION:",
           "        if False:"),
-         ("checkpoint.py", "        version = self.schema_version\n        if version != SCHEMA_VERSION:",
+         ("checkpoint_rows.py", "        version = self.schema_version\n        if version != SCHEMA_VERSION:",
           "        version = self.schema_version\n        if False:")),
         ("Exercise 1",),
         "checkpoint-unknown-version[no-kill]",
@@ -218,5 +218,52 @@ MUTANTS: tuple[Mutant, ...] = (
             state.max_steps"""),),
         ("Exactly one delivery",),
         "resume-after-completion[no-kill]",
+    ),
+    Mutant(
+        "no-fence-check-before-send",
+        (("loop.py", "tools.send_email(state, svc, guard=fence_check)",
+          "tools.send_email(state, svc)"),),
+        ("History",),
+        "lease-takeover[no-kill]",
+    ),
+    Mutant(
+        "fenced-off-ignored",
+        (("checkpoint.py", "    def _check_lease(self, lease: Lease, case_id: str, run_id: str | None) -> None:\n",
+          "    def _check_lease(self, lease: Lease, case_id: str, run_id: str | None) -> None:\n"
+          "        return\n"),),
+        ("Leases", "History"),
+        "lease-takeover[no-kill]",
+    ),
+    Mutant(
+        "saves-again-when-done",
+        (("loop.py", """    if Phase(state.phase) in TERMINAL:
+        state.done = True
+        return LoopResult(state, state.phase, 0)""", """    if Phase(state.phase) in TERMINAL:
+        state.done = True
+        save()  # "touch" the finished case
+        return LoopResult(state, state.phase, 0)"""),),
+        ("History",),
+        "o1001[t7.completed_saved]",
+    ),
+    Mutant(
+        "rejection-ignored",
+        (("worker.py", """            elif latest is not None and latest.status == "rejected" and (""",
+          """            elif False and latest is not None and latest.status == "rejected" and ("""),),
+        ("Rejections",),
+        "rejection[no-kill]",
+    ),
+    Mutant(
+        "feedback-ignored",
+        (("policy.py", """(f"(Revised after review: {feedback[-1]})\\n\\n" if feedback else "")""",
+          """("(Revised after review.)\\n\\n" if feedback else "")"""),),
+        ("Rejections",),
+        "rejection-feedback[no-kill]",
+    ),
+    Mutant(
+        "attempts-not-counted",
+        (("worker.py", "            state.recovery_attempts += 1\n",
+          "            state.recovery_attempts += 0\n"),),
+        ("Recovery attempts",),
+        "dead-letter[t6.request_leaving>t6.request_leaving>t6.request_leaving]",
     ),
 )

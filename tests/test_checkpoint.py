@@ -367,7 +367,9 @@ def test_migrate_v1_to_v2(v1_db: Path) -> None:
     rows = raw_rows(v1_db)
     assert [r[3] for r in rows] == [2, 2, 2]
     for old, new in zip(v1, _v1_dicts(v1_db), strict=True):
-        assert new == {**old, "preferred_channel": "email", "schema_version": 2}
+        assert new == {**old, "preferred_channel": "email", "schema_version": 2,
+                       "recovery_attempts": 0, "dead_letter_reason": None,
+                       "draft_revision": 0, "review_feedback": []}
     conn = sqlite3.connect(v1_db)
     try:
         record = conn.execute('SELECT name, applied_at, "rows" FROM schema_migrations').fetchall()

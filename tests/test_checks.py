@@ -259,7 +259,8 @@ def test_draft_identical_fails_when_resume_redrafts() -> None:
     states[3:] = [replace(s, draft=REDRAFT) for s in states[3:]]
     res = draft_identical(evidence(states=states))
     assert not res.passed
-    assert res.detail == "the checkpointed draft changed (2 different drafts)"
+    assert res.detail == ("the checkpointed draft changed (2 different drafts) without a "
+                          "rejection with feedback asking for it")
     assert f"checkpoint seq 3: draft {DIGEST[:12]}" in res.evidence
     assert f"checkpoint seq 4: draft {REDRAFT.digest()[:12]}" in res.evidence
 

@@ -473,6 +473,10 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "approval-mid-resume": {"approve_at": KillPoint("t6.checkpoint_loaded")},
     "approve-twice": {"approve_twice": True, "expect_deliveries": 1},
     "rejection": {"human_action": "reject", "expect_deliveries": 0},
+    "rejection-feedback": {"human_action": "reject", "expect_deliveries": 1,
+                           "reject_feedback": "Please offer free express shipping on the "
+                                              "next order."},
+    "dead-letter": {"max_attempts": 2, "baseline": False, "expect_deliveries": 0},
     "lease-same-owner": {"same_owner": True, "leases": True,
                          "takeover_at": KillPoint("t6.request_leaving"),
                          "expect_worker_error": "FencedOff"},

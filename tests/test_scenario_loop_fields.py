@@ -31,6 +31,24 @@ def test_bad_read_timeouts_are_refused(tmp_path: Path, value: str, says: str) ->
     assert says in str(err)
 
 
+@pytest.mark.parametrize(("value", "says"), [("0", "from 1 to 100"), ("101", "from 1 to 100"),
+                                             ("2.5", "must be an integer")])
+def test_bad_max_attempts_are_refused(tmp_path: Path, value: str, says: str) -> None:
+    path = write(tmp_path, f"[sut]\nmax_attempts = {value}\n")
+    err = refused(path)
+    assert_names(err, path, "sut.max_attempts", 3)
+    assert says in str(err)
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ('[human]\naction = "reject"\nfeedback = ""\n', "1-2000 characters"),
+    ('[human]\naction = "reject"\nfeedback = 3\n', "must be a string"),
+    ('[human]\nfeedback = "more detail"\n', 'feedback goes with action = "reject"')])
+def test_bad_feedback_is_refused(tmp_path: Path, text: str, says: str) -> None:
+    err = refused(write(tmp_path, text))
+    assert err.field == "human.feedback" and says in str(err), str(err)
+
+
 @pytest.mark.parametrize(("timeout", "ms"), [("", 5000), ("read_timeout_s = 0.5\n", 500)])
 def test_a_delayed_reply_must_outlast_the_read_timeout(tmp_path: Path, timeout: str,
                                                        ms: int) -> None:

@@ -184,10 +184,13 @@ def test_the_fsm_is_the_story() -> None:
         (Phase.DRAFTING, Phase.AWAITING_APPROVAL),
         (Phase.AWAITING_APPROVAL, Phase.APPROVED),
         (Phase.AWAITING_APPROVAL, Phase.REJECTED),
+        (Phase.AWAITING_APPROVAL, Phase.DRAFTING),  # rejected with feedback: draft again
         (Phase.APPROVED, Phase.SENDING),
         (Phase.SENDING, Phase.COMPLETED),
-    ])
-    assert TERMINAL == {Phase.COMPLETED, Phase.REJECTED}
+    ] + [(p, Phase.DEAD_LETTERED) for p in (Phase.INTAKE, Phase.DRAFTING,
+                                             Phase.AWAITING_APPROVAL, Phase.APPROVED,
+                                             Phase.SENDING)])
+    assert TERMINAL == {Phase.COMPLETED, Phase.REJECTED, Phase.DEAD_LETTERED}
     assert all(not ALLOWED[p] for p in TERMINAL)
     assert Phase.APPROVED not in PRE_APPROVAL and Phase.SENDING not in PRE_APPROVAL
 

@@ -152,6 +152,8 @@ class Evidence:
             ticket), as it wrote them.
         v1_rows: v1 rows installed from the fixture (0 if none).
         migrations: ``schema_migrations`` records ``(name, rows)`` read afterwards.
+        max_attempts: the recovery attempts the scenario allows the SUT before it must
+            dead-letter the case (``None``: not set, the SUT's own default).
     """
 
     execution_id: str
@@ -172,6 +174,7 @@ class Evidence:
     injected: tuple[CheckpointRow, ...] = ()
     v1_rows: int = 0
     migrations: tuple[tuple[str, int], ...] = ()
+    max_attempts: int | None = None
 
     @property
     def cut_short(self) -> bool:

@@ -48,6 +48,7 @@ class EventKind(StrEnum):
     HIT = "hit"  # a worker reached a labelled point (failpoint channel)
     KILL = "kill"  # the harness SIGKILLed a worker
     DELIVERY = "delivery"  # the harness's gateway committed a delivery
+    REQUEST = "request"  # the gateway received a request (ref: its seq in the gateway log)
     APPROVE = "approve"  # the human approved (the queue issued a ticket)
     HUMAN = "human"  # any other human act: reject, a second approval, a bad ticket
     INJECT = "inject"  # the harness wrote a storage fault or a forged row

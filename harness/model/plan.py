@@ -94,6 +94,8 @@ class Scenario:
         idempotency_keys: SUT option; ``False`` demonstrates duplicates (exercise 3).
         read_timeout_s: SUT option ``--read-timeout``: seconds the gateway client waits for
             a reply per attempt (``None``: the SUT's default, 5 s for the reference).
+        max_attempts: SUT option ``--max-attempts``: recovery attempts before the case is
+            dead-lettered (``None``: the SUT's default, 5 for the reference).
         points: kill points for single-kill executions; ``None``: every point the trace
             run reaches.
         schedules: extra multi-kill schedules.
@@ -103,6 +105,8 @@ class Scenario:
         human_action, approve_at, approve_delay_h, approve_twice, ticket: the ``[human]``
             table (approve or reject; approve mid-resume at a point; hours later on a
             simulated clock; twice; which ticket the resuming worker is offered).
+        reject_feedback: with ``reject``: the reviewer's feedback; the loop must redraft
+            answering it and park, then the human approves the redraft.
         gateway_faults: the mock gateway's fault plan, one per send request in order.
         resumers, leases, lease_ttl_s, takeover_at, same_owner: the ``[concurrency]``
             table (``same_owner``: every worker leases as ``worker-0``, a restarted worker
@@ -124,11 +128,13 @@ class Scenario:
     policy: str = "deterministic"
     idempotency_keys: bool = True
     read_timeout_s: float | None = None
+    max_attempts: int | None = None
     points: tuple[KillPoint, ...] | None = None
     schedules: tuple[CrashSchedule, ...] = ()
     baseline: bool = True
     double: bool = False
     human_action: HumanAction = HumanAction.APPROVE
+    reject_feedback: str | None = None
     approve_at: KillPoint | None = None
     approve_delay_h: float = 0.0
     approve_twice: bool = False

@@ -1,0 +1,34 @@
+"""What every check module shares: the readings of the evidence that
+several checks need (the parsed checkpoint states, a draft's digest, the redrafts a human
+asked for). Pure functions; the check modules import this, never each other."""
+
+from __future__ import annotations
+
+from harness.model import CheckResult, Evidence
+from shopops.errors import ShopOpsError
+from shopops.state import Draft, State
+
+__all__ = ["CheckResult", "draft_digest", "parsed_states", "redrafts_owed"]
+
+
+def parsed_states(ev: Evidence) -> tuple[list[tuple[int, State]], list[str]]:
+    """``([(seq, state)], [problem])`` for the rows the loop wrote, in ``seq`` order; a row
+    that does not parse is a problem line (checks never pass over an unreadable row)."""
+    parsed, problems = [], []
+    for row in ev.loop_checkpoints:
+        try:
+            parsed.append((row.seq, row.state()))
+        except ShopOpsError as exc:
+            problems.append(f"checkpoint seq {row.seq}: {exc}")
+    return parsed, problems
+
+
+def draft_digest(to: str, subject: str, body: str) -> str:
+    """The SHA-256 digest approvals bind to, of a draft (or of a delivered email)."""
+    return Draft(to, subject, body).digest()
+
+
+def redrafts_owed(ev: Evidence) -> set[str]:
+    """Digests of drafts a human rejected WITH feedback: the loop must replace each once."""
+    return {r.draft_digest for r in ev.approval_requests
+            if r.status == "rejected" and getattr(r, "feedback", None)}

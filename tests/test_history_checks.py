@@ -1,0 +1,259 @@
+"""The checks over the whole history (``harness.history_checks``): each passes on the good
+story of ``test_checks`` and fails on the evidence a realistic broken loop leaves — a
+worker that calls the gateway after completion, a stale worker rewriting a finished case, a
+lease holder writing after a takeover, a rejected case parked forever, a case retried past
+the maximum — with the evidence lines that say why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from test_checks import (
+    CASE,
+    DIGEST,
+    DRAFT,
+    PIDS,
+    REQUEST_ID,
+    evidence,
+    events,
+    good_gateway,
+    good_specs,
+    good_states,
+    good_workers,
+    request,
+    row,
+    state,
+    worker,
+)
+
+from harness.checks import CHECK_IDS, run_checks
+from harness.history_checks import (
+    attempts_bounded,
+    lease_exclusive,
+    no_request_after_done,
+    phase_path,
+    rejection_respected,
+)
+from harness.mock_gateway import GatewayLog
+from shopops.approvals import ApprovalRequest
+from shopops.checkpoint import CheckpointRow
+from shopops.state import State
+
+FEEDBACK = "Please offer free express shipping on the next order."
+STALE_PID = 12999
+
+
+def test_the_good_story_passes_the_history_checks() -> None:
+    ev = evidence()
+    results = {r.check_id: r for r in run_checks(ev)}
+    for check in ("no_request_after_done", "phase_path", "lease_exclusive",
+                  "rejection_respected", "attempts_bounded"):
+        assert check in CHECK_IDS
+        assert results[check].passed, results[check]
+
+
+# -- no request once done --------------------------------------------------------------------
+
+def after_completion_worker() -> tuple[Any, ...]:
+    late = replace(worker(3, "resume", 0, False, "completed", phase_before="completed"),
+                   index=4, pid=STALE_PID)
+    return (*good_workers(), late)
+
+
+def test_a_deduplicated_request_after_completion_fails() -> None:
+    gw = good_gateway()
+    repeat = replace(request(3, gw.requests[0].idempotency_key, status=200, duplicate=True),
+                     worker_pid=STALE_PID)
+    ev = evidence(workers=after_completion_worker(),
+                  gateway=GatewayLog(gw.requests + (repeat,), gw.deliveries))
+    res = no_request_after_done(ev)
+    assert not res.passed and ev.deliveries == 1  # delivery counting alone sees nothing
+    assert res.detail == "1 gateway request(s) after the case was done"
+    assert any("gateway request 3 (status 200) by worker 4, which started from a completed "
+               "checkpoint" in line for line in res.evidence)
+
+
+def test_a_stale_worker_sending_after_the_completed_checkpoint_fails() -> None:
+    specs = [*good_specs(), ("request", None, 2, "status 200 duplicate")]
+    evs = events(specs)
+    evs = evs[:-1] + (replace(evs[-1], ref="3"),)
+    res = no_request_after_done(evidence(events=evs))
+    assert not res.passed
+    assert any(f"gateway request 3 from worker 2 (pid {PIDS[2]}) after the completed "
+               "checkpoint" in line for line in res.evidence)
+
+
+def test_a_request_before_completion_is_fine() -> None:
+    specs = good_specs()
+    cut = next(i for i, s in enumerate(specs) if s[1] == "t7.completed_saved")
+    specs.insert(cut, ("request", None, 3, "status 200 duplicate"))
+    assert no_request_after_done(evidence(specs=specs)).passed
+
+
+# -- the phase path --------------------------------------------------------------------------
+
+def test_a_stale_write_after_completion_fails() -> None:
+    states = good_states()
+    states.append(states[4])  # a stale worker re-saves its "sending" state
+    res = phase_path(evidence(states=states))
+    assert not res.passed
+    assert res.detail == "checkpoint seq 7 (sending) written after the terminal checkpoint seq 6"
+
+
+def test_a_phase_moving_backwards_fails() -> None:
+    states = good_states()
+    states.insert(5, states[3])  # approved again after sending
+    res = phase_path(evidence(states=states))
+    assert not res.passed and "sending -> approved is not a path of the FSM" in res.detail
+
+
+def test_a_redraft_needs_a_rejection_with_feedback() -> None:
+    states = good_states()[:3] + [state("drafting", 5, draft=None), state(
+        "drafting", 6, draft=replace(DRAFT, body=DRAFT.body + FEEDBACK), draft_revision=1,
+        review_feedback=[FEEDBACK])]
+    assert not phase_path(evidence(states=states)).passed
+    rejected = ApprovalRequest(REQUEST_ID, CASE, DIGEST, "t", "rejected", FEEDBACK)
+    assert phase_path(evidence(states=states, approval_requests=(rejected,))).passed
+
+
+# -- lease exclusivity -----------------------------------------------------------------------
+
+def leased(seq: int, st: State, owner: str, fence: int, pid: int) -> CheckpointRow:
+    return replace(row(seq, st), lease_owner=owner, fence=fence, writer_pid=pid)
+
+
+def leased_rows(*writers: tuple[str, int, int]) -> tuple[CheckpointRow, ...]:
+    states = good_states()
+    return tuple(leased(i, states[i - 1], *w) for i, w in enumerate(writers, start=1))
+
+
+def test_fences_that_rise_with_each_holder_pass() -> None:
+    rows = leased_rows(("worker-0", 1, 1), ("worker-0", 1, 1), ("worker-0", 1, 1),
+                       ("worker-2", 2, 3), ("worker-2", 2, 3), ("worker-3", 3, 4))
+    res = lease_exclusive(evidence(checkpoints=rows))
+    assert res.passed, res
+
+
+def test_a_taken_over_holder_writing_again_fails() -> None:
+    rows = leased_rows(("worker-0", 1, 1), ("worker-0", 1, 1), ("worker-0", 1, 1),
+                       ("worker-1", 2, 2), ("worker-2", 3, 3), ("worker-1", 2, 2))
+    res = lease_exclusive(evidence(checkpoints=rows))
+    assert not res.passed
+    assert res.detail == ("checkpoint seq 6: fence 2 after fence 3 (seq 5): a taken-over "
+                          "holder wrote")
+
+
+def test_two_processes_of_one_owner_name_under_one_fence_fail() -> None:
+    rows = leased_rows(("worker-0", 1, 1), ("worker-0", 1, 1), ("worker-0", 1, 1),
+                       ("worker-0", 2, 2), ("worker-0", 2, 3), ("worker-0", 2, 2))
+    res = lease_exclusive(evidence(checkpoints=rows))
+    assert not res.passed and "two holders of one lease" in res.detail
+
+
+def test_a_write_without_a_lease_after_leased_writes_fails() -> None:
+    rows = leased_rows(("worker-0", 1, 1), ("worker-0", 1, 1), ("worker-0", 1, 1),
+                       ("worker-1", 2, 2), ("worker-1", 2, 2), ("worker-1", 2, 2))
+    rows = rows[:5] + (replace(rows[5], lease_owner=None, fence=None),)
+    res = lease_exclusive(evidence(checkpoints=rows))
+    assert not res.passed and "without a lease" in res.detail
+
+
+# -- rejections ------------------------------------------------------------------------------
+
+def rejected(feedback: str | None = None) -> tuple[ApprovalRequest, ...]:
+    return (ApprovalRequest(REQUEST_ID, CASE, DIGEST, "t", "rejected", feedback),)
+
+
+REJECT_SPECS = [*good_specs()[:12], ("human", None, None, "rejected: ..."),
+                ("worker_start", None, 1, "resume"), ("worker_exit", None, 1, "returncode 0")]
+
+
+def parked_states() -> list[State]:
+    return good_states()[:3]
+
+
+def test_a_rejected_case_parked_forever_fails() -> None:
+    ev = evidence(states=parked_states(), approval_requests=rejected(), specs=REJECT_SPECS,
+                  tickets=(), gateway=GatewayLog((), ()))
+    res = rejection_respected(ev)
+    assert not res.passed
+    assert "was rejected but the case is awaiting_approval, not rejected" in res.detail
+    assert "the case is parked on a draft the human rejected: it waits forever" in res.evidence
+
+
+def test_a_rejected_case_that_ends_rejected_passes() -> None:
+    states = [*parked_states(), state("rejected", 4, done=True)]
+    ev = evidence(states=states, approval_requests=rejected(), specs=REJECT_SPECS,
+                  tickets=(), gateway=GatewayLog((), ()))
+    assert rejection_respected(ev).passed
+
+
+def test_feedback_must_show_in_the_redraft() -> None:
+    answered = replace(DRAFT, body=DRAFT.body + "\n" + FEEDBACK)
+    ignored = replace(DRAFT, body=DRAFT.body + "\n(revised)")
+    for draft, ok in ((answered, True), (ignored, False)):
+        states = [*parked_states(), state("drafting", 5, draft=None),
+                  state("awaiting_approval", 7, draft=draft, draft_revision=1,
+                        review_feedback=[FEEDBACK])]
+        requests = (*rejected(FEEDBACK), ApprovalRequest("req-2", CASE, draft.digest(), "t",
+                                                         "pending"))
+        ev = evidence(states=states, approval_requests=requests, specs=REJECT_SPECS,
+                      tickets=(), gateway=GatewayLog((), ()))
+        res = rejection_respected(ev)
+        assert res.passed is ok, res
+    assert "no later draft answers the feedback" in res.detail
+
+
+def test_sending_a_rejected_draft_fails() -> None:
+    ev = evidence(approval_requests=rejected(), specs=REJECT_SPECS)
+    res = rejection_respected(ev)
+    assert not res.passed and "sent a rejected draft" in " ".join(res.evidence)
+
+
+# -- recovery attempts -----------------------------------------------------------------------
+
+def retried(final_phase: str, maximum: int | None) -> Any:
+    """Kills at t6.request_leaving three times, then a fourth worker finishes the case."""
+    specs = good_specs()[:14]  # the start worker, the recheck, the approval
+    workers = list(good_workers()[:2])
+    pids = dict(PIDS)
+    for i in range(2, 6):
+        pids[i] = 13000 + i
+        specs += [("worker_start", None, i, "resume"),
+                  *[("hit", lab, i, "") for lab in ("t6.checkpoint_loaded",
+                                                     "ckpt.before_commit",
+                                                     "t6.request_leaving")]]
+        killed = i < 5
+        if killed:
+            specs.append(("kill", "t6.request_leaving", i, "SIGKILL"))
+        specs.append(("worker_exit", None, i, "returncode -9" if killed else "returncode 0"))
+        workers.append(replace(worker(2, "resume", -9 if killed else 0, killed, "sending",
+                                      phase_before="awaiting_approval" if i == 2
+                                      else "sending"), index=i, pid=pids[i]))
+    states = good_states()
+    final = (state("dead_lettered", 5, done=True, dead_letter_reason="too many",
+                   recovery_attempts=3, approval_ticket="apr-desk-1",
+                   approval_request_id=REQUEST_ID) if final_phase == "dead_lettered"
+             else replace(states[5], recovery_attempts=3))
+    return evidence(specs=specs, workers=tuple(workers), states=[*states[:5], final],
+                    max_attempts=maximum, gateway=GatewayLog((), ()))
+
+
+def test_past_the_maximum_the_case_must_be_dead_lettered() -> None:
+    res = attempts_bounded(retried("completed", 2))
+    assert not res.passed
+    assert res.detail == ("3 recoveries, more than the maximum 2, but the case ended "
+                          "completed, not dead_lettered")
+    assert attempts_bounded(retried("dead_lettered", 2)).passed
+    assert attempts_bounded(retried("completed", 3)).passed
+    assert attempts_bounded(retried("completed", None)).passed
+
+
+def test_the_attempt_counter_never_goes_down() -> None:
+    states = good_states()
+    states[4] = replace(states[4], recovery_attempts=2)
+    states[5] = replace(states[5], recovery_attempts=0)
+    res = attempts_bounded(evidence(states=states))
+    assert not res.passed
+    assert res.detail == "checkpoint seq 6: the attempt counter went down from 2 to 0"
