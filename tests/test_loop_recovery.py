@@ -14,7 +14,8 @@ import pytest
 
 from harness.mock_gateway import MockGateway
 from shopops import failpoints
-from shopops.approvals import ApprovalQueue, grant_approval
+from shopops.approvals import ApprovalQueue
+from shopops.grant import grant_approval
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import ApprovalRefused, FailpointRaised, StateInvalid
 from shopops.gateway_client import EmailGatewayClient
