@@ -515,6 +515,7 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "nondeterministic-policy": {"policy": "varying"},
     # the [[story]] files (their steps: tests/test_story_steps.py)
     "story-o1001": {"expect_deliveries": 1, "leases": False},
+    "reject-twice-then-approve": {"expect_deliveries": 1, "human_action": "approve"},
     "resume-after-completion": {"leases": True, "expect_deliveries": 1},
     "takeover-steps": {"leases": True, "expect_worker_error": "FencedOff"},
     "slow-send": {"expect_deliveries": 1},
