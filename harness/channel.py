@@ -6,13 +6,20 @@ The ``on_hit`` callback decides: it returns a reply (the worker continues) or ``
 after it has SIGKILLed the worker, which then never reads a reply. The socket is in Linux's
 abstract namespace (``unix(7)``): no file exists, so nothing is left behind even when the
 harness itself is SIGKILLed. Its name travels in the environment as ``@name``.
+
+Who sent a hit is the kernel's word, not the message's: the connection's peer credentials
+(``SO_PEERCRED``, ``unix(7)``: the pid and uid of the process that connected) are the hit's
+``pid`` and ``uid``; the pid the message claims is kept as ``claimed_pid`` so that the
+controller can refuse a hit made in another process's name and record it as tampering.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import socketserver
+import struct
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,13 +29,34 @@ from harness.serving import ServerThread
 
 @dataclass(frozen=True)
 class Hit:
-    """A failpoint hit as the worker reported it: ``label``, ``pid``, ``occurrence`` (within
-    that process, from 1) and the local ``action`` its spec chose (``off`` when none)."""
+    """A failpoint hit: ``label``, ``pid`` (the sender, from ``SO_PEERCRED``; in a hit made
+    by hand, whatever the caller says), ``occurrence`` (within that process, from 1), the
+    local ``action`` its spec chose (``off`` when none), ``claimed_pid`` (the pid the
+    message named; ``None``: the same as ``pid``) and ``uid`` (the sender's, from the
+    kernel; ``None`` when not known)."""
 
     label: str
     pid: int
     occurrence: int
     action: str
+    claimed_pid: int | None = None
+    uid: int | None = None
+
+    @property
+    def forged(self) -> bool:
+        """The message named another process than the one that sent it."""
+        return self.claimed_pid is not None and self.claimed_pid != self.pid
+
+
+_CRED = struct.Struct("3i")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a connected Unix socket, as
+    the kernel recorded them when it connected (``SO_PEERCRED``, ``unix(7)``)."""
+    pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                 _CRED.size))
+    return pid, uid, gid
 
 
 OnHit = Callable[[Hit], "dict[str, object] | None"]
@@ -44,11 +72,14 @@ class _Handler(socketserver.StreamRequestHandler):
             pass  # a worker killed with unread data on its socket: a reset, like EOF
 
     def _serve_worker(self) -> None:
+        pid, uid, _ = peer_credentials(self.request)
         for line in self.rfile:
             try:
                 data = json.loads(line)
-                hit = Hit(str(data["label"]), int(data["pid"]), int(data["occurrence"]),
-                          str(data.get("action", "off")))
+                claimed = int(data["pid"])
+                hit = Hit(str(data["label"]), pid, int(data["occurrence"]),
+                          str(data.get("action", "off")),
+                          claimed_pid=None if claimed == pid else claimed, uid=uid)
             except (ValueError, KeyError, TypeError):
                 return  # a malformed line: drop the connection; the worker fails loudly
             reply = self.server.on_hit(hit)

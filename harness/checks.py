@@ -357,14 +357,36 @@ def storage_safe(ev: Evidence) -> CheckResult:
 
 
 def no_process_left(ev: Evidence) -> CheckResult:
-    """Beyond the five: no process of the execution is left alive after it."""
+    """Beyond the five: no process of the execution is left alive after it — in a worker's
+    process group, or (a sealed execution) anywhere under the execution's uid, such as a
+    double-forked, re-sessioned daemon (``leftover`` events; ``harness.sandbox``)."""
     left = [(w.index, pid) for w in ev.workers for pid in w.leftovers]
-    lines = [f"worker {i}: pid {pid} was still alive in its process group" for i, pid in left]
+    lines = [f"worker {i}: pid {pid} was still alive after it (killed)" for i, pid in left]
+    late = [e for e in ev.events if e.kind == "leftover"]
+    lines += [f"pid {e.pid}: {e.detail}" for e in late]
+    left += [(-1, e.pid or 0) for e in late]
     if left:
         return CheckResult("no_process_left", False, f"{len(left)} process(es) left alive",
                            tuple(lines))
     return CheckResult("no_process_left", True,
                        f"{len(ev.workers)} worker process group(s), all gone", tuple(lines))
+
+
+def no_tampering(ev: Evidence) -> CheckResult:
+    """Beyond the five: the implementation did not try to change the evidence or the
+    kills — no failpoint hit in another process's name or from another execution's user
+    (refused by the controller: ``tampering`` events), no gateway request whose
+    ``X-ShopOps-Worker-Pid`` names another process than the connection's owner (the kernel's
+    answer, ``harness.peers``), nothing planted in the sandbox to redirect the harness's
+    writes. Chapter 8's rule that the verdict comes only from evidence the harness holds,
+    made checkable."""
+    lines = [f"event {e.seq}: {e.detail}" for e in ev.events if e.kind == "tampering"]
+    lines += [f"gateway request {r.seq}: header X-ShopOps-Worker-Pid {r.claimed_pid}, but "
+              f"the connection is pid {r.worker_pid}'s" for r in ev.gateway.requests
+              if r.forged]
+    if lines:
+        return CheckResult("no_tampering", False, lines[0], tuple(lines))
+    return CheckResult("no_tampering", True, "no forged hit, header or planted file")
 
 
 CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
@@ -378,6 +400,7 @@ CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
     intake_not_repeated,
     storage_safe,
     no_process_left,
+    no_tampering,
     *HISTORY_CHECKS,
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)
@@ -396,6 +419,7 @@ NEEDS: dict[str, frozenset[EvidenceSource]] = {
     "intake_not_repeated": frozenset(),
     "storage_safe": frozenset({_C}),
     "no_process_left": frozenset(),
+    "no_tampering": frozenset({_G}),  # the trace, and the gateway log's forged headers
     "no_request_after_done": frozenset({_C, _G}),
     "phase_path": frozenset({_C}),
     "lease_exclusive": frozenset({_C}),

@@ -187,6 +187,7 @@ def _merge(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace) -> int:
     """Exit 0 when graded (whatever the score), 2 on bad input."""
     from harness.grading import DEFAULT_RUBRIC, RubricError, grade, load_rubric
+    from harness.grading_io import OutputPathError, check_outputs
     from harness.runner import new_run_id
     from harness.sut import Sut
 
@@ -199,10 +200,14 @@ def _grade(args: argparse.Namespace) -> int:
         return 2
     sut = Sut(path=Path(args.sut) if args.sut else None, module=args.module)
     out = Path(args.out) if args.out else Path("reports") / f"grade-{new_run_id()}"
+    results = Path(args.results) if args.results else None
+    try:
+        check_outputs(out, results)
+    except OutputPathError as exc:
+        print(f"shopops-chaos: error: {exc}", file=sys.stderr)
+        return 2
     result = grade(sut, out, rubric=rubric, jobs=args.jobs, worker_timeout_s=args.timeout,
-                   results_path=Path(args.results) if args.results else None)
-    for t in result.tests:
-        print(f"{t.score:5g} / {t.max_score:<4g} {t.name}")
+                   results_path=results, say=lambda line: print(line, flush=True))
     print(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)")
     print(f"  results.json {result.results_path}\n  report.md    {result.report_path}")
     return 0

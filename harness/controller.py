@@ -7,6 +7,12 @@ mid-resume, an exclusive lock is taken), SIGKILLs the worker if the hit is the n
 the crash schedule, or holds the worker there until the story releases it (a slow worker
 whose lease another worker takes over).
 
+Who reached a point is the kernel's word (``Hit.pid`` from ``SO_PEERCRED``, the gateway's
+connection owner): a hit whose message names another pid, or that comes from a uid other
+than the execution's own (``allowed_uid``, sealed executions), is refused — not counted,
+no kill, no hook — and recorded as a ``tampering`` event, which fails the execution
+(``harness.checks.no_tampering``).
+
 Kill points count hits per label across every worker since the execution started or since
 the previous kill fired (``harness.schedule``); hooks and holds count from the start.
 """
@@ -45,8 +51,10 @@ class Hold:
 class KillController:
     """Counts hits, runs hooks and holds, and fires the schedule's kills at the exact hit."""
 
-    def __init__(self, kills: tuple[KillPoint, ...], events: EventLog) -> None:
+    def __init__(self, kills: tuple[KillPoint, ...], events: EventLog,
+                 allowed_uid: int | None = None) -> None:
         self.pending = list(kills)
+        self.allowed_uid = allowed_uid
         self.events = events
         #: hits since the start or the last kill (what a kill point counts)
         self.since_kill = HitCounter()
@@ -80,6 +88,10 @@ class KillController:
     def on_hit(self, hit: Hit) -> dict[str, object] | None:
         """Channel callback: ``None`` if it killed the worker, else the reply."""
         hold: Hold | None = None
+        refused = self._refusal(hit)
+        if refused is not None:
+            self.events.add("tampering", hit.label, hit.pid, None, refused)
+            return dict(_CONTINUE)
         with self._lock:
             worker = self.by_pid.get(hit.pid)
             index = worker.index if worker else None
@@ -109,6 +121,16 @@ class KillController:
             self.events.add(EventKind.RELEASE, hit.label, hit.pid, index,
                             f"released at {hold.point}")
         return dict(_CONTINUE)
+
+    def _refusal(self, hit: Hit) -> str | None:
+        """Why ``hit`` is refused (tampering), or ``None``."""
+        if hit.forged:
+            return (f"hit at {hit.label} sent by pid {hit.pid} in the name of pid "
+                    f"{hit.claimed_pid}: refused")
+        if self.allowed_uid is not None and hit.uid != self.allowed_uid:
+            return (f"hit at {hit.label} from uid {hit.uid}, not this execution's "
+                    f"({self.allowed_uid}): refused")
+        return None
 
     def on_gateway_accepted(self, delivery: Delivery, sender_pid: int | None = None) -> None:
         """Mock-gateway callback, after a new delivery is committed, before the reply.

@@ -6,11 +6,21 @@ own mock gateway report every hit to the ``KillController``, which kills at the 
 points) → **collect** (``collect``: the story's record, the harness's trace and the files,
 read by the harness) → **check** (``harness.checks.run_checks``) → **judge**
 (``harness.verdict``).
+
+An untrusted implementation's execution is sealed (``harness.sandbox``) when the harness
+runs as root: its workers run as a uid of their own in a sandbox folder that holds only
+the checkpoint and approval databases; the gateway log and the worker output live in the
+execution folder (root's, mode 0700); every process of the uid is killed before the
+evidence is read; the databases are then copied into the execution folder and the sandbox
+removed.
 """
 
 from __future__ import annotations
 
+import os
+import sqlite3
 import time
+from contextlib import closing
 from pathlib import Path
 
 from harness.channel import FailpointChannel
@@ -27,10 +37,13 @@ from harness.model import (
     KillPoint,
     StoryRecord,
 )
+from harness.sandbox import Sandbox, available, install_code, install_fixtures
+from harness.sealed_launcher import SealedLauncher
 from harness.spawn_launcher import SpawnLauncher
 from harness.storage_faults import migrations
 from harness.story import drive
 from harness.verdict import decide, judge
+from shopops.records import DEFAULT_FIXTURES
 
 __all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
 
@@ -51,11 +64,49 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         this returns or raises.
     """
     started = time.monotonic()
-    workdir = workdir.resolve()  # workers run with the workdir as cwd
+    workdir = workdir.resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     events = EventLog()
-    controller = KillController(plan.schedule.kills, events)
-    gateway = MockGateway(workdir / "gateway.db")
+    sandbox = Sandbox() if plan.sut.untrusted and available() else None
+    try:
+        if sandbox is not None:
+            os.chmod(workdir, 0o700)
+            assert plan.sut.path is not None
+            server = launcher if getattr(launcher, "sealed", False) else None
+            launcher = SealedLauncher(
+                sandbox, str(install_code(plan.sut.path, plan.sut.module)),
+                lambda line: events.add(EventKind.TAMPERING, None, None, None, line),
+                str(install_fixtures(DEFAULT_FIXTURES)), server)  # type: ignore[arg-type]
+        record, controller = _drive(plan, workdir, launcher or SpawnLauncher(), events,
+                                    worker_timeout_s, sandbox)
+        if sandbox is not None:
+            for pid in sandbox.kill_all():
+                events.add(EventKind.LEFTOVER, None, pid, None,
+                           "a process of the execution's uid was alive after its workers "
+                           "(killed)")
+            for line in sandbox.sanitize():
+                events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
+                           f"{line}")
+        evidence = collect(plan, record, controller, events)
+        if sandbox is not None:
+            _keep_databases(sandbox.path, workdir)
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+    checks = decide(evidence, run_checks(evidence), plan)
+    verdict, reasons = judge(evidence, checks, plan)
+    return ExecutionResult(plan, evidence, checks, verdict, reasons,
+                           round(time.monotonic() - started, 4))
+
+
+def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
+           worker_timeout_s: float, sandbox: Sandbox | None
+           ) -> tuple[StoryRecord, KillController]:
+    """Play the story with the channel and the gateway up; both are down on return."""
+    uid = sandbox.uid if sandbox is not None else None
+    controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
+    gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
+                          candidates=lambda: list(controller.by_pid))
     gateway.on_accepted = lambda delivery: controller.on_gateway_accepted(
         delivery, _sender_pid(gateway, delivery))
     gateway.on_request = lambda r: events.add(
@@ -63,14 +114,26 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         f"status {r.status}" + (" duplicate" if r.duplicate else ""), ref=str(r.seq))
     gateway.set_faults(plan.scenario.gateway_faults)
     with FailpointChannel(controller.on_hit) as channel, gateway:
-        record = drive(plan, workdir, launcher or SpawnLauncher(), controller, events,
+        record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, channel=channel.path,
-                       worker_timeout_s=worker_timeout_s)
-    evidence = collect(plan, record, controller, events)
-    checks = decide(evidence, run_checks(evidence), plan)
-    verdict, reasons = judge(evidence, checks, plan)
-    return ExecutionResult(plan, evidence, checks, verdict, reasons,
-                           round(time.monotonic() - started, 4))
+                       worker_timeout_s=worker_timeout_s,
+                       data_dir=sandbox.path if sandbox is not None else None)
+    return record, controller
+
+
+def _keep_databases(sandbox: Path, workdir: Path) -> None:
+    """Copy the sandbox's SQLite databases (plain files only) into the execution folder
+    with SQLite's online backup (WAL content included), for the reports and replays."""
+    for name in ("checkpoints.db", "approvals.db"):
+        src = sandbox / name
+        if not src.is_file() or src.is_symlink():
+            continue
+        try:
+            with closing(sqlite3.connect(src.as_uri() + "?mode=ro", uri=True)) as source, \
+                    closing(sqlite3.connect(workdir / name)) as target:
+                source.backup(target)
+        except sqlite3.Error:
+            continue  # an unreadable database: its evidence error is already recorded
 
 
 def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController,

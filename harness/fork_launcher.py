@@ -192,7 +192,8 @@ class ForkWorker(Worker):
 class _Server:
     """The fork server process, its socket folder and the control connection."""
 
-    def __init__(self, timeout_s: float, code_path: str | None = None) -> None:
+    def __init__(self, timeout_s: float, code_path: str | None = None,
+                 sealed: bool = False) -> None:
         self.dir = tempfile.mkdtemp(prefix="shopops-fs-")
         self.path = os.path.join(self.dir, "fs.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -204,7 +205,7 @@ class _Server:
                 p for p in (code_path, _SRC, env.get("PYTHONPATH")) if p)
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.forkserver", "--fd", str(listener.fileno()),
-                 self.path],
+                 self.path, *(["--sealed"] if sealed else [])],
                 pass_fds=(listener.fileno(),), env=env, cwd=code_path or _SRC,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
@@ -274,10 +275,12 @@ class ForkLauncher:
 
     def __init__(self, *, modules: Sequence[str] = DEFAULT_MODULES,
                  fallback: SpawnLauncher | None = _DEFAULT, start_timeout_s: float = 60.0,
-                 hold: bool = True, code_path: str | None = None) -> None:
+                 hold: bool = True, code_path: str | None = None,
+                 sealed: bool = False) -> None:
         self.code_path = code_path
+        self.sealed = sealed
         #: where the server imports ``shopops`` from: the first of its path that has it
-        self.root = _package_root("shopops", (code_path, _SRC))
+        self.root = None if sealed else _package_root("shopops", (code_path, _SRC))
         self.modules = tuple(modules)
         self.hold = hold
         self.fallback: SpawnLauncher | None = (SpawnLauncher() if fallback is _DEFAULT
@@ -335,9 +338,38 @@ class ForkLauncher:
                                        index=index)
         if STOPPING.is_set():
             raise HarnessStopping("the harness is stopping; no new worker is started")
+        return self._request({"module": argv[2], "args": list(argv[3:])}, env=env, cwd=cwd,
+                             stdout=stdout, stderr=stderr, index=index)
+
+    def start_sealed(self, boot: Sequence[str], *, uid: int, code_dir: str,
+                     env: dict[str, str], cwd: str, stdout: str, stderr: str, index: int,
+                     worker: type[ForkWorker]) -> ForkWorker:
+        """Fork an untrusted worker (``sealed=True`` only; ``harness.sealed_fork``) from
+        ``boot``, the worker's ``harness.sut_boot`` command line (``Sut.argv``): its
+        limits and module, run as ``uid`` with ``code_dir`` first on its path. The worker
+        object is made by ``worker``.
+
+        Raises:
+            ValueError: not a sealed launcher, or ``boot`` is not a boot command line.
+            HarnessStopping, ForkServerError: as ``start``.
+        """
+        if not self.sealed or list(boot[1:5]) != ["-P", "-s", "-m", "harness.sut_boot"]:
+            raise ValueError(f"not a sealed worker for this launcher: {list(boot[:5])}")
+        if STOPPING.is_set():
+            raise HarnessStopping("the harness is stopping; no new worker is started")
+        limits = [int(n) for n in boot[5:9]]
+        return self._request({"module": boot[11], "args": list(boot[12:]),
+                              "sealed": {"uid": uid, "code_dir": code_dir,
+                                         "limits": limits}},
+                             env=env, cwd=cwd, stdout=stdout, stderr=stderr, index=index,
+                             worker=worker)
+
+    def _request(self, what: dict[str, Any], *, env: dict[str, str], cwd: str, stdout: str,
+                 stderr: str, index: int, worker: type[ForkWorker] | None = None
+                 ) -> ForkWorker:
         conn = _Conn(self._ensure_server().path)
         try:
-            conn.send({"op": "start", "module": argv[2], "args": list(argv[3:]),
+            conn.send({"op": "start", **what,
                        "env": dict(env), "cwd": os.path.abspath(cwd), "hold": self.hold,
                        "stdout": os.path.abspath(stdout), "stderr": os.path.abspath(stderr)})
             reply = conn.read(30.0)
@@ -349,9 +381,9 @@ class ForkLauncher:
             if reply is not None and reply.get("op") == "error":
                 raise ForkServerError(int(reply.get("errno") or 0), str(reply.get("error")))
             raise ForkServerError(f"the fork server did not start the worker: {reply!r}")
-        worker = ForkWorker(int(reply["pid"]), index, conn, held=self.hold)
-        REGISTRY.add(worker)
-        return worker
+        made = (worker or ForkWorker)(int(reply["pid"]), index, conn, held=self.hold)
+        REGISTRY.add(made)
+        return made
 
     def _ensure_server(self) -> _Server:
         with self._lock:
@@ -361,7 +393,7 @@ class ForkLauncher:
                 self._server.close()  # died (killed from outside): start a fresh one
                 self._server = None
             if self._server is None:
-                server = _Server(self.start_timeout_s, self.code_path)
+                server = _Server(self.start_timeout_s, self.code_path, self.sealed)
                 if self.root is not None and server.root != self.root:
                     server.close()  # it would fork another loop than forks() vetted
                     raise ForkServerError(f"the fork server imported shopops from "

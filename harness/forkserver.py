@@ -57,6 +57,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from harness import sealed_fork
+
 #: What ``python -m shopops run`` imports, before or while it runs (``netrc`` and ``shlex``
 #: are imported lazily by requests at the first request).
 PRELOAD = (
@@ -121,7 +123,9 @@ class _Conn:
 class ForkServer:
     """The server loop over the listening socket ``listener`` (single thread)."""
 
-    def __init__(self, listener: socket.socket, path: str | None = None) -> None:
+    def __init__(self, listener: socket.socket, path: str | None = None,
+                 sealed: bool = False) -> None:
+        self.sealed = sealed  # harness.sealed_fork: untrusted workers, shopops not loaded
         self.listener = listener
         self.path = path
         self.listener.setblocking(False)
@@ -216,7 +220,8 @@ class ForkServer:
                 continue
             if op == "hello":
                 conn.control = self.controlled = True
-                conn.send({"op": "ready", "pid": os.getpid(), "root": _shopops_root()})
+                conn.send({"op": "ready", "pid": os.getpid(),
+                           "root": None if self.sealed else _shopops_root()})
             elif op == "start":
                 self._start(conn, message)
             elif op == "go":
@@ -284,6 +289,7 @@ class ForkServer:
         try:
             args, env, cwd = req["args"], req["env"], req["cwd"]
             module = req.get("module", "shopops")
+            seal = sealed_fork.SealedStart.from_request(req["sealed"]) if self.sealed else None
             if not (isinstance(args, list) and all(isinstance(a, str) for a in args)
                     and isinstance(env, dict) and isinstance(module, str)
                     and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
@@ -316,7 +322,7 @@ class ForkServer:
             if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
                 try:
                     os.close(gate_w)
-                    self._become_worker(module, args, env, cwd, out, err, gate_r)
+                    self._become_worker(module, args, env, cwd, out, err, gate_r, seal)
                 except BaseException:
                     import traceback
 
@@ -335,7 +341,7 @@ class ForkServer:
         conn.send({"op": "started", "pid": pid})
 
     def _become_worker(self, module: str, args: list[str], env: dict[str, str], cwd: str,
-                       out: int, err: int, gate: int) -> None:
+                       out: int, err: int, gate: int, seal: Any = None) -> None:
         """In the child: a session of its own, none of the server's descriptors, then wait
         at the gate and run."""
         os.setsid()
@@ -361,6 +367,8 @@ class ForkServer:
         if not released:
             os.write(2, b"fork server: worker never released (the harness went away)\n")
             os._exit(1)
+        if seal is not None:
+            os._exit(sealed_fork.run(seal, module, args, env, cwd))
         os._exit(run_module(module, args, env, cwd))
 
 
@@ -456,12 +464,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True,
                         help="descriptor of the listening Unix socket (inherited)")
     parser.add_argument("path", help="where that socket is bound (unlinked at exit)")
+    parser.add_argument("--sealed", action="store_true",
+                        help="fork untrusted workers (harness.sealed_fork)")
     args = parser.parse_args(argv)
     listener = socket.socket(fileno=args.fd)
-    preload()
+    (sealed_fork.preload if args.sealed else preload)()
     if threading.active_count() != 1:  # forking a threaded process copies held locks
         raise RuntimeError(f"fork server has {threading.active_count()} threads after preload")
-    return ForkServer(listener, args.path).serve()
+    return ForkServer(listener, args.path, sealed=args.sealed).serve()
 
 
 if __name__ == "__main__":

@@ -10,26 +10,44 @@ hangs, crashes, or the harness itself errs, the affected items score 0 with the 
 
 Items are all-or-nothing: crash-safety holds at every kill point or it does not; the
 output lists the executions that broke it, each with its replay command.
+
+Sealed (``harness.sandbox``): an untrusted implementation's workers run as a user of their
+own that can write only its sandbox; output paths are checked before anything runs and
+written so they cannot be redirected (``harness.grading_io``); an ``unknown`` for a reason
+outside the implementation is run again a bounded number of times (``harness.retry``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import subprocess
+import tempfile
 import time
 import tomllib
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from harness import sandbox
 from harness.checks import CHECK_IDS
+from harness.execution import execute
+from harness.grading_io import check_outputs, write_sealed
 from harness.launcher import Launcher, make_launcher
-from harness.model import SRC, ExecutionResult, Sut
+from harness.model import SRC, CrashSchedule, ExecutionResult, Sut
+from harness.retry import retry_unknowns
+from harness.sut import sealed_argv
 from shopops.errors import ShopOpsError
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
 SCENARIOS_DIR = Path(SRC) / "scenarios"
+#: The most points one rubric item may carry; more is a typo, not a rubric.
+MAX_POINTS = 1000.0
+Say = Callable[[str], None]
 
 
 class RubricError(ShopOpsError, ValueError):
@@ -149,7 +167,8 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
 
     Raises:
         RubricError: unreadable, syntax error, unknown field, wrong type, unknown check id,
-            unknown visibility, unknown scenario, or no tests.
+            unknown visibility, unknown scenario, no tests, points that are not finite or
+            over ``MAX_POINTS``, a duplicate name.
     """
     path = Path(path)
 
@@ -166,7 +185,7 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
     if set(data) - {"tests"} or not isinstance(tests, list) or not tests:
         raise fail("tests", "a rubric is a non-empty list of [[tests]] tables, nothing else")
     known = {p.stem for p in SCENARIOS_DIR.glob("*.toml")}
-    items = []
+    items: list[RubricItem] = []
     for i, raw in enumerate(tests):
         where = f"tests[{i}]"
         if not isinstance(raw, dict):
@@ -179,8 +198,13 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
         scenarios, checks = raw.get("scenarios"), raw.get("checks", [])
         if not isinstance(name, str) or not name:
             raise fail(f"{where}.name", "a non-empty string is required")
-        if isinstance(points, bool) or not isinstance(points, int | float) or points < 0:
-            raise fail(f"{where}.points", "a number >= 0 is required")
+        if (isinstance(points, bool) or not isinstance(points, int | float)
+                or not math.isfinite(points) or not 0 <= points <= MAX_POINTS):
+            raise fail(f"{where}.points", f"{points!r}: a finite number from 0 to "
+                       f"{MAX_POINTS:g} is required")
+        if any(item.name == name for item in items):
+            raise fail(f"{where}.name", f"{name!r} is already the name of an earlier test; "
+                       "names must be unique (Gradescope shows tests by name)")
         if not isinstance(scenarios, list) or not scenarios or any(
                 s not in known for s in scenarios):
             raise fail(f"{where}.scenarios", "a non-empty list of scenario names; known: "
@@ -194,6 +218,24 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
         items.append(RubricItem(name, float(points), tuple(scenarios), tuple(checks),
                                 visibility, str(raw.get("explain", ""))))
     return tuple(items)
+
+
+def replay_command(r: ExecutionResult) -> str:
+    """``r``'s replay command with paths relative to the current folder (what a student
+    types where they ran the grader)."""
+    plan = r.plan
+    scenario = _rel(plan.scenario.path) if plan.scenario.path else plan.scenario.name
+    sut = f" --sut {_rel(plan.sut.path)}" if plan.sut.path else ""
+    if plan.sut.path and plan.sut.module != "shopops":
+        sut += f" --module {plan.sut.module}"
+    return f"shopops-chaos run {scenario} --schedule '{plan.schedule.id}'{sut}"
+
+
+def _rel(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
 
 
 def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTest:
@@ -218,7 +260,7 @@ def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTe
                           item.visibility)
     lines.append(f"Broken in {len(broken)} of {len(mine)} executions, for example:")
     for r, reason in broken[:5]:
-        lines += [f"- {r.plan.id}: {reason}", f"  replay: {r.plan.replay}"]
+        lines += [f"- {r.plan.id}: {reason}", f"  replay: {replay_command(r)}"]
     return GradedTest(item.name, 0.0, item.points, "\n".join(lines), item.visibility)
 
 
@@ -236,20 +278,46 @@ def _item_problems(item: RubricItem, r: ExecutionResult) -> list[str]:
     return why + [reason for reason in r.reasons if reason.startswith("expected a worker")]
 
 
+def sealed(sut: Sut) -> bool:
+    """Whether ``sut``'s workers run sealed (untrusted, and the harness is root)."""
+    return sut.untrusted and sandbox.available()
+
+
 def preflight(sut: Sut, timeout_s: float = 60.0) -> str | None:
-    """Start the implementation once (``MODULE --help`` under its limits). Returns ``None``
-    if it starts, else what went wrong (for the student)."""
+    """Start the implementation once (``MODULE --help`` under its limits, sealed like its
+    workers). Returns ``None`` if it starts, else what went wrong (for the student)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
     env["PYTHONPATH"] = sut.pythonpath(env.get("PYTHONPATH"))
+    argv, cwd, box = sut.argv("--help"), str(sut.path or SRC), None
     try:
-        proc = subprocess.run(sut.argv("--help"), env=env, capture_output=True, text=True,
-                              timeout=timeout_s, cwd=str(sut.path or SRC),
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return f"`python -m {sut.module} --help` did not finish within {timeout_s:g} s"
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
-        return (f"`python -m {sut.module} --help` exited {proc.returncode}; the "
+        if sealed(sut):
+            assert sut.path is not None
+            box = sandbox.Sandbox()
+            box.started()
+            argv = sealed_argv(argv, box.uid, str(sandbox.install_code(sut.path, sut.module)))
+            env.update(PYTHONPATH=SRC, HOME=str(box.path))
+            cwd = str(box.path)
+        # output to a file, not a pipe: a daemon it leaves must not hold the grader up
+        with tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err,
+                                    cwd=cwd, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+            try:
+                returncode = proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                return f"`python -m {sut.module} --help` did not finish within {timeout_s:g} s"
+            err.seek(0)
+            stderr = err.read().decode("utf-8", "replace")
+    except (OSError, sandbox.SandboxError) as exc:
+        return f"`python -m {sut.module} --help` could not be started: {exc}"
+    finally:
+        if box is not None:
+            box.close()
+    if returncode != 0:
+        tail = "\n".join(stderr.strip().splitlines()[-8:])
+        return (f"`python -m {sut.module} --help` exited {returncode}; the "
                 f"implementation does not start:\n{tail}")
     return None
 
@@ -265,11 +333,7 @@ def write_results(tests: Sequence[GradedTest], out: Path, elapsed_s: float, outp
         "tests": [{"name": t.name, "score": t.score, "max_score": t.max_score,
                    "output": t.output, "visibility": t.visibility} for t in tests],
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
-    return out
+    return write_sealed(out, json.dumps(payload, indent=2) + "\n")
 
 
 def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str) -> Path:
@@ -281,24 +345,29 @@ def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str)
     lines += [f"| {t.name} | {t.score:g} / {t.max_score:g} |" for t in tests]
     for t in tests:
         lines += ["", f"## {t.name} — {t.score:g} / {t.max_score:g}", "", t.output]
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return path
+    return write_sealed(path, "\n".join(lines) + "\n")
 
 
 def _launcher(sut: Sut, name: str | None) -> Launcher:
-    """Spawn for a foreign implementation (its imports are not ours to preload); a fork
-    server preloaded from the implementation's folder for the reference or a trusted
-    variant, unless ``name`` says otherwise."""
-    if name == "spawn" or (name is None and sut.foreign and not sut.trusted):
-        return make_launcher("spawn")
+    """How the workers start. An untrusted implementation: a sealed fork server
+    (``harness.sealed_fork``: preloaded with the libraries it may use, never with its code)
+    when sealing is available, else a fresh interpreter each (``spawn``; also when ``name``
+    says so). The reference or a trusted variant: a fork server preloaded from its folder."""
     from harness.fork_launcher import ForkLauncher
 
+    if sut.untrusted:
+        if name == "spawn" or not sandbox.available():
+            return make_launcher("spawn")
+        return ForkLauncher(sealed=True, fallback=None)
+    if name == "spawn":
+        return make_launcher("spawn")
     return ForkLauncher(code_path=str(sut.path.resolve()) if sut.path else None)
 
 
 def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUBRIC,
           results_path: Path | None = None, jobs: int | None = None,
-          worker_timeout_s: float = 30.0, launcher: str | None = None) -> Grade:
+          worker_timeout_s: float = 30.0, launcher: str | None = None,
+          say: Say | None = None, schedule: CrashSchedule | None = None) -> Grade:
     """Grade ``sut``: run the rubric's scenarios, score, write ``results.json`` and
     ``report.md``. Never raises for the implementation's faults, nor for the harness's
     own: ``results.json`` is written in every case.
@@ -313,12 +382,22 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
         worker_timeout_s: seconds one worker may run.
         launcher: ``fork`` or ``spawn``; default ``spawn`` for a foreign implementation
             (whose imports the harness does not control) and ``fork`` for the reference.
+        say: called with each console line: progress, each item's score and, for each
+            zero, its one-line reason and replay command (``None``: silent).
+        schedule: grade only this crash schedule of every scenario (a quick re-check of
+            one execution; no trace runs). Default: the whole kill matrix.
+
+    Raises:
+        OutputPathError: ``out_dir`` or ``results_path`` cannot be used (before anything
+            runs; ``harness.grading_io.check_outputs``).
     """
     from harness.reports import write_reports
     from harness.runner import run
     from harness.scenario import load_scenarios
 
     started = time.monotonic()
+    check_outputs(out_dir, results_path)
+    say = say or (lambda line: None)
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = results_path or out_dir / "results.json"
     report_path = out_dir / "report.md"
@@ -327,23 +406,12 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
     if problem is not None:
         tests = [GradedTest(i.name, 0.0, i.points, problem, i.visibility) for i in rubric]
         output = "The implementation could not be started, so nothing could be graded."
+        say(f"the implementation does not start: {problem.splitlines()[-1]}")
     else:
         try:
-            names = dict.fromkeys(n for item in rubric for n in item.scenarios)
-            scenarios = load_scenarios([SCENARIOS_DIR / f"{n}.toml" for n in names])
-            chosen = _launcher(sut, launcher)
-            try:
-                result = run(scenarios, out_dir / "run", jobs=jobs, launcher=chosen,
-                             worker_timeout_s=worker_timeout_s, sut=sut)
-            finally:
-                chosen.close()
-            write_reports(result, out_dir / "run")
-            tests = [score_item(item, result.results) for item in rubric]
-            output = (f"{len(result.results)} executions of {len(scenarios)} scenarios; "
-                      f"verdicts pass {sum(r.verdict == 'pass' for r in result.results)}, "
-                      f"fail {sum(r.verdict == 'fail' for r in result.results)}, unknown "
-                      f"{sum(r.verdict == 'unknown' for r in result.results)}. Evidence: "
-                      f"{out_dir / 'run'}")
+            tests, output = _run_and_score(sut, out_dir, rubric, jobs, worker_timeout_s,
+                                           launcher, say, schedule, run, write_reports,
+                                           load_scenarios)
         except Exception as exc:  # the harness erred: say so, score nothing
             tests = [GradedTest(i.name, 0.0, i.points, f"harness error: {exc}",
                                 i.visibility) for i in rubric]
@@ -353,3 +421,80 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
     write_report(tests, report_path, sut, output)
     return Grade(tuple(tests), sum(t.score for t in tests), sum(t.max_score for t in tests),
                  round(elapsed, 3), output, results_path, report_path)
+
+
+def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: int | None,
+                   worker_timeout_s: float, launcher: str | None, say: Say,
+                   schedule: CrashSchedule | None, run: Any,
+                   write_reports: Any, load_scenarios: Any) -> tuple[list[GradedTest], str]:
+    names = dict.fromkeys(n for item in rubric for n in item.scenarios)
+    scenarios = load_scenarios([SCENARIOS_DIR / f"{n}.toml" for n in names])
+    run_dir = out_dir / "run"
+    run_dir.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(run_dir, 0o700)  # nothing of the run is for a worker's eyes
+
+    def progress(done: int, total: int, r: ExecutionResult) -> None:
+        say(f"[{done}/{total}] {r.plan.id}: {r.verdict}")
+
+    chosen = _launcher(sut, launcher)
+    try:
+        result = run(scenarios, run_dir, jobs=jobs, launcher=chosen,
+                     worker_timeout_s=worker_timeout_s, sut=sut, progress=progress,
+                     schedule=schedule)
+
+        def again(r: ExecutionResult, attempt: int) -> ExecutionResult:
+            say(f"retrying {r.plan.id} (attempt {attempt + 1}): unknown for a reason "
+                "outside the implementation")
+            where = run_dir / "executions" / f"retry-{attempt}" / uuid.uuid4().hex[:12]
+            return execute(r.plan, where, launcher=chosen, worker_timeout_s=worker_timeout_s)
+
+        results, retried = retry_unknowns(result.results, again)
+    finally:
+        chosen.close()
+    result = dataclasses.replace(result, results=type(result.results)(results))
+    write_reports(result, run_dir)
+    tests = [score_item(item, results) for item in rubric]
+    for item, t in zip(rubric, tests, strict=True):
+        say(f"{t.score:5g} / {t.max_score:<4g} {t.name}")
+        if t.score == 0 and t.max_score > 0:
+            broken = _first_broken(item, results)
+            if broken is not None:
+                r, reason = broken
+                say(f"        why: {r.plan.id}: {reason.splitlines()[0][:160]}")
+                say(f"        replay: {replay_command(r)}")
+    counts = {v: sum(r.verdict == v for r in results) for v in ("pass", "fail", "unknown")}
+    lines = [f"{len(results)} executions of {len(scenarios)} scenarios; verdicts pass "
+             f"{counts['pass']}, fail {counts['fail']}, unknown {counts['unknown']}. "
+             f"Evidence: {run_dir}"]
+    lines.append("Sealed: every worker ran as a user of its own that could write only its "
+                 "sandbox." if sealed(sut) else "Not sealed: " + (
+                     "the harness is not root, so workers ran as the harness's user."
+                     if sut.untrusted else "our own code (the reference or a variant)."))
+    if retried:
+        lines.append(f"Run again (unknown for a reason outside the implementation): "
+                     f"{len(retried)} execution(s):")
+        lines += [f"- {note}" for note in retried]
+    tampered = [(r, c) for r in results for c in r.checks
+                if c.check_id in ("no_tampering", "no_process_left") and not c.passed]
+    if tampered:
+        lines.append(f"Tampering or processes left behind in {len(tampered)} execution(s) "
+                     "(refused, killed, and failed; the verdict came from the harness's own "
+                     "evidence):")
+        lines += [f"- {r.plan.id}: {c.check_id}: {c.detail}" for r, c in tampered[:10]]
+        for r, c in tampered[:10]:
+            say(f"tampering: {r.plan.id}: {c.check_id}: {c.detail[:160]}")
+    return tests, "\n".join(lines)
+
+
+def _first_broken(item: RubricItem, results: Sequence[ExecutionResult]
+                  ) -> tuple[ExecutionResult, str] | None:
+    """The first execution that broke ``item`` and why (what ``score_item`` lists first)."""
+    for r in results:
+        if r.plan.scenario.name not in item.scenarios:
+            continue
+        if r.verdict == "unknown":
+            return r, "could not be verified: " + "; ".join(r.reasons[:1])
+        why = _item_problems(item, r)
+        if why:
+            return r, why[0]
+    return None

@@ -10,9 +10,17 @@ Endpoints:
     ``POST /v1/messages`` — JSON ``{"case_id", "to", "subject", "body"}`` (all strings),
     optional headers ``Idempotency-Key`` and ``X-ShopOps-Worker-Pid``. 201 new delivery,
     200 ``duplicate: true`` with the original ``delivery_id``, 409 key reused with another
-    body, 400 a missing/mistyped field (named in ``field``).
-    ``POST /_control/faults`` (JSON list of fault dicts, replaces the plan), ``GET
-    /_control/faults``, ``GET /_log/requests``, ``GET /_log/deliveries``.
+    body, 400 a missing/mistyped field (named in ``field``), 403 a sender of another uid
+    than ``allowed_uid`` (sealed executions).
+
+Control apart from data: ``POST /_control/faults`` (JSON list of fault dicts, replaces the
+plan), ``GET /_control/faults``, ``GET /_log/requests``, ``GET /_log/deliveries`` are served
+only on ``control_path``, a Unix socket in a folder only the harness can open (``control``
+argument), never on the data address a worker is given.
+
+The sender of a request is the kernel's answer (``harness.peers``: the owner of the TCP
+connection), logged as ``worker_pid``/``worker_uid``; the ``X-ShopOps-Worker-Pid`` header is
+only logged (``claimed_pid``) so that a claim for another process can be shown as tampering.
 
 Faults (``FaultSpec``) are consumed one per ``POST /v1/messages`` in FIFO order; an empty
 plan means normal behaviour. ``latency`` sleeps ``ms`` then answers normally; ``error`` answers
@@ -32,9 +40,12 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
+import shutil
 import signal
 import socket
 import sqlite3
+import tempfile
 import threading
 import time
 from collections import deque
@@ -43,11 +54,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from harness.model.evidence import Delivery, GatewayLog, RequestRecord
 from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
+from harness.peers import tcp_peer
 from harness.serving import ServerThread
 
 _log = logging.getLogger(__name__)
@@ -62,7 +75,8 @@ CREATE TABLE IF NOT EXISTS requests (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, received_at TEXT NOT NULL,
     received_epoch REAL NOT NULL, idempotency_key TEXT, body_sha256 TEXT NOT NULL,
     case_id TEXT, status INTEGER NOT NULL, fault TEXT, worker_pid INTEGER,
-    remote_port INTEGER, delivery_id TEXT, duplicate INTEGER NOT NULL DEFAULT 0);
+    remote_port INTEGER, delivery_id TEXT, duplicate INTEGER NOT NULL DEFAULT 0,
+    claimed_pid INTEGER, worker_uid INTEGER);
 CREATE TABLE IF NOT EXISTS deliveries (
     n INTEGER PRIMARY KEY, delivery_id TEXT NOT NULL UNIQUE, request_seq INTEGER NOT NULL,
     idempotency_key TEXT UNIQUE, body_sha256 TEXT NOT NULL, case_id TEXT NOT NULL,
@@ -112,15 +126,27 @@ class MockGateway:
             and before the reply is written (the harness SIGKILLs the sender there: label
             ``t6.gateway_accepted``). Exceptions propagate: werkzeug answers 500, the
             delivery stays committed.
+        control: also serve the control and log endpoints on ``control_path``.
+        allowed_uid: refuse (403, logged) a request whose connection another uid owns.
+        candidates: pids that may own a connection, looked at first (default: this
+            process); then every process of the connection's uid when ``allowed_uid`` is
+            set, else every process. Keeps the kernel look-up cheap.
     """
 
     def __init__(self, db_path: str | Path, *, host: str = "127.0.0.1", port: int = 0,
                  on_accepted: Callable[[Delivery], None] | None = None,
-                 on_request: Callable[[RequestRecord], None] | None = None) -> None:
+                 on_request: Callable[[RequestRecord], None] | None = None,
+                 control: bool = False, allowed_uid: int | None = None,
+                 candidates: Callable[[], Iterable[int]] | None = None) -> None:
         self.db_path = Path(db_path)
         self.host, self.port = host, port
         self.on_accepted = on_accepted
         self.on_request = on_request
+        self.allowed_uid = allowed_uid
+        self.candidates = candidates or (lambda: [os.getpid()])
+        self._control = control
+        self._control_dir: str | None = None
+        self._control_serving: ServerThread | None = None
         self._faults: deque[FaultSpec] = deque()
         self._faults_lock = threading.Lock()
         self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
@@ -139,7 +165,27 @@ class MockGateway:
         self._server = make_server(self.host, self.port, self._wsgi, threaded=True,
                                    request_handler=_QuietHandler)
         self._serving = ServerThread(self._server, f"mock-gateway:{self._server.server_port}")
+        if self._control:
+            self._control_dir = tempfile.mkdtemp(prefix="shopops-gw-control-")
+            control = make_server("unix://" + os.path.join(self._control_dir, "control.sock"),
+                                  0, self._control_wsgi, threaded=True,
+                                  request_handler=_QuietHandler)
+            self._control_serving = ServerThread(control, "mock-gateway-control")
         return self
+
+    def _others(self) -> Iterable[int] | None:
+        """Where else a connection's owner may be: the allowed uid's processes, or all."""
+        if self.allowed_uid is None:
+            return None
+        return [p.pid for p in psutil.process_iter(["uids"])
+                if p.info["uids"] is not None and p.info["uids"].real == self.allowed_uid]
+
+    @property
+    def control_path(self) -> str:
+        """The control socket's path (``control=True``), in a 0700 folder of the harness."""
+        if self._control_dir is None:
+            raise RuntimeError("MockGateway has no control socket (control=False)")
+        return os.path.join(self._control_dir, "control.sock")
 
     @property
     def url(self) -> str:
@@ -155,6 +201,12 @@ class MockGateway:
         self._stopping.set()
         if serving is not None:
             serving.stop()
+        control, self._control_serving = self._control_serving, None
+        if control is not None:
+            control.stop()
+        if self._control_dir is not None:
+            shutil.rmtree(self._control_dir, ignore_errors=True)
+            self._control_dir = None
 
     def __enter__(self) -> MockGateway:
         return self.start()
@@ -195,10 +247,16 @@ class MockGateway:
     # -- HTTP ---------------------------------------------------------------------------
     def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
-        route = (request.method, request.path)
-        if route == ("POST", "/v1/messages"):
+        if (request.method, request.path) == ("POST", "/v1/messages"):
             response = self._post_message(request)
-        elif route == ("POST", "/_control/faults"):
+        else:
+            response = _json({"error": "not_found", "path": request.path}, 404)
+        return response(environ, start_response)
+
+    def _control_wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = Request(environ)
+        route = (request.method, request.path)
+        if route == ("POST", "/_control/faults"):
             response = self._post_faults(request)
         elif route == ("GET", "/_control/faults"):
             response = _json([dataclasses.asdict(f) for f in self.pending_faults()])
@@ -225,7 +283,12 @@ class MockGateway:
     def _post_message(self, request: Request) -> Response:
         """Consume a fault, validate, check-and-deliver, log; every request is logged."""
         received = time.time()
-        fault = self._take_fault()
+        port = request.environ.get("REMOTE_PORT")
+        peer = (tcp_peer(int(port), int(request.environ["SERVER_PORT"]), self.candidates(),
+                         self._others) if port is not None else None)
+        refused = self.allowed_uid is not None and (peer is None
+                                                    or peer.uid != self.allowed_uid)
+        fault = None if refused else self._take_fault()
         if fault is not None and fault.kind == "latency":
             time.sleep((fault.ms or 0) / 1000.0)
         raw = request.get_data()
@@ -233,15 +296,21 @@ class MockGateway:
         key = request.headers.get("Idempotency-Key")
         if key is not None and not key.strip():
             problem = ("Idempotency-Key", "must be a non-empty string when present")
-        pid = request.headers.get("X-ShopOps-Worker-Pid", "")
+        claimed = request.headers.get("X-ShopOps-Worker-Pid", "")
         evidence = {
             "received_at": _iso(received), "received_epoch": received, "idempotency_key": key,
             "body_sha256": _sha256(message) if message else hashlib.sha256(raw).hexdigest(),
             "case_id": message.get("case_id") if message else None,
             "fault": fault.label if fault else None,
-            "worker_pid": int(pid) if pid.isdigit() else None,
-            "remote_port": request.environ.get("REMOTE_PORT"),
+            "worker_pid": peer.pid if peer else None,
+            "worker_uid": peer.uid if peer else None,
+            "claimed_pid": int(claimed) if claimed.isdigit() else None,
+            "remote_port": port,
         }
+        if refused:
+            with self._transaction() as conn:
+                _insert_request(conn, evidence, 403)
+            return _json({"error": "forbidden", "detail": "not this execution's worker"}, 403)
         if fault is not None and fault.kind == "error":
             status = fault.status or 500
             with self._transaction() as conn:

@@ -7,7 +7,9 @@ workers from starting; every live worker is then killed and reaped.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -44,8 +46,15 @@ def new_run_id() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
 
 
-def execution_dirname(plan: ExecutionPlan) -> str:
-    """A filesystem-safe folder name for a plan (``ExecutionPlan.dirname``)."""
+def execution_dirname(plan: ExecutionPlan, salt: str = "") -> str:
+    """A filesystem-safe folder name for a plan (``ExecutionPlan.dirname``); for an
+    untrusted implementation (``salt`` given) an opaque one instead, ``x-<scenario>-`` and
+    16 hex digits of a salted SHA-256 of the id, so that nothing the implementation can see
+    spells out its crash schedule (the reports keep the mapping: each execution's
+    ``workdir``)."""
+    if salt:
+        digest = hashlib.sha256(f"{salt}\0{plan.id}".encode()).hexdigest()
+        return f"x-{plan.scenario.name}-{digest[:16]}"
     return plan.dirname
 
 
@@ -110,13 +119,14 @@ def run(
     order: list[tuple[int, str]] = []
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
                               thread_name_prefix="execution")
+    salt = secrets.token_hex(16) if sut.untrusted else ""
 
     def matrix(rep: int) -> bool:
         """One repeat of the whole matrix; ``True`` if ``fail_fast`` stopped it."""
         exe_dir = out_dir / "executions" / (f"repeat-{rep}" if repeat > 1 else "")
 
         def do(plan: ExecutionPlan) -> ExecutionResult:
-            return execute(plan, exe_dir / plan.dirname, launcher=launcher,
+            return execute(plan, exe_dir / execution_dirname(plan, salt), launcher=launcher,
                            worker_timeout_s=worker_timeout_s)
 
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}

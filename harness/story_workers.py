@@ -16,6 +16,7 @@ from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, W
 from harness.processes import Worker
 from shopops.checkpoint import CheckpointRow
 from shopops.errors import ShopOpsError
+from shopops.records import DEFAULT_FIXTURES
 
 RUN_ID = "run-1"
 
@@ -44,7 +45,8 @@ class Workers:
 
     def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
-                 channel: str, timeout_s: float, extra_wait_s: float) -> None:
+                 channel: str, timeout_s: float, extra_wait_s: float,
+                 data_dir: Path | None = None) -> None:
         self.s = scenario
         self.sut = sut
         self.workdir = workdir
@@ -55,8 +57,10 @@ class Workers:
         self.channel = channel
         self.timeout = timeout_s
         self.extra_wait_s = extra_wait_s
-        self.ckpt_db = workdir / "checkpoints.db"
-        self.appr_db = workdir / "approvals.db"
+        # the databases the workers write, and their cwd: the sandbox of a sealed execution
+        self.data_dir = data_dir or workdir
+        self.ckpt_db = self.data_dir / "checkpoints.db"
+        self.appr_db = self.data_dir / "approvals.db"
         self.gw_db = workdir / "gateway.db"
         self.clock_offset_s = 0.0
         self.offered_ticket: str | None = None
@@ -97,6 +101,7 @@ class Workers:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
         env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
+        env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
         if self.clock_offset_s:
             env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
         return env
@@ -118,7 +123,7 @@ class Workers:
         self._started += 1
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
         worker = self.launcher.start(self.argv(role, index, owner), env=self.env(),
-                                     cwd=str(self.workdir), stdout=str(out), stderr=str(err),
+                                     cwd=str(self.data_dir), stdout=str(out), stderr=str(err),
                                      index=index)
         self.controller.attach(worker)
         self.events.add(EventKind.WORKER_START, None, worker.pid, index, role)

@@ -15,6 +15,18 @@ harness reads itself.
 
 from __future__ import annotations
 
-from harness.model.plan import REFERENCE, SRC, Sut
+from harness.model.plan import BOOT, REFERENCE, SRC, Sut
 
-__all__ = ["REFERENCE", "SRC", "Sut"]
+__all__ = ["BOOT", "REFERENCE", "SRC", "Sut", "sealed_argv"]
+
+
+def sealed_argv(argv: list[str], uid: int, code_dir: str) -> list[str]:
+    """``argv`` from ``Sut.argv`` with the boot's uid and code folder filled in.
+
+    Raises:
+        ValueError: ``argv`` is not an untrusted worker's command line.
+    """
+    n = 1 + len(BOOT)
+    if tuple(argv[1:n]) != BOOT or argv[n + 4:n + 6] != ["-1", "-"]:
+        raise ValueError(f"not an untrusted worker's command line: {argv[:n + 6]}")
+    return [*argv[:n + 4], str(uid), code_dir, *argv[n + 6:]]

@@ -26,11 +26,13 @@ class Mutant:
     breaks: tuple[str, ...]
     shown_by: str
 
-    def build(self, into: Path) -> Path:
-        """Copy ``shopops/`` and ``fixtures/`` into ``into`` and apply the edits."""
+    def build(self, into: Path, *, fixtures: bool = True) -> Path:
+        """Copy ``shopops/`` (and ``fixtures/`` unless told not to: the harness brings its
+        own) into ``into`` and apply the edits."""
         shutil.copytree(ROOT / "shopops", into / "shopops",
                         ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copytree(ROOT / "fixtures", into / "fixtures")
+        if fixtures:
+            shutil.copytree(ROOT / "fixtures", into / "fixtures")
         for file, old, new in self.edits:
             path = into / "shopops" / file
             text = path.read_text(encoding="utf-8")

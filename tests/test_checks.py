@@ -21,6 +21,7 @@ from harness.checks import (
     draft_identical,
     exactly_one_delivery,
     no_process_left,
+    no_tampering,
     not_sent_before_approval,
     parked_until_approval,
     run_checks,
@@ -646,8 +647,26 @@ def test_no_process_left_fails_on_leftover_pids() -> None:
     res = no_process_left(evidence(workers=tuple(workers)))
     assert not res.passed
     assert res.detail == "2 process(es) left alive"
-    assert res.evidence == ("worker 2: pid 4242 was still alive in its process group",
-                            "worker 2: pid 4243 was still alive in its process group")
+    assert res.evidence == ("worker 2: pid 4242 was still alive after it (killed)",
+                            "worker 2: pid 4243 was still alive after it (killed)")
+
+
+def test_no_process_left_fails_on_a_process_of_the_uid_found_after_the_workers() -> None:
+    late = Event(99, 1.0, "leftover", None, 4244, None, "a process of the execution's uid")
+    res = no_process_left(replace(evidence(), events=evidence().events + (late,)))
+    assert not res.passed and res.evidence == ("pid 4244: a process of the execution's uid",)
+
+
+def test_no_tampering_fails_on_a_refused_hit_and_on_a_forged_header() -> None:
+    assert no_tampering(evidence()).passed
+    refused = Event(99, 1.0, "tampering", "t4.parked", 11, None, "hit ... refused")
+    res = no_tampering(replace(evidence(), events=evidence().events + (refused,)))
+    assert not res.passed and res.detail == "event 99: hit ... refused"
+    ev = evidence()
+    forged = replace(ev.gateway.requests[0], claimed_pid=1, worker_pid=2)
+    gw = replace(ev.gateway, requests=(forged, *ev.gateway.requests[1:]))
+    res = no_tampering(replace(ev, gateway=gw))
+    assert not res.passed and "X-ShopOps-Worker-Pid 1" in res.detail
 
 
 # --------------------------------------------------------------------------- unreadable rows

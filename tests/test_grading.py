@@ -66,8 +66,11 @@ def test_an_implementation_cannot_write_its_own_score(tmp_path: Path) -> None:
              f"def main(argv=None):  # noqa: F811\n"
              f"    import json, pathlib\n"
              f"    p = pathlib.Path({str(results)!r})\n"
-             f"    p.parent.mkdir(parents=True, exist_ok=True)\n"
-             f"    p.write_text(json.dumps({{'score': 999, 'tests': []}}))\n"
+             f"    try:  # sealed: the worker's user cannot write there at all\n"
+             f"        p.parent.mkdir(parents=True, exist_ok=True)\n"
+             f"        p.write_text(json.dumps({{'score': 999, 'tests': []}}))\n"
+             f"    except OSError:\n"
+             f"        pass\n"
              f"    return _real_main(argv)\n")
     folder = student(tmp_path, cli_main=forge)
     result = grade(Sut(path=folder), tmp_path / "out", rubric=ONE_ITEM, results_path=results)
@@ -93,6 +96,11 @@ def test_the_reference_grade_is_deterministic(tmp_path: Path) -> None:
      "tests[0].visibility"),
     ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nweight = 2\n',
      "tests[0].weight"),
+    ('[[tests]]\nname = "x"\npoints = nan\nscenarios = ["o1001"]\n', "tests[0].points"),
+    ('[[tests]]\nname = "x"\npoints = inf\nscenarios = ["o1001"]\n', "tests[0].points"),
+    ('[[tests]]\nname = "x"\npoints = 1e308\nscenarios = ["o1001"]\n', "tests[0].points"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\n'
+     '[[tests]]\nname = "x"\npoints = 2\nscenarios = ["rejection"]\n', "tests[1].name"),
 ])
 def test_a_bad_rubric_names_the_field(tmp_path: Path, text: str, field: str) -> None:
     path = tmp_path / "rubric.toml"

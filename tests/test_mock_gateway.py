@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import http.client as httplib
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -48,6 +51,30 @@ def post(http: requests.Session, gw: MockGateway, key: str | None = None,
     headers = {} if key is None else {"Idempotency-Key": key}
     return http.post(gw.url + "/v1/messages", json={**MESSAGE, **overrides}, headers=headers,
                      timeout=(2, 5))
+
+
+class _UnixConnection(httplib.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=5)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(5)
+        self.sock.connect(self.path)
+
+
+def control(gw: MockGateway, method: str, path: str, body: object = None
+            ) -> tuple[int, object]:
+    """One request to the gateway's control socket (http.client over AF_UNIX)."""
+    conn = _UnixConnection(gw.control_path)
+    try:
+        conn.request(method, path, body=None if body is None else json.dumps(body),
+                     headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        return reply.status, json.loads(reply.read())
+    finally:
+        conn.close()
 
 
 def client(gw: MockGateway, **kwargs: object) -> EmailGatewayClient:
@@ -204,16 +231,19 @@ def test_on_accepted_called_once_with_the_delivery(db: Path, http: requests.Sess
 
 
 def test_log_over_http_and_from_the_file_after_stop(db: Path, http: requests.Session) -> None:
-    with MockGateway(db) as gw:
+    with MockGateway(db, control=True) as gw:
         http.post(gw.url + "/v1/messages", json=MESSAGE,
                   headers={"Idempotency-Key": "k-1", "X-ShopOps-Worker-Pid": "777"}, timeout=5)
-        requests_log = http.get(gw.url + "/_log/requests", timeout=5).json()
-        deliveries = http.get(gw.url + "/_log/deliveries", timeout=5).json()
-    assert [(r["worker_pid"], r["status"]) for r in requests_log] == [(777, 201)]
-    assert deliveries[0]["delivery_id"] == "dlv-000001" and deliveries[0]["to"] == MESSAGE["to"]
+        _, requests_log = control(gw, "GET", "/_log/requests")
+        _, deliveries = control(gw, "GET", "/_log/deliveries")
+    me = os.getpid()  # the connection's owner, from the kernel; the header is a claim
+    assert [(r["worker_pid"], r["claimed_pid"], r["status"])  # type: ignore[index]
+            for r in requests_log] == [(me, 777, 201)]  # type: ignore[union-attr]
+    assert deliveries[0]["delivery_id"] == "dlv-000001"  # type: ignore[index]
     log = read_log(db)
     record = log.requests[0]
-    assert (record.seq, record.worker_pid, record.case_id) == (1, 777, "case-O-1001")
+    assert (record.seq, record.worker_pid, record.case_id) == (1, me, "case-O-1001")
+    assert record.forged and record.worker_uid == os.geteuid()
     assert record.received_at.endswith("+00:00") and record.received_epoch > 0
     assert isinstance(record.remote_port, int) and len(record.body_sha256) == 64
     assert log.deliveries[0].request_seq == 1
@@ -243,19 +273,46 @@ def test_concurrent_same_key_requests_deliver_once(gateway: MockGateway, db: Pat
     ([{"kind": "latency", "ms": 5, "status": 500}], "fault.status"),
     ({"kind": "error"}, "faults"),
 ])
-def test_bad_control_input_is_400(gateway: MockGateway, http: requests.Session,
-                                  faults: object, field: str) -> None:
-    gateway.set_faults([{"kind": "latency", "ms": 1}])
-    reply = http.post(gateway.url + "/_control/faults", json=faults, timeout=5)
-    assert reply.status_code == 400 and reply.json()["field"] == field
-    assert gateway.pending_faults() == (FaultSpec("latency", ms=1),)  # plan untouched
+def test_bad_control_input_is_400(gateway: MockGateway, faults: object, field: str) -> None:
+    gateway.stop()  # the fixture's gateway has no control socket
+    gw = MockGateway(gateway.db_path, control=True).start()
+    try:
+        gw.set_faults([{"kind": "latency", "ms": 1}])
+        status, reply = control(gw, "POST", "/_control/faults", faults)
+        assert status == 400 and reply["field"] == field  # type: ignore[index]
+        assert gw.pending_faults() == (FaultSpec("latency", ms=1),)  # plan untouched
+    finally:
+        gw.stop()
 
 
-def test_control_endpoint_sets_the_plan_in_order(gateway: MockGateway,
-                                                 http: requests.Session) -> None:
+def test_control_socket_sets_the_plan_in_order(db: Path, http: requests.Session) -> None:
     plan = [{"kind": "error", "status": 500}, {"kind": "error", "status": 502}]
-    assert http.post(gateway.url + "/_control/faults", json=plan, timeout=5).status_code == 200
-    assert [post(http, gateway, "k").status_code for _ in range(3)] == [500, 502, 201]
+    with MockGateway(db, control=True) as gw:
+        assert control(gw, "POST", "/_control/faults", plan)[0] == 200
+        assert [post(http, gw, "k").status_code for _ in range(3)] == [500, 502, 201]
+        assert oct(os.stat(os.path.dirname(gw.control_path)).st_mode & 0o777) == "0o700"
+
+
+@pytest.mark.parametrize("path", ["/_control/faults", "/_log/requests", "/_log/deliveries"])
+def test_the_data_address_serves_no_control_and_no_log(gateway: MockGateway,
+                                                       http: requests.Session,
+                                                       path: str) -> None:
+    gateway.set_faults([{"kind": "error", "status": 503}])
+    assert http.post(gateway.url + path, json=[], timeout=5).status_code == 404
+    assert http.get(gateway.url + path, timeout=5).status_code == 404
+    assert gateway.pending_faults() == (FaultSpec("error", status=503),)
+
+
+def test_a_sender_of_another_uid_is_refused_and_logged(db: Path,
+                                                        http: requests.Session) -> None:
+    with MockGateway(db, allowed_uid=os.geteuid() + 1) as gw:
+        gw.set_faults([{"kind": "error", "status": 503}])
+        reply = post(http, gw, "k-1")
+        assert reply.status_code == 403
+        assert gw.pending_faults() == (FaultSpec("error", status=503),)  # not consumed
+    log = read_log(db)
+    assert [(r.status, r.worker_uid) for r in log.requests] == [(403, os.geteuid())]
+    assert log.deliveries == ()
 
 
 def test_fault_spec_names_allowed_values() -> None:

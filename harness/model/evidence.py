@@ -18,7 +18,9 @@ from shopops.checkpoint import CheckpointRow
 class RequestRecord:
     """One ``POST /v1/messages`` as the gateway saw it. ``status`` is the status decided (with
     ``drop_after_accept`` no reply reached the client); ``received_epoch`` is seconds since
-    the epoch; ``delivery_id``/``duplicate`` say which delivery the answer named."""
+    the epoch; ``delivery_id``/``duplicate`` say which delivery the answer named;
+    ``worker_pid``/``worker_uid`` the connection's owner as the kernel says (``None``: not
+    found), ``claimed_pid`` what the ``X-ShopOps-Worker-Pid`` header said."""
 
     seq: int
     received_at: str
@@ -32,6 +34,14 @@ class RequestRecord:
     remote_port: int | None
     delivery_id: str | None
     duplicate: bool
+    claimed_pid: int | None = None
+    worker_uid: int | None = None
+
+    @property
+    def forged(self) -> bool:
+        """The header named another process than the connection's owner."""
+        return (self.claimed_pid is not None and self.worker_pid is not None
+                and self.claimed_pid != self.worker_pid)
 
 
 @dataclass(frozen=True)

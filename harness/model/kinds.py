@@ -58,6 +58,8 @@ class EventKind(StrEnum):
     CLOCK = "clock"  # the simulated clock moved
     STEP = "step"  # a story step began
     ERROR = "error"  # a harness-side problem seen while the story ran
+    TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox)
+    LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
 
 
 class EvidenceSource(StrEnum):

@@ -176,6 +176,8 @@ class Sut:
             MiB, largest file it may write in MiB, CPU seconds).
         trusted: our own variant (a mutant): started like the reference, without limits,
             so a fork server preloaded from ``path`` may fork it.
+        nproc: processes the sealed user may have at once (``RLIMIT_NPROC``; counts every
+            process of that uid, so it bounds a fork bomb).
     """
 
     path: Path | None = None
@@ -184,18 +186,28 @@ class Sut:
     file_size_mib: int = 64
     cpu_s: int = 60
     trusted: bool = False
+    nproc: int = 256
 
     @property
     def foreign(self) -> bool:
         """True for anything but the reference."""
         return self.path is not None
 
+    @property
+    def untrusted(self) -> bool:
+        """A foreign implementation that is not our own variant: started through
+        ``harness.sut_boot`` under limits, and sealed (``harness.sandbox``) when the
+        harness can give it a user of its own."""
+        return self.foreign and not self.trusted
+
     def argv(self, *args: str) -> list[str]:
-        """The command line of one worker running ``MODULE ARGS``."""
-        if not self.foreign or self.trusted:
+        """The command line of one worker running ``MODULE ARGS``. For an untrusted
+        implementation the boot's uid and code folder are placeholders (``-1``, ``-``:
+        unsealed) that ``harness.sut.sealed_argv`` fills in per execution."""
+        if not self.untrusted:
             return [sys.executable, "-m", self.module, *args]
-        return [sys.executable, "-m", "harness.sut_boot", str(self.memory_mib),
-                str(self.file_size_mib), str(self.cpu_s), self.module, *args]
+        return [sys.executable, *BOOT, str(self.memory_mib), str(self.file_size_mib),
+                str(self.cpu_s), str(self.nproc), "-1", "-", self.module, *args]
 
     def pythonpath(self, inherited: str | None) -> str:
         """``PYTHONPATH`` for a worker: the implementation's folder first, then the
@@ -209,6 +221,11 @@ class Sut:
 
 
 REFERENCE = Sut()
+
+#: How an untrusted worker's interpreter starts the boot: ``-P`` keeps the cwd (the
+#: worker's own writable folder) off ``sys.path`` while the boot still runs as root, ``-s``
+#: keeps the user site out.
+BOOT = ("-P", "-s", "-m", "harness.sut_boot")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""Sealed workers, started both ways (a fresh interpreter, the sealed fork server): they run
+as the execution's own uid, reach the standard library through the pinned path, cannot
+write the harness's folders, and a re-sessioned daemon they leave is found and killed."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness import sandbox
+from harness.fork_launcher import ForkLauncher
+from harness.sealed_launcher import SealedLauncher
+from harness.sut import SRC, Sut
+
+pytestmark = pytest.mark.skipif(not sandbox.available(),
+                                reason="sealed workers get a uid of their own: needs root")
+
+PROBE = '''
+import json, os, sys, time
+import fractions  # not preloaded: found through the pinned sys.path
+out = {"uid": os.getuid(), "euid": os.geteuid(), "groups": os.getgroups(),
+       "cwd": os.getcwd(), "argv": sys.argv[1:]}
+try:
+    open(sys.argv[1], "w").write("forged")
+    out["wrote_outside"] = True
+except OSError:
+    out["wrote_outside"] = False
+if os.fork() == 0:  # a daemon: a new session, the parent gone
+    os.setsid()
+    if os.fork() == 0:
+        open("daemon.pid", "w").write(str(os.getpid()))
+        time.sleep(60)
+    os._exit(0)
+while not os.path.exists("daemon.pid"):
+    time.sleep(0.01)
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(params=["spawn", "fork"])
+def server(request: pytest.FixtureRequest) -> Iterator[ForkLauncher | None]:
+    if request.param == "spawn":
+        yield None
+        return
+    launcher = ForkLauncher(sealed=True, fallback=None)
+    try:
+        yield launcher
+    finally:
+        launcher.close()
+
+
+def test_a_sealed_worker_runs_as_its_uid_and_its_daemon_is_killed(
+        tmp_path: Path, server: ForkLauncher | None) -> None:
+    code = tmp_path / "code"
+    (code / "probe").mkdir(parents=True)
+    (code / "probe" / "__init__.py").write_text("")
+    (code / "probe" / "__main__.py").write_text(PROBE)
+    outside = tmp_path / "evidence.txt"
+    outside.write_text("harness's\n")
+    tampered: list[str] = []
+    with sandbox.Sandbox() as box:
+        launcher = SealedLauncher(box, str(sandbox.install_code(code, "probe")),
+                                  tampered.append, SRC, server)
+        argv = Sut(path=code, module="probe").argv(str(outside))
+        worker = launcher.start(argv, env={"PATH": os.environ.get("PATH", "")},
+                                cwd=str(tmp_path), stdout=str(tmp_path / "out"),
+                                stderr=str(tmp_path / "err"), index=0)
+        getattr(worker, "release", lambda: None)()
+        info = worker.wait(60)
+        assert info.returncode == 0, (tmp_path / "err").read_text()
+        seen = json.loads((tmp_path / "out").read_text())
+        assert (seen["uid"], seen["euid"], seen["groups"]) == (box.uid, box.uid, [])
+        assert seen["cwd"] == str(box.path) and seen["argv"] == [str(outside)]
+        assert seen["wrote_outside"] is False and outside.read_text() == "harness's\n"
+        daemon = int((box.path / "daemon.pid").read_text())
+        assert daemon in info.leftovers  # found by its uid, though in another session
+        assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
+        assert box.processes() == []
+    assert tampered == [] and not box.path.exists()
+
+
+def test_a_planted_symlink_is_removed_before_the_harness_writes(tmp_path: Path) -> None:
+    target = tmp_path / "precious"
+    target.write_text("x")
+    with sandbox.Sandbox() as box:
+        (box.path / "approvals.db").symlink_to(target)
+        (box.path / "checkpoints.db").write_text("")
+        os.chown(box.path / "checkpoints.db", 0, 0)
+        removed = box.sanitize()
+        assert removed == ["approvals.db (symlink, links 1)"]
+        assert not (box.path / "approvals.db").exists()
+        assert (box.path / "checkpoints.db").stat().st_uid == box.uid  # handed to the worker
+    assert target.read_text() == "x"
