@@ -20,6 +20,8 @@ from harness.model.evidence import Event, Evidence, Gap, GatewayLog, WorkerRun
 from harness.model.kinds import EventKind, EvidenceSource
 from shopops.approvals import ApprovalRequest, Ticket
 from shopops.checkpoint import CheckpointRow, read_history
+from shopops.checkpoint_file import open_readonly
+from shopops.errors import NotACheckpointDatabase
 
 __all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "read_approvals",
            "read_checkpoints", "read_gateway"]
@@ -60,7 +62,7 @@ def read_checkpoints(db: Path, case_id: str) -> tuple[tuple[CheckpointRow, ...],
         return (), None
     try:
         return tuple(read_history(db, case_id)), None
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, NotACheckpointDatabase) as exc:
         return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} unreadable: {exc}")
 
 
@@ -70,8 +72,7 @@ def read_approvals(db: Path, case_id: str) -> tuple[tuple[ApprovalRequest, ...],
     if not db.exists():
         return (), (), None
     try:
-        uri = db.resolve().as_uri() + "?mode=ro"
-        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+        with contextlib.closing(open_readonly(db)) as conn:  # leaves no -wal/-shm behind
             reqs = conn.execute("SELECT * FROM approval_requests WHERE case_id = ? "
                                 "ORDER BY rowid", (case_id,)).fetchall()
             tix = conn.execute("SELECT * FROM tickets WHERE case_id = ? ORDER BY rowid",

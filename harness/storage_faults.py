@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from shopops.checkpoint import CheckpointRow, read_history
+from shopops.checkpoint_file import open_readonly
 from shopops.records import DEFAULT_FIXTURES
 
 V1_FIXTURE = DEFAULT_FIXTURES / "v1_parked.db"
@@ -75,8 +76,7 @@ def migrations(db: Path) -> tuple[tuple[str, int], ...]:
     """The ``schema_migrations`` records ``(name, rows)`` of a checkpoint database."""
     if not db.exists():
         return ()
-    uri = db.resolve().as_uri() + "?mode=ro"
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
+    with contextlib.closing(open_readonly(db)) as conn:
         try:
             return tuple(conn.execute('SELECT name, "rows" FROM schema_migrations ORDER BY name'))
         except sqlite3.OperationalError:

@@ -25,10 +25,13 @@ from shopops.checkpoint_rows import (
     CheckpointRow,
     DeadLetter,
     _select_rows,
+    _row_sql,
     _upgrade_v1_state,
     _utc_iso,
-    read_history,
 )
+from shopops.checkpoint_rows import read_history as _read_rows
+from shopops import checkpoint_file
+from shopops.checkpoint_file import FileState
 from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
 from shopops.failpoints import failpoint
 from shopops.state import SCHEMA_VERSION, State
@@ -56,6 +59,7 @@ _SCHEMA = (
     " checkpoints(seq), case_id TEXT NOT NULL, run_id TEXT NOT NULL, attempts INTEGER NOT NULL,"
     " last_phase TEXT NOT NULL, reason TEXT NOT NULL, created_at TEXT NOT NULL)",
 )
+_OPTIONAL = frozenset(name for name, _ in _ADDED_COLUMNS)
 @dataclass(frozen=True)
 class Lease:
     """A worker's claim on a case (Chapter 8 exercise 4, Chapter 32).
@@ -70,6 +74,21 @@ class Lease:
     expires_at: float
 
 
+def read_history(path: str | os.PathLike[str], case_id: str,
+                 run_id: str | None = None) -> list[CheckpointRow]:
+    """Raw rows of a case, in ``seq`` order, read-only and leaving nothing behind
+    (``checkpoint_rows.read_history``), once the file is known to be ours.
+
+    Raises:
+        FileNotFoundError: no database at ``path`` (none is created).
+        NotACheckpointDatabase: the file is not a checkpoint database
+            (``checkpoint_file.inspect``): nothing is read from it.
+    """
+    if os.path.lexists(path):
+        checkpoint_file.inspect(path, _SCHEMA, create=False, optional_columns=_OPTIONAL)
+    return _read_rows(path, case_id, run_id)
+
+
 class CheckpointStore:
     """Append-only checkpoint history of cases on one SQLite file (Chapter 8).
 
@@ -78,28 +97,51 @@ class CheckpointStore:
         busy_timeout_s: seconds a write waits for another writer's lock before
             ``sqlite3.OperationalError("database is locked")``.
         clock: epoch seconds, for ``created_at`` defaults and lease expiry.
+        create: a missing or empty file becomes a new database (``shopops run``); without
+            it (``resume``, ``migrate``) such a file is refused.
+
+    The file fails closed (issue 14): before any connection that can write is opened it is
+    inspected read-only (``checkpoint_file.inspect``) and refused unless it is a checkpoint
+    database of ours, or missing/empty where ``create`` allows a new one. An existing
+    database is not written on open: WAL mode, missing schema objects and added columns are
+    applied at its first write, so a store whose latest row cannot be read (``load``
+    raises) leaves the file byte for byte as it was.
+
+    Raises:
+        NotACheckpointDatabase: the file is not a checkpoint database (a folder, a symlink
+            loop, not SQLite, damaged, another application's tables, wrong columns).
+        CheckpointNotFound: no file and not ``create``.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, create: bool = True) -> None:
         self.path = os.fspath(path)
         self._clock = clock
+        found = checkpoint_file.inspect(self.path, _SCHEMA, create=create,
+                                        optional_columns=_OPTIONAL)
+        self._ready = False
         self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute("PRAGMA synchronous = FULL")
-            with self._write():
-                for statement in _SCHEMA:
-                    self._conn.execute(statement)
-                have = {r[1] for r in self._conn.execute("PRAGMA table_info(checkpoints)")}
-                for name, sql_type in _ADDED_COLUMNS:
-                    if name not in have:
-                        self._conn.execute(
-                            f"ALTER TABLE checkpoints ADD COLUMN {name} {sql_type}")
+            if found is FileState.NEW:
+                self._prepare()
         except BaseException:
             self._conn.close()
             raise
+
+    def _prepare(self) -> None:
+        """WAL mode, the schema's missing objects and added columns: at creation, or at the
+        first write to an existing database (never on open: fail closed)."""
+        self._conn.execute("PRAGMA journal_mode = WAL")
+        with _Transaction(self._conn):
+            for statement in _SCHEMA:
+                self._conn.execute(statement)
+            have = {r[1] for r in self._conn.execute("PRAGMA table_info(checkpoints)")}
+            for name, sql_type in _ADDED_COLUMNS:
+                if name not in have:
+                    self._conn.execute(f"ALTER TABLE checkpoints ADD COLUMN {name} {sql_type}")
+        self._ready = True
 
     def __enter__(self) -> CheckpointStore:
         return self
@@ -112,6 +154,8 @@ class CheckpointStore:
         self._conn.close()
 
     def _write(self) -> _Transaction:
+        if not self._ready:
+            self._prepare()
         return _Transaction(self._conn)
 
     def save(self, state: State, run_id: str, created_at: str | None = None, *,
@@ -189,7 +233,7 @@ class CheckpointStore:
                 "no checkpoint yet" (Chapter 8: fail closed).
         """
         row = self._conn.execute(
-            f"{_ROW_SQL} WHERE case_id = ? AND run_id = ? ORDER BY seq DESC LIMIT 1",
+            f"{_row_sql(self._conn)} WHERE case_id = ? AND run_id = ? ORDER BY seq DESC LIMIT 1",
             (case_id, run_id),
         ).fetchone()
         return None if row is None else CheckpointRow._from_sql(row, self.path).state()
@@ -225,8 +269,11 @@ class CheckpointStore:
             The number of rows migrated.
 
         Raises:
-            CheckpointCorrupt: a v1 row cannot be read; it is named and nothing is migrated.
+            CheckpointCorrupt, UnsupportedSchemaVersion: a v1 row cannot be upgraded, or the
+                latest row of a run cannot be read; it is named and nothing is written —
+                checked read-only before the write transaction (issue 14).
         """
+        self._check_migratable()
         with self._write():
             rows = [CheckpointRow._from_sql(r, self.path) for r in self._conn.execute(
                 f"{_ROW_SQL} WHERE schema_version = 1 ORDER BY seq")]
@@ -247,6 +294,19 @@ class CheckpointStore:
             if rows:
                 failpoint("ckpt.migration_before_commit")
         return len(rows)
+
+    def _check_migratable(self) -> None:
+        """Read every row once, without writing: each v1 row must upgrade, and the latest
+        row of every run must load (after its upgrade, for a v1 row)."""
+        latest: dict[tuple[str, str], CheckpointRow] = {}
+        for r in self._conn.execute(f"{_row_sql(self._conn)} ORDER BY seq"):
+            row = CheckpointRow._from_sql(r, self.path)
+            if row.schema_version == 1:
+                _upgrade_v1_state(row)
+            latest[(row.case_id, row.run_id)] = row
+        for row in latest.values():
+            if row.schema_version != 1:
+                row.state()
 
     def current_lease(self, case_id: str, *, include_expired: bool = False) -> Lease | None:
         """The case's live lease (or the last one, if ``include_expired``), else ``None``."""

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
+from shopops.checkpoint_file import open_readonly
 from shopops.errors import CheckpointCorrupt, StateInvalid, UnsupportedSchemaVersion
 from shopops.state import SCHEMA_VERSION, State
 
@@ -197,7 +198,7 @@ def read_history(path: str | os.PathLike[str], case_id: str,
     db = Path(path)
     if not db.exists():
         raise FileNotFoundError(f"checkpoint database {db} does not exist")
-    conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    conn = open_readonly(db)  # leaves no -wal/-shm behind (shopops.checkpoint_file)
     try:
         return _select_rows(conn, os.fspath(path), case_id, run_id)
     finally:

@@ -141,7 +141,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                               "created_at": row.created_at, "state_json": text}))
         return 0
     if args.command == "migrate":
-        with CheckpointStore(args.db) as store:
+        with CheckpointStore(args.db, create=False) as store:
             print(json.dumps({"migrated_rows": store.migrate_v1_to_v2()}))
         return 0
     raise AssertionError(args.command)  # pragma: no cover
@@ -165,15 +165,19 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
                       (args.max_attempts, "SHOPOPS_MAX_ATTEMPTS")):
         if flag is not None:
             env[var] = str(flag)
-    services = services_from_env(env)
     max_attempts = max_attempts_from_env(env, DEFAULT_MAX_ATTEMPTS)
-    set_default_services(services)
     order = args.order or args.case.removeprefix("case-")
-    if args.command == "resume" and not os.path.exists(args.db):
+    if args.command == "resume" and not os.path.lexists(args.db):
         raise CheckpointNotFound(f"no checkpoint database {args.db}: nothing to resume for "
                                  f"case_id={args.case!r} run_id={args.run_id!r}",
                                  path=args.db, case_id=args.case, run_id=args.run_id)
-    with CheckpointStore(args.db, clock=clock_from_env(env)) as store:
+    # Fail closed first (issue 14): the file must be ours (only `run` creates one) and the
+    # latest checkpoint must load, before the approval queue or anything else is opened.
+    with CheckpointStore(args.db, clock=clock_from_env(env),
+                         create=args.command == "run") as store:
+        (store.load if args.command == "resume" else store.find)(args.case, args.run_id)
+        services = services_from_env(env)
+        set_default_services(services)
         result = work(args.case, order, store=store, services=services, run_id=args.run_id,
                       owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,
                       require_checkpoint=args.command == "resume", max_attempts=max_attempts)
