@@ -36,11 +36,20 @@ class VerdictUnknown(Exception):
     deadline): not a pass."""
 
 
+def _worker_timeout(text: str) -> float:
+    """``--crash-timeout``: the shared bound (``shopops.validators.WORKER_TIMEOUT_S``),
+    imported here so that loading the plugin imports nothing of the loop."""
+    from shopops.validators import WORKER_TIMEOUT_S
+
+    return float(WORKER_TIMEOUT_S(text))
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     """Register the ``--crash-*`` options."""
     group = parser.getgroup("crash", "ShopOps crash harness")
-    group.addoption("--crash-timeout", type=float, default=30.0,
-                    help="seconds one worker may run before it is killed (default 30)")
+    group.addoption("--crash-timeout", type=_worker_timeout, default=30.0,
+                    help="seconds one worker may run before it is killed (default 30; "
+                         "0.001 to 86400)")
     group.addoption("--crash-keep", default=None, metavar="DIR",
                     help="keep every execution's evidence (databases, worker output) in DIR "
                          "instead of a temporary folder removed at the end")
@@ -48,8 +57,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="how workers start: forked from a pre-imported server (default) or "
                          "a fresh interpreter each")
     group.addoption("--crash-soak", action="store_true", default=False,
-                    help="also run the tests marked slow (exhaustive comparisons, soaks); "
-                         "without it they are skipped")
+                    help="also run the tests marked slow (exhaustive comparisons, soaks), and "
+                         "give tests that draw examples (the bad-input fuzz) a soak budget; "
+                         "without it slow tests are skipped")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -372,10 +372,16 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
 }
 
 
+#: Variables whose readers take an empty value as unset (``os.environ.get(...) or None``);
+#: for the others an empty value is refused, as their readers refuse it.
+_EMPTY_IS_UNSET = frozenset({"SHOPOPS_FAILPOINTS", "SHOPOPS_FAILPOINT_CHANNEL",
+                             "SHOPOPS_FIXTURES", "SHOPOPS_GATEWAY_URL"})
+
+
 def check_environment(env: Mapping[str, str] | None = None) -> None:
     """Validate every ``SHOPOPS_*`` variable of ``env`` (default ``os.environ``).
 
-    An empty value means "unset" (as the readers treat it).
+    An empty value means "unset" only where its reader treats it so (``_EMPTY_IS_UNSET``).
 
     Raises:
         shopops.errors.ConfigError: the first bad variable, naming it, its value and what
@@ -392,7 +398,7 @@ def check_environment(env: Mapping[str, str] | None = None) -> None:
                 f"{_show(name)}: unknown variable; the loop and the harness read: "
                 + ", ".join(ENV_VARS), input=name, variable=name, value=raw,
                 allowed=", ".join(ENV_VARS))
-        if raw == "":
+        if raw == "" and name in _EMPTY_IS_UNSET:
             continue
         try:
             check(raw)

@@ -14,7 +14,8 @@ MODULES = {
              "test_approvals", "test_gateway_client",
              "test_shard",  # its real runs are marked processes
              "test_layering", "test_story_steps"},
-    "io": {"test_checkpoint", "test_mock_gateway", "test_loop"},  # test_merge: processes
+    "io": {"test_checkpoint", "test_mock_gateway", "test_loop",  # test_merge: processes
+           "test_inputs", "test_inputs_fuzz", "test_store_files"},  # in this process
 }
 
 

@@ -220,6 +220,7 @@ def test_validators_refuse_what_argparse_would_let_through() -> None:
 
 # -- as real processes: what only a fresh interpreter shows ------------------------------
 
+@pytest.mark.processes
 def test_bad_failpoint_spec_in_a_fresh_shopops_is_one_line(tmp_path: Path) -> None:
     """``SHOPOPS_FAILPOINTS`` is read when ``shopops`` is imported: still one line, exit 1,
     and no database created."""
