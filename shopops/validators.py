@@ -42,6 +42,9 @@ from shopops.errors import ConfigError, ShopOpsError
 
 #: Simulated clock offsets (SHOPOPS_CLOCK_OFFSET_S) up to ten years either way.
 MAX_CLOCK_OFFSET_S = 10 * 366 * DAY_S
+#: Kills in one crash schedule: the explorer draws up to 3; with the longest label and
+#: ``#1000`` four still fit an execution folder's name (NAME_MAX) after a 64-char name.
+MAX_KILLS = 4
 #: Longest scenario name: it becomes part of folder names (execution ids add the schedule).
 MAX_NAME = 64
 #: Longest id (case, run, owner, ticket, approver) and free text such as a description.

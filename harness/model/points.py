@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from shopops import labels
-from shopops.validators import MAX_OCCURRENCE
+from shopops.validators import MAX_KILLS, MAX_OCCURRENCE
 
 NO_KILL = "no-kill"
 _POINT = re.compile(r"(?P<label>[a-z0-9_.]+)(?:#(?P<occurrence>[0-9]+))?")
@@ -71,9 +71,13 @@ class CrashSchedule:
         """Parse a schedule id: ``no-kill``, ``t4.parked``, or kills joined by ``>``.
 
         Raises:
-            ValueError: see ``KillPoint.parse``.
+            ValueError: see ``KillPoint.parse``; more than ``MAX_KILLS`` kills.
         """
         text = text.strip()
         if text in ("", NO_KILL):
             return cls(())
-        return cls(tuple(KillPoint.parse(part) for part in text.split(">")))
+        parts = text.split(">")
+        if len(parts) > MAX_KILLS:
+            raise ValueError(f"crash schedule {text[:80]!r}: {len(parts)} kills; at most "
+                             f"{MAX_KILLS} (an execution's folder is named after them)")
+        return cls(tuple(KillPoint.parse(part) for part in parts))
