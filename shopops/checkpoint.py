@@ -19,19 +19,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from shopops import checkpoint_file
+from shopops.checkpoint_file import FileState
 from shopops.checkpoint_rows import (
     _ADDED_COLUMNS,
     _ROW_SQL,
     CheckpointRow,
     DeadLetter,
-    _select_rows,
     _row_sql,
+    _select_rows,
     _upgrade_v1_state,
     _utc_iso,
 )
 from shopops.checkpoint_rows import read_history as _read_rows
-from shopops import checkpoint_file
-from shopops.checkpoint_file import FileState
 from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
 from shopops.failpoints import failpoint
 from shopops.state import SCHEMA_VERSION, State
