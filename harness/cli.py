@@ -12,13 +12,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from harness.console import ProgressLine, console, quiet_closed_stdout
+from harness.reports.view import kind_of
 from harness.scenario import ScenarioError
 from harness.schedule import CrashSchedule
 from shopops import validators as v
 from shopops.errors import ShopOpsError
+
+say = console().line
 
 DEFAULT_SCENARIOS = "scenarios"
 DEFAULT_EXPLORE = "o1001.toml"
@@ -80,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --shard: an earlier run's summary.json (or its folder) whose "
                         "execution times balance the shards; give every shard the same file "
                         "(merge refuses shards that cut the matrix differently)")
+    _add_keep_options(p)
     e = sub.add_parser("explore", help="let Hypothesis draw crash schedules against a scenario "
                                        "and shrink a failure to the smallest one")
     e.add_argument("scenario", nargs="?", default=None,
@@ -135,28 +141,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_keep_options(p: argparse.ArgumentParser) -> None:
+    from harness.reports.runs import DEFAULT_KEEP_RUNS
+
+    p.add_argument("--keep-runs", type=v.Number(1, 10_000, integer=True),
+                   default=DEFAULT_KEEP_RUNS, metavar="N",
+                   help=f"keep the newest N complete run folders under --report-dir and "
+                        f"remove older ones (default {DEFAULT_KEEP_RUNS})")
+    p.add_argument("--keep-all", action="store_true",
+                   help="keep every execution's databases (default: only those of failing "
+                        "and unknown executions; passing ones keep their worker output)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``shopops-chaos``; returns the exit status."""
+    """Entry point of ``shopops-chaos``; returns the exit status (a closed stdout, as in
+    ``shopops-chaos run | head``, does not change it and prints no traceback)."""
     args = build_parser().parse_args(argv)
     try:  # the harness imports the loop, which reads these too (failpoints, clock)
         v.check_environment()
     except ShopOpsError as exc:  # ConfigError, FailpointSpecError
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
-    if args.command == "points":
-        return _points()
-    if args.command == "explore":
-        return _explore(args)
-    if args.command == "grade":
-        return _grade(args)
-    if args.command == "merge":
-        return _merge(args)
-    if args.command == "gateway":
-        from harness.mock_gateway import serve
+    try:
+        if args.command == "points":
+            return _points()
+        if args.command == "explore":
+            return _explore(args)
+        if args.command == "grade":
+            return _grade(args)
+        if args.command == "merge":
+            return _merge(args)
+        if args.command == "gateway":
+            from harness.mock_gateway import serve
 
-        serve(args.db, port=args.port)
+            serve(args.db, port=args.port)
+            return 0
+        return _run(args)
+    except BrokenPipeError:  # a write outside the console (argparse, a library)
+        quiet_closed_stdout()
         return 0
-    return _run(args)
+    finally:
+        if console().closed:
+            quiet_closed_stdout()
 
 
 def _merge(args: argparse.Namespace) -> int:
@@ -207,9 +233,9 @@ def _grade(args: argparse.Namespace) -> int:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
     result = grade(sut, out, rubric=rubric, jobs=args.jobs, worker_timeout_s=args.timeout,
-                   results_path=results, say=lambda line: print(line, flush=True))
-    print(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)")
-    print(f"  results.json {result.results_path}\n  report.md    {result.report_path}")
+                   results_path=results, say=say)
+    say(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)")
+    say(f"  results.json {result.results_path}\n  report.md    {result.report_path}")
     return 0
 
 
@@ -218,7 +244,7 @@ def _points() -> int:
 
     width = max(len(label.name) for label in CATALOGUE)
     for label in CATALOGUE:
-        print(f"{label.name:<{width}}  {label.side:<7}  {label.moment}")
+        say(f"{label.name:<{width}}  {label.side:<7}  {label.moment}")
     return 0
 
 
@@ -242,7 +268,7 @@ def _default_paths() -> list[Path]:
 def _run(args: argparse.Namespace) -> int:
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.processes import reaping_on_signals
-    from harness.reports import point_latest, write_reports
+    from harness.reports import finish_run
     from harness.runner import new_run_id, run
     from harness.scenario import load_scenarios
     from harness.shard import earlier_durations, resolve_shard
@@ -264,54 +290,59 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.report_dir) / new_run_id()
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        point_latest(out_dir)  # a run that dies now leaves latest without a summary
+        out_dir.mkdir(parents=True, exist_ok=True)  # latest moves only once it is complete
     except OSError as exc:
         print(f"shopops-chaos: error: --report-dir {args.report_dir}: {exc}", file=sys.stderr)
         return 2
     part = f" (shard {shard})" if shard is not None else ""
-    print(f"shopops-chaos: {len(scenarios)} scenario(s){part} -> {out_dir}", flush=True)
+    say(f"shopops-chaos: {len(scenarios)} scenario(s){part} -> {out_dir}")
+    line = ProgressLine()
 
-    def progress(done: int, total: int, res: object) -> None:
+    def progress(done: int, total: int, res: object, final: bool) -> None:
         from harness.model import ExecutionResult
 
         assert isinstance(res, ExecutionResult)
-        mark = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}[res.verdict]
-        extra = f"  deliveries={res.evidence.deliveries}"
-        print(f"[{done:>3}/{total:<3}] {mark:<7} {res.plan.id:<55} {res.elapsed_s:6.2f}s{extra}",
-              flush=True)
+        mark = kind_of(res.verdict).upper()
+        say(f"{line.prefix(done, total, final)} {mark:<7} {res.plan.id:<55} "
+            f"{res.elapsed_s:6.2f}s  deliveries={res.evidence.deliveries}")
 
     def on_repeat(rep: int) -> None:
+        line.started = time.monotonic()
         if args.repeat > 1:
-            print(f"-- repeat {rep}/{args.repeat}", flush=True)
+            say(f"-- repeat {rep}/{args.repeat}")
 
     sut = Sut(path=Path(args.sut), module=args.module) if args.sut else REFERENCE
+    keep = {"keep_runs": args.keep_runs, "keep_all": args.keep_all}
     try:
         with reaping_on_signals():
             result = run(scenarios, out_dir, jobs=args.jobs,
                          launcher="spawn" if sut.foreign else args.launcher,
                          schedule=schedule, worker_timeout_s=args.timeout, progress=progress,
                          repeat=args.repeat, fail_fast=args.fail_fast, on_repeat=on_repeat,
-                         sut=sut, shard=shard, durations=durations)
+                         sut=sut, shard=shard, durations=durations,
+                         where_planned=schedule is not None and len(scenarios) > 1)
     except Exception as exc:  # a harness error is never a verdict about the loop
         import traceback
 
         traceback.print_exc()
         print(f"shopops-chaos: harness error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        write_reports(RunResult(out_dir.name, out_dir, interrupted=True), out_dir)
+        finish_run(RunResult(out_dir.name, out_dir, interrupted=True), out_dir, **keep)
         return 2
     if result.interrupted:
         print("shopops-chaos: interrupted; every worker was reaped; reporting the "
               f"{len(result.results)} execution(s) that finished", file=sys.stderr)
-    if shard is not None:  # before the reports: summary.json is written last
-        from harness.run_json import write_run_json
+    with reaping_on_signals():  # a second Ctrl-C while writing leaves latest where it was
+        if shard is not None:  # before the reports: summary.json is written last
+            from harness.run_json import write_run_json
 
-        run_file = write_run_json(result, out_dir, scenarios)
-    paths = write_reports(result, out_dir)
-    if shard is not None:
-        paths["run"] = run_file
-    if args.repeat > 1 or args.fail_fast:
-        paths["soak"] = _write_soak(result, args.repeat, args.fail_fast)
+            run_file = write_run_json(result, out_dir, scenarios)
+        soak = (_write_soak(result, args.repeat, args.fail_fast)
+                if args.repeat > 1 or args.fail_fast else None)
+        paths = finish_run(result, out_dir, **keep)  # latest moves last
+        if shard is not None:
+            paths["run"] = run_file
+        if soak is not None:
+            paths["soak"] = soak
     _summary(result, paths)
     return result.exit_status
 
@@ -339,7 +370,6 @@ def _write_soak(result: object, repeat: int, fail_fast: bool) -> Path:
 def _explore(args: argparse.Namespace) -> int:
     from harness.explore import Example, explore, write_explore_report
     from harness.processes import reaping_on_signals
-    from harness.reports import point_latest
     from harness.runner import new_run_id
     from harness.scenario import load_scenario
 
@@ -353,19 +383,25 @@ def _explore(args: argparse.Namespace) -> int:
         return 2
     out_dir = Path(args.report_dir) / new_run_id()
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        point_latest(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)  # latest moves once explore.json is written
     except OSError as exc:
         print(f"shopops-chaos: error: --report-dir {args.report_dir}: {exc}", file=sys.stderr)
         return 2
-    print(f"shopops-chaos explore: {scenario.name} ({args.profile} profile"
-          f"{f', seed {args.seed}' if args.seed is not None else ''}) -> {out_dir}", flush=True)
+    say(f"shopops-chaos explore: {scenario.name} ({args.profile} profile"
+        f"{f', seed {args.seed}' if args.seed is not None else ''}) -> {out_dir}")
+
+    from harness.explore import CI_EXAMPLES, DEV_EXAMPLES
+
+    planned = args.examples or (CI_EXAMPLES if args.profile == "ci" else DEV_EXAMPLES)
+    line = ProgressLine()
 
     def progress(ex: Example) -> None:
-        mark = {"pass": "PASS", "fail": "FAIL", "unknown": "UNKNOWN"}[ex.verdict]
+        mark = kind_of(ex.verdict).upper()
         phase = "shrink " if ex.shrinking else ""
-        print(f"[{ex.n:>4}] {phase}{mark:<7} {ex.execution_id:<50} {ex.variant.describe()}  "
-              f"{ex.elapsed_s:5.2f}s", flush=True)
+        where = (f"[{ex.n:>4}] " if ex.shrinking or ex.n > planned
+                 else line.prefix(ex.n, planned, True) + " ")
+        say(f"{where}{phase}{mark:<7} {ex.execution_id:<50} {ex.variant.describe()}  "
+            f"{ex.elapsed_s:5.2f}s")
 
     try:
         with reaping_on_signals():
@@ -384,34 +420,34 @@ def _explore(args: argparse.Namespace) -> int:
         return 2
     paths = write_explore_report(result)
     counts = result.counts()
-    print()
+    say()
     seed = f"seed {result.seed}" if result.seed is not None else "derandomised"
-    print(f"explore: {'FAILURE FOUND' if result.failure else 'no failure'}   "
+    say(f"explore: {'FAILURE FOUND' if result.failure else 'no failure'}   "
           f"{counts['executions']} executions (pass {counts['pass']}  fail {counts['fail']}  "
           f"unknown {counts['unknown']}; {counts['shrink_executions']} while shrinking), "
           f"{result.profile} profile, {seed}, {result.elapsed_s:.1f} s")
     if result.trace.verdict != "pass":
-        print(f"  note: the trace run (no kill) itself was {result.trace.verdict}: "
+        say(f"  note: the trace run (no kill) itself was {result.trace.verdict}: "
               f"{result.trace.reasons[0] if result.trace.reasons else ''}")
     for reason, n in list(result.unknown_reasons().items())[:5]:
-        print(f"  unknown x{n}: {reason}")
+        say(f"  unknown x{n}: {reason}")
     if counts["unknown_with_failing_checks"]:
-        print(f"  {counts['unknown_with_failing_checks']} unknown execution(s) had failing "
+        say(f"  {counts['unknown_with_failing_checks']} unknown execution(s) had failing "
               "checks too (see explore.json)")
     if result.failure is not None and result.first_failure is not None:
-        print(f"  first failure: {result.first_failure.execution_id}  "
+        say(f"  first failure: {result.first_failure.execution_id}  "
               f"{result.first_failure.variant.describe()}")
-        print(f"  shrunk to:     {result.failure.execution_id}  "
+        say(f"  shrunk to:     {result.failure.execution_id}  "
               f"{result.failure.variant.describe()}")
         for reason in result.failure.reasons:
-            print(f"    {reason}")
+            say(f"    {reason}")
         if result.flaky:
-            print(f"  flaky: {result.flaky}")
+            say(f"  flaky: {result.flaky}")
         if result.replay_result is not None:
-            print(f"  replayed from the scenario file: {result.replay_result.verdict.upper()}")
-        print(f"  replay: {result.replay}")
+            say(f"  replayed from the scenario file: {result.replay_result.verdict.upper()}")
+        say(f"  replay: {result.replay}")
     for name, p in paths.items():
-        print(f"  {name:<10} {os.path.relpath(p)}")
+        say(f"  {name:<10} {os.path.relpath(p)}")
     return result.exit_status
 
 
@@ -421,12 +457,12 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     assert isinstance(result, RunResult)
     counts = result.counts.as_dict()
     dupes = [r for r in result.results if r.evidence.deliveries != 1]
-    print()
+    say()
     state = " (INTERRUPTED)" if result.interrupted else ""
     if result.stopped_early:
         state += " (stopped at the first failure: --fail-fast)"
     soak = len(set(result.repeats)) > 1
-    print(f"verdict: {result.verdict.upper()}{state}   pass {counts['pass']}  "
+    say(f"verdict: {result.verdict.upper()}{state}   pass {counts['pass']}  "
           f"fail {counts['fail']}  unknown {counts['unknown']}   "
           f"({len(result.results)} executions"
           f"{f' in {len(set(result.repeats))} repeats' if soak else ''}, "
@@ -436,18 +472,27 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
         if res.verdict != "pass":
             first = res.reasons[0] if res.reasons else ""
             where = f" (repeat {rep})" if soak else ""
-            print(f"  {res.verdict.upper():<7} {res.plan.id}{where}: {first}")
-            print(f"          replay: {res.plan.replay}")
+            say(f"  {res.verdict.upper():<7} {res.plan.id}{where}: {first}")
+            say(f"          replay: {res.plan.replay}")
     if dupes:
-        expected = [r for r in dupes if r.verdict == "pass"]
-        print(f"  deliveries != 1 in {len(dupes)} execution(s) (see duplicates.json), "
-              f"{len(expected)} of them as their scenario expects")
-        for res in dupes:
-            if res.verdict != "pass" or res.evidence.deliveries > 1:
-                print(f"    {res.plan.id}: {res.evidence.deliveries} deliveries"
-                      f"{' (expected by the scenario)' if res.verdict == 'pass' else ''}")
+        from harness.reports.view import DeliveryOutcome, delivery_outcome
+
+        odd = [r for r in dupes if delivery_outcome(r) is not DeliveryOutcome.NONE_EXPECTED]
+        if odd:
+            say(f"  deliveries other than expected in {len(odd)} execution(s) "
+                "(see duplicates.json):")
+        for res in odd:
+            note = " (as the scenario expects)" if res.verdict == "pass" else ""
+            say(f"    {res.plan.id}: {res.evidence.deliveries} deliveries, "
+                f"{delivery_outcome(res).value}{note}")
+        if len(odd) < len(dupes):
+            say(f"  {len(dupes) - len(odd)} execution(s) sent nothing, as their scenario "
+                "expects (a rejection, a refused ticket, a fail-closed checkpoint)")
+    if result.skipped:
+        say(f"  --schedule skipped {len(result.skipped)} scenario(s) where it is not in the "
+            "kill matrix: " + ", ".join(name for name, _ in result.skipped))
     for name, path in paths.items():
-        print(f"  {name:<10} {os.path.relpath(path)}")
+        say(f"  {name:<10} {os.path.relpath(path)}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -376,12 +376,13 @@ def write_explore_report(result: ExploreResult) -> dict[str, Path]:
     from harness.reports import point_latest, write_reports
     from harness.reports.base import write_json
 
-    paths = {"explore": write_json(result.out_dir / "explore.json", result.as_dict())}
+    paths: dict[str, Path] = {}
     if result.replay_result is not None:
         run = RunResult(result.out_dir.name, result.out_dir, (result.replay_result,),
                         started_at=datetime.now(UTC).isoformat(),
                         elapsed_s=result.replay_result.elapsed_s, launcher=result.launcher)
-        paths.update(write_reports(run, result.out_dir))
-    else:
-        point_latest(result.out_dir)
+        paths.update(write_reports(run, result.out_dir, latest=False))
+    # explore.json last (it marks the folder complete), then latest moves
+    paths = {"explore": write_json(result.out_dir / "explore.json", result.as_dict()), **paths}
+    point_latest(result.out_dir)
     return paths

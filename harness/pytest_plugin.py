@@ -1,14 +1,25 @@
 """pytest plugin of the crash harness (entry point ``pytest11``).
 
-- Scenario files (``*.toml`` in a folder named ``scenarios``) are collected: the file's
-  trace run happens at collection, and every execution of its kill matrix becomes an item
-  with a stable id such as ``scenarios/o1001.toml::o1001[t6.gateway_accepted]``, so
-  ``pytest -n auto`` (pytest-xdist) spreads them over cores and ``--junitxml`` works. A bad
-  scenario file is a collection error, which stops the session before anything runs.
-- Fixtures for writing your own kill test in a few lines: ``crash_runner``,
+- **Scenario files** are collected: every ``*.toml`` directly inside a folder named by the
+  ``crash_scenarios`` ini option (default ``scenarios``, relative to the ini file) or by
+  ``--crash-scenarios DIR``, and any ``.toml`` file named on the command line. Each
+  execution of the file's kill matrix is an item whose id has a real parameter part in
+  characters ``-k`` accepts: ``scenarios/o1001.toml::o1001[t6.gateway_accepted]``,
+  ``o1001-double[t3.checkpoint_saved+t6.request_leaving:2]`` (``>`` is ``+``, ``#N`` is
+  ``:N``; ``harness.pytest_plan.pytest_param``). So ``--lf``, ``--ff``, ``-k`` and node ids
+  work as for any parametrised test, ``pytest -n auto`` (pytest-xdist) spreads the items
+  over cores and ``--junitxml`` carries each execution's real time and its replay command
+  (``record_property`` style). A bad scenario file is a collection error naming the file,
+  the field and what is allowed, which stops the session before anything runs.
+- **Collection runs no worker** for a scenario that lists its points; one that learns them
+  from a trace run (``points = "all"``, ``double = true``) learns them once and caches the
+  plan on disk keyed by the scenario's and the code's content, once per session across
+  xdist workers (``harness.pytest_plan``); ``--crash-replan`` learns again.
+- **Fixtures** for writing your own kill test in a few lines: ``crash_runner``,
   ``mock_gateway``, ``checkpoint_db``.
-- Options (group ``crash``): ``--crash-timeout``, ``--crash-keep``, ``--crash-launcher``
-  (``fork``, the default: one fork server per pytest process, closed at the end).
+- **Options** (group ``crash``, see ``pytest --help``): ``--crash-timeout``,
+  ``--crash-keep``, ``--crash-launcher`` (``fork``, the default: one fork server per pytest
+  process, closed at the end), ``--crash-scenarios``, ``--crash-replan``.
 
 A failing execution raises ``harness.checks.CheckFailed`` (an ``AssertionError``); an
 ``unknown`` one raises ``VerdictUnknown``: neither is ever a pass.
@@ -20,7 +31,6 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +39,8 @@ import pytest
 _RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
 _TMP_KEY = pytest.StashKey[Path]()
 _LAUNCHER_KEY = pytest.StashKey[Any]()
+_LEARNED_KEY = pytest.StashKey[dict[str, Any]]()  # plan id -> result run while planning
+_DIRS_KEY = pytest.StashKey[frozenset[Path]]()
 
 
 class VerdictUnknown(Exception):
@@ -45,8 +57,8 @@ def _worker_timeout(text: str) -> float:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """Register the ``--crash-*`` options."""
-    group = parser.getgroup("crash", "ShopOps crash harness")
+    """Register the ``--crash-*`` options and the ``crash_scenarios`` ini option."""
+    group = parser.getgroup("crash", "ShopOps crash harness (scenario files as test items)")
     group.addoption("--crash-timeout", type=_worker_timeout, default=30.0,
                     help="seconds one worker may run before it is killed (default 30; "
                          "0.001 to 86400)")
@@ -60,6 +72,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="also run the tests marked slow (exhaustive comparisons, soaks), and "
                          "give tests that draw examples (the bad-input fuzz) a soak budget; "
                          "without it slow tests are skipped")
+    group.addoption("--crash-scenarios", action="append", default=[], metavar="DIR",
+                    help="collect every *.toml in DIR as a scenario file (repeatable; added "
+                         "to the folders of the crash_scenarios ini option and collected "
+                         "even when not under testpaths)")
+    group.addoption("--crash-replan", action="store_true", default=False,
+                    help="learn every kill matrix again instead of using the plans cached "
+                         "in .pytest_cache (they are keyed by the scenario's and the code's "
+                         "content, so a change is picked up without this)")
+    parser.addini("crash_scenarios", type="paths", default=[],
+                  help="folders whose *.toml files are scenario files (default: scenarios "
+                       "next to the ini file)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -75,7 +98,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Create the folder executions run in."""
+    """Create the folder executions run in; resolve the scenario folders."""
     keep = config.getoption("--crash-keep", None)
     if keep:
         base = Path(keep)
@@ -85,6 +108,18 @@ def pytest_configure(config: pytest.Config) -> None:
         base = Path(tempfile.mkdtemp(prefix=f"{_TMP_PREFIX}{os.getpid()}-"))
     config.stash[_TMP_KEY] = base
     config.stash[_RESULTS_KEY] = {}
+    config.stash[_LEARNED_KEY] = {}
+    folders = [Path(p) for p in config.getini("crash_scenarios")]
+    if not folders:
+        root = config.inipath.parent if config.inipath else config.rootpath
+        folders = [root / "scenarios"]
+    extra = [Path(p) for p in config.getoption("--crash-scenarios", [])]
+    for folder in extra:
+        if not folder.is_dir():
+            raise pytest.UsageError(f"--crash-scenarios {folder}: no such folder")
+        if str(folder) not in config.args:
+            config.args.append(str(folder))  # collected even outside testpaths
+    config.stash[_DIRS_KEY] = frozenset(f.resolve() for f in [*folders, *extra])
 
 
 _TMP_PREFIX = "shopops-chaos-"
@@ -115,8 +150,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
-    """Collect ``scenarios/*.toml``."""
-    if file_path.suffix == ".toml" and file_path.parent.name == "scenarios":
+    """Collect a ``.toml`` file inside a scenario folder, or named on the command line."""
+    if file_path.suffix != ".toml":
+        return None
+    folders = parent.config.stash.get(_DIRS_KEY, frozenset())
+    if file_path.parent.resolve() in folders or parent.session.isinitpath(file_path):
         return ScenarioFile.from_parent(parent, path=file_path)
     return None
 
@@ -141,55 +179,67 @@ def _launcher(config: pytest.Config) -> Any:
     return launcher
 
 
+def _plan_cache(config: pytest.Config) -> Path:
+    cache = getattr(config, "cache", None)
+    if cache is not None:
+        return Path(cache.mkdir("shopops-chaos-plans"))
+    return config.stash[_TMP_KEY] / "plans"  # -p no:cacheprovider: this session only
+
+
 class ScenarioFile(pytest.File):
-    """A scenario file: trace run, then one item per execution of its kill matrix."""
+    """A scenario file: one item per execution of its kill matrix."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        """Validate the file (``ScenarioError`` becomes a collection error), trace it,
-        yield the items."""
-        from harness.matrix import double_kill_plans, points_from_trace, single_kill_plans
+        """Validate the file (``ScenarioError`` becomes a collection error), get its plan
+        (static, cached, or learned once), yield the items."""
         from harness.model import CrashSchedule, ExecutionPlan
+        from harness.pytest_plan import learn_plan, pytest_param
         from harness.scenario import load_scenario
 
         scenario = load_scenario(self.path)
-        trace = _execute(self.config, ExecutionPlan(scenario, CrashSchedule()))
-        if scenario.baseline:
-            yield ExecutionItem.from_parent(self, name=trace.plan.id, plan=trace.plan,
-                                            done=trace)
-        singles = single_kill_plans(scenario, points_from_trace(trace.evidence))
-        if not scenario.double:
-            for plan in singles:
-                yield ExecutionItem.from_parent(self, name=plan.id, plan=plan, done=None)
-            return
-        # The double matrix is learned from each single-kill execution's own trace, so the
-        # singles run here, at collection (their items then report those results).
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            results = list(pool.map(lambda p: _execute(self.config, p), singles))
-        seen = {plan.id for plan in singles}
-        for plan, result in zip(singles, results, strict=True):
-            yield ExecutionItem.from_parent(self, name=plan.id, plan=plan, done=result)
-        for plan, result in zip(singles, results, strict=True):
-            for second in double_kill_plans(plan, result.evidence):
-                if second.id not in seen:
-                    seen.add(second.id)
-                    yield ExecutionItem.from_parent(self, name=second.id, plan=second,
-                                                    done=None)
+        ids, done = learn_plan(scenario, _plan_cache(self.config),
+                               lambda plan: _execute(self.config, plan),
+                               replan=self.config.getoption("--crash-replan"))
+        learned = self.config.stash[_LEARNED_KEY]
+        for schedule_id in ids:
+            plan = ExecutionPlan(scenario, CrashSchedule.parse(schedule_id))
+            if schedule_id in done:
+                learned[plan.id] = done[schedule_id]
+            param = pytest_param(schedule_id)
+            yield ExecutionItem.from_parent(self, name=f"{scenario.name}[{param}]",
+                                            nodeid=_nodeid(self, scenario.name, param),
+                                            plan=plan)
+
+
+def _nodeid(parent: pytest.Collector, name: str, param: str) -> Any:
+    """``parent::name[param]`` with ``param`` as the id's real parameter part (pytest 9's
+    structured ``NodeId``, which ``--lf``/``--ff`` compare); ``None`` lets older pytest
+    build the same string itself."""
+    node_id = getattr(parent, "id", None)
+    if node_id is None or not hasattr(node_id, "with_params"):
+        return None
+    return node_id.child(name).with_params(param)
 
 
 class ExecutionItem(pytest.Item):
     """One execution of a crash schedule."""
 
-    def __init__(self, *, plan: Any, done: Any, **kwargs: Any) -> None:
+    def __init__(self, *, plan: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.plan = plan
-        self.done = done
         self.result: Any = None
+        self.ran_while_planning = False
 
     def runtest(self) -> None:
-        """Run the execution (unless the trace run already was it) and raise unless pass."""
-        self.result = self.done or _execute(self.config, self.plan)
+        """Run the execution (or take the one this process ran while learning the plan)
+        and raise unless it passed."""
+        done = self.config.stash[_LEARNED_KEY].pop(self.plan.id, None)
+        self.ran_while_planning = done is not None
+        self.result = done or _execute(self.config, self.plan)
         self.config.stash[_RESULTS_KEY][self.plan.id] = self.result
         self.user_properties.append(("replay", self.plan.replay))
+        self.user_properties.append(("verdict", str(getattr(self.result.verdict, "value",
+                                                            self.result.verdict))))
         self.user_properties.append(("deliveries", self.result.evidence.deliveries))
         _raise_unless_pass(self.result)
 
@@ -205,6 +255,17 @@ class ExecutionItem(pytest.Item):
         return self.path, None, self.plan.id
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """An execution run while learning the plan keeps its own wall time as the item's
+    duration (so ``--junitxml`` and ``--durations`` show real times, not ~0 s)."""
+    report = yield
+    if (isinstance(item, ExecutionItem) and call.when == "call" and item.ran_while_planning
+            and item.result is not None):
+        report.duration = float(item.result.elapsed_s)
+    return report
+
+
 def _raise_unless_pass(result: Any) -> None:
     from harness.checks import CheckFailed
 
@@ -215,7 +276,14 @@ def _raise_unless_pass(result: Any) -> None:
 
 
 def explain(result: Any) -> str:
-    """A human explanation of one execution's verdict (used in pytest failure reports)."""
+    """A human explanation of one execution's verdict (used in pytest failure reports);
+    control characters from the implementation are spelled out."""
+    from harness.reports.text import visible
+
+    return visible(_explain(result))
+
+
+def _explain(result: Any) -> str:
     lines = [f"{result.plan.id}: verdict {result.verdict.upper()}"]
     lines += [f"  reason: {r}" for r in result.reasons]
     for check in result.checks:

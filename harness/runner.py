@@ -38,7 +38,39 @@ from harness.shard import cut_matrix
 
 __all__ = ["Progress", "RunResult", "execution_dirname", "new_run_id", "run"]
 
-Progress = Callable[[int, int, ExecutionResult], None]
+#: ``progress(done, total, result)`` or ``progress(done, total, result, final)``: ``final``
+#: is true once no trace run (or, for a double-crash scenario, no single-kill execution)
+#: can add executions, so ``total`` is it. A callback taking three arguments gets three.
+Progress = Callable[..., None]
+
+
+def _takes_final(progress: Progress) -> bool:
+    """The callback accepts a fourth positional argument (``final``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(progress).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 4 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+_NOT_PLANNED = "not in its kill matrix (its listed points and schedules)"
+_NOT_REACHED = "not in its kill matrix (its trace run does not reach it)"
+
+
+def _in_matrix(scenario: Scenario, schedule: CrashSchedule,
+               reached: tuple[KillPoint, ...]) -> bool:
+    """``schedule`` is one of ``scenario``'s own executions (``single_kill_plans``; for a
+    double-crash scenario, a two-kill schedule whose first kill is one of its singles)."""
+    if not schedule.kills:
+        return scenario.baseline
+    singles = {p.schedule for p in single_kill_plans(scenario, reached)}
+    if schedule in singles:
+        return True
+    return (scenario.double and len(schedule.kills) == 2
+            and CrashSchedule(schedule.kills[:1]) in singles)
 
 
 def new_run_id() -> str:
@@ -73,6 +105,7 @@ def run(
     sut: Sut = REFERENCE,
     shard: Shard | None = None,
     durations: dict[str, float] | None = None,
+    where_planned: bool = False,
 ) -> RunResult:
     """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
 
@@ -84,8 +117,13 @@ def run(
             (``"fork"``, the default, or ``"spawn"``; that one is closed here).
         schedule: run only this schedule for every scenario (replay); no trace run.
         worker_timeout_s: per-worker deadline in seconds.
-        progress: called as ``progress(done, total, result)`` after each execution (counted
-            within the current repeat).
+        progress: called as ``progress(done, total, result[, final])`` after each
+            execution (counted within the current repeat); ``final``: ``total`` will not
+            grow (passed when the callback takes a fourth argument).
+        where_planned: with ``schedule`` (not sharded), run it only on the scenarios whose
+            own kill matrix holds it (listed points and schedules, or the points their
+            trace run reaches; for a double-crash scenario a two-kill schedule whose first
+            kill is a single), listing the others in ``RunResult.skipped``.
         repeat: run the whole matrix (trace runs included) this many times, one after the
             other (soak). Ids stay the same in every repeat; ``RunResult.repeats`` says which
             repeat each result belongs to, and with ``repeat`` > 1 the executions of repeat
@@ -108,6 +146,8 @@ def run(
     """
     if repeat < 1:
         raise ValueError(f"repeat: {repeat!r} must be at least 1")
+    with_final = progress is not None and _takes_final(progress)
+    skipped: list[tuple[str, str]] = []  # where_planned: (scenario, why)
     owned = launcher is None or isinstance(launcher, str)
     if launcher is None or isinstance(launcher, str):
         launcher = make_launcher(launcher or "fork")
@@ -131,6 +171,7 @@ def run(
 
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
         traces: dict[Future[ExecutionResult], Scenario] = {}
+        scouts: dict[Future[ExecutionResult], Scenario] = {}  # trace runs of where_planned
         learned: dict[str, tuple[KillPoint, ...]] = {}  # sharded: each trace's points
         held: list[ExecutionResult] = []  # sharded: traces finished before the cut
         cut: ShardPlan | None = None
@@ -161,8 +202,13 @@ def run(
             nonlocal done_here, stop, total
             finished[(rep, res.plan.id)] = res
             done_here += 1
-            if progress:
+            if progress and not with_final:
                 progress(done_here, total, res)
+            elif progress:
+                final = not traces and not scouts and (shard is None or cut is not None) \
+                    and not any(p.scenario.double and schedule is None
+                                and len(p.schedule.kills) == 1 for p in pending.values())
+                progress(done_here, total, res, final)
             if fail_fast and res.verdict == Verdict.FAIL and not stop:
                 stop = True  # cancel what has not started; running ones finish
                 for queued in (pending, traces):
@@ -198,7 +244,15 @@ def run(
                         submit(plan)
 
         for scenario in scenarios:
-            if shard is None:
+            if shard is None and schedule is not None and where_planned:
+                if scenario.points is None:  # learn its matrix first
+                    scouts[pool.submit(do, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
+                        scenario)
+                elif _in_matrix(scenario, schedule, ()):
+                    submit(ExecutionPlan(scenario, schedule, sut))
+                elif rep == 1:
+                    skipped.append((scenario.name, _NOT_PLANNED))
+            elif shard is None:
                 if schedule is not None:
                     submit(ExecutionPlan(scenario, schedule, sut))
                 else:
@@ -207,10 +261,19 @@ def run(
                 trace(scenario)  # every shard learns the points it may have to kill at
         if shard is not None and not traces:
             start_shard()
-        while pending or traces:
-            done, _ = wait(list(pending) + list(traces), return_when=FIRST_COMPLETED)
+        while pending or traces or scouts:
+            done, _ = wait(list(pending) + list(traces) + list(scouts),
+                           return_when=FIRST_COMPLETED)
             for fut in done:
                 res = fut.result()
+                if fut in scouts:
+                    scenario = scouts.pop(fut)
+                    assert schedule is not None
+                    if _in_matrix(scenario, schedule, points_from_trace(res.evidence)):
+                        submit(ExecutionPlan(scenario, schedule, sut))
+                    elif rep == 1:
+                        skipped.append((scenario.name, _NOT_REACHED))
+                    continue
                 if fut in traces:
                     scenario = traces.pop(fut)
                     if shard is not None and cut is None:
@@ -262,5 +325,5 @@ def run(
         result = RunResult(out_dir.name, out_dir, tuple(finished[k] for k in keys),
                            started_at, round(time.monotonic() - started, 3), interrupted,
                            launcher.name, tuple(rep for rep, _ in keys), stopped_early,
-                           shard, cuts[0] if cuts else None)
+                           shard, cuts[0] if cuts else None, tuple(skipped))
     return result

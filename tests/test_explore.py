@@ -151,7 +151,7 @@ def test_keys_off_failure_is_found_shrunk_and_replayed(tmp_path: Path) -> None:
     assert result.replay == (f"shopops-chaos run {result.scenario_file} "
                              f"--schedule {shlex.quote(result.failure.variant.schedule.id)}")
     paths = write_explore_report(result)
-    assert set(paths) == {"explore", "summary", "duplicates", "junit", "markdown"}
+    assert set(paths) == {"explore", "summary", "duplicates", "junit", "markdown", "html"}
     summary = json.loads(paths["summary"].read_text())
     assert [e["replay"] for e in summary["executions"]] == [result.replay]
     data = json.loads(paths["explore"].read_text())

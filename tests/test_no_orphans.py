@@ -67,8 +67,14 @@ def test_interrupt_reaps_everything(tmp_path: Path, sig: signal.Signals) -> None
         assert "interrupted" in err
         assert processes_under(tmp_path) == []
         assert list(tmpdir.iterdir()) == []  # no socket dir, no temp database
-        summary = (tmp_path / "reports" / "latest" / "summary.json").read_text()
+        latest = tmp_path / "reports" / "latest"
+        summary = (latest / "summary.json").read_text()
         assert '"interrupted": true' in summary
+        # every format says so
+        assert '"interrupted": true' in (latest / "duplicates.json").read_text()
+        assert "INTERRUPTED" in (latest / "report.md").read_text()
+        assert "INTERRUPTED" in (latest / "report.html").read_text()
+        assert "the run was interrupted" in (latest / "junit.xml").read_text()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -70,12 +70,12 @@ def _load(written: tuple[RunResult, dict[str, Path]], name: str) -> dict:
     return json.loads(written[1][name].read_text(encoding="utf-8"))
 
 
-def test_writers_are_report_writers_and_write_four_files(written):
-    assert [w.name for w in WRITERS] == ["summary", "duplicates", "junit", "markdown"]
+def test_writers_are_report_writers_and_write_five_files_summary_last(written):
+    assert [w.name for w in WRITERS] == ["duplicates", "junit", "markdown", "html", "summary"]
     assert all(isinstance(w, ReportWriter) for w in WRITERS)
     paths = written[1]
     assert {p.name for p in paths.values()} == {"summary.json", "duplicates.json",
-                                                "junit.xml", "report.md"}
+                                                "junit.xml", "report.md", "report.html"}
     assert all(p.is_file() for p in paths.values())
     assert not [p for p in paths["summary"].parent.iterdir() if p.name.startswith(".")]
 
@@ -138,9 +138,15 @@ def test_a_lost_send_is_reported(results, tmp_path):
         "executions"]
     assert (entry["id"], entry["kind"], entry["deliveries"], entry["sends"], entry["keys"]) == (
         "hung[t4.parked]", "lost", 0, [], [])
+    # the same zero deliveries in a scenario that expects none is not a lost send
+    none = dataclasses.replace(lost, evidence=dataclasses.replace(lost.evidence,
+                                                                  expected_deliveries=0))
+    entry, = json.loads(write_reports(_run({"none": none}), tmp_path / "s")["duplicates"]
+                        .read_text())["executions"]
+    assert (entry["kind"], entry["expected_deliveries"]) == ("none_expected", 0)
 
 
-def test_junit_xml(written):
+def test_junit_xml(written, results):
     root = ET.parse(written[1]["junit"]).getroot()
     assert root.tag == "testsuites"
     [suite] = root
@@ -160,6 +166,13 @@ def test_junit_xml(written):
     error = cases["hung[t4.parked]"].find("error")
     assert error is not None and error.get("message") == (
         "unknown: kill point t4.parked was never reached")
+    props = {p.get("name"): p.get("value")
+             for p in cases["demo[t6.gateway_accepted]"].iterfind("properties/property")}
+    assert props["replay"] == results["demo"].plan.replay
+    assert (props["verdict"], props["deliveries"]) == ("pass", "2")
+    assert float(cases["demo[t6.gateway_accepted]"].get("time")) == pytest.approx(
+        results["demo"].elapsed_s, abs=1e-3)
+    assert results["demo"].elapsed_s > 0.01  # a real execution's wall time
     out = cases["demo[t6.gateway_accepted]"].find("system-out")
     replay = "replay: shopops-chaos run scenarios/demo.toml --schedule t6.gateway_accepted"
     assert out is not None and replay in (out.text or "")
@@ -175,31 +188,80 @@ def test_junit_interrupted_or_empty_run_is_an_error(tmp_path):
 def test_report_md(written, results):
     text = written[1]["markdown"].read_text(encoding="utf-8")
     assert text.startswith("# shopops-chaos run 20260719T000000Z-1: FAIL\n")
-    assert "2 pass, 1 fail, 1 unknown" in text
-    rows = [line for line in text.splitlines() if line.startswith("| `")]
-    matrix = rows[:4]
-    assert [r.split(" | ")[0] for r in matrix] == [
-        "| `o1001[no-kill]`", "| `demo[t6.gateway_accepted]`",
-        "| `broken[t3.checkpoint_saved>t6.request_leaving]`", "| `hung[t4.parked]`"]
-    assert matrix[0].endswith("| 1 | pass |") and "✗" not in matrix[0]
-    assert matrix[1].count("✗*") == 2 and matrix[1].endswith("| 2 | pass |")
-    assert matrix[2].split(" | ")[1] == "✗" and matrix[2].endswith("| **fail** |")
+    assert "1 fail, 1 unknown, 2 pass" in text
+    lines = text.splitlines()
+    # the per-scenario summary comes before any per-execution row
+    scen = lines.index("## Scenarios")
+    assert scen < lines.index("## Executions to look at") < lines.index("## Checks per execution")
+    rows = [line for line in lines[scen:] if line.startswith("| `")]
+    assert [r.split(" | ")[:2] for r in rows[:4]] == [
+        ["| `o1001`", "pass"], ["| `demo`", "pass"], ["| `broken`", "**fail**"],
+        ["| `hung`", "**unknown**"]]
+    assert "`t3.checkpoint_saved>t6.request_leaving`" in rows[2]
+    # the checks are named in the matrix's header, not numbered
+    matrix = lines[lines.index("## Checks per execution"):]
+    header = next(line for line in matrix if line.startswith("| execution"))
+    assert header == "| execution | " + " | ".join(CHECK_IDS) + " | deliveries | verdict |"
+    body = [line for line in matrix if line.startswith("| `")][:4]
+    assert body[0].endswith("| 1 | pass |") and "✗" not in body[0]
+    assert body[1].count("✗*") == 2 and body[1].endswith("| 2 | pass |")
+    assert body[2].split(" | ")[1] == "✗" and body[2].endswith("| **fail** |")
     assert "### `o1001[no-kill]`" not in text  # a clean pass gets no section
-    for section in ("### `demo[t6.gateway_accepted]` — pass",
-                    "### `broken[t3.checkpoint_saved>t6.request_leaving]` — fail",
-                    "### `hung[t4.parked]` — unknown"):
-        assert section in text
+    sections = [line for line in lines if line.startswith("### `")]
+    assert sections == [  # failures first, then unknowns, then the demo
+        "### `broken[t3.checkpoint_saved>t6.request_leaving]` — fail",
+        "### `hung[t4.parked]` — unknown", "### `demo[t6.gateway_accepted]` — pass"]
     assert "#### `exactly_one_delivery` failed (expected by the scenario)" in text
     assert "checkpoint seq 3: draft bbbb" in text
-    kill = [line for line in text.splitlines() if "*** SIGKILL" in line]
+    kill = [line for line in lines if "*** SIGKILL" in line]
     assert len(kill) == 1 and "w1 resume" in kill[0] and "t6.gateway_accepted" in kill[0]
     # the demo sent twice; the failing and unknown cases (copies of the baseline) once each
-    assert sum(">>> delivery" in line for line in text.splitlines()) == 4
+    assert sum(">>> delivery" in line for line in lines) == 4
     for name in ("demo", "failing", "unknown"):
         assert f"```sh\n{results[name].plan.replay}\n```" in text
-    dup = text.split("## Duplicate sends", 1)[1]
-    assert "`demo[t6.gateway_accepted]` | duplicate | 2 | `null`" in dup
-    assert "after kill at t6.gateway_accepted" in dup
+    dup = text.split("## Deliveries other than one", 1)[1]
+    assert "`demo[t6.gateway_accepted]` | pass | 2 | `(no key)`" in dup
+    assert "after kill at t6.gateway_accepted, key (no key)" in dup
+    assert "null" not in text and "| none |" not in text  # one spelling for a missing key
+    assert "### Lost sends (no delivery where one was expected): 0" in dup
+
+
+def test_report_md_keeps_expected_zero_deliveries_apart_from_losses(results):
+    from harness.reports.markdown import render
+
+    base = results["baseline"]
+    rejected = dataclasses.replace(
+        base, plan=ExecutionPlan(Scenario(name="rejection", expect_deliveries=0),
+                                 CrashSchedule.parse("t4.parked")),
+        evidence=dataclasses.replace(base.evidence, gateway=GatewayLog((), ()),
+                                     expected_deliveries=0))
+    lost = dataclasses.replace(rejected, plan=ExecutionPlan(Scenario(name="lossy"),
+                                                            CrashSchedule.parse("t4.parked")),
+                               evidence=dataclasses.replace(rejected.evidence,
+                                                            expected_deliveries=1))
+    text = render(_run({"rejected": rejected, "lost": lost}))
+    dup = text.split("## Deliveries other than one", 1)[1]
+    assert "### Duplicate sends (two or more deliveries): 0" in dup
+    lost_part = dup.split("### Lost sends", 1)[1].split("###", 1)[0]
+    assert "`lossy[t4.parked]`" in lost_part and "rejection" not in lost_part
+    assert "### No delivery, as the scenario expects: 1" in dup
+    assert "`rejection` ×1" in dup.split("### No delivery, as the scenario expects", 1)[1]
+
+
+def test_control_characters_from_the_implementation_are_made_visible(results):
+    from harness.reports.markdown import render
+
+    base = results["baseline"]
+    hostile = "\x1b[2J\x1b]0;pwned\x07boom\r\u202eevil"
+    worker = dataclasses.replace(base.evidence.workers[0], returncode=3, stderr_tail=hostile)
+    bad = dataclasses.replace(
+        base, verdict="unknown",
+        reasons=(f"worker 0 (start) exited with status 3; stderr: {hostile}",),
+        evidence=dataclasses.replace(base.evidence, workers=(worker,)))
+    text = render(_run({"bad": bad}))
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "\u202e" not in text
+    assert "\\x1b[2J\\x1b]0;pwned\\x07boom\\x0d\\u202eevil" in text
 
 
 def test_timeline_has_one_line_per_event(results):
@@ -228,3 +290,19 @@ def test_latest_symlink_is_relative_and_replaced(results, tmp_path):
     assert os.readlink(latest) == "run-b" and (latest / "summary.json").is_file()
     assert json.loads((latest / "summary.json").read_text())["run_id"] == "run-b"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "run-a", "run-b"]
+
+
+def test_step_summary_is_appended_only_when_the_variable_is_set(results, tmp_path):
+    from harness.reports.step_summary import write_step_summary
+
+    run = _run(results)
+    assert write_step_summary(run, env={}) is None
+    target = tmp_path / "summary.md"
+    target.write_text("earlier step\n")
+    assert write_step_summary(run, tmp_path, env={"GITHUB_STEP_SUMMARY": str(target)}) == target
+    text = target.read_text()
+    assert text.startswith("earlier step\n### shopops-chaos: FAIL\n")
+    assert "| `broken` | fail | 1 | 0 | 0 |" in text and "| `o1001`" not in text
+    assert text.index("**fail** `broken[") < text.index("**unknown** `hung[")
+    assert "replay: `shopops-chaos run scenarios/broken.toml" in text
+    assert len(text.splitlines()) < 30

@@ -114,6 +114,8 @@ class RunResult:
         shard: the part of the matrix this run is (``run(shard=...)``), else ``None``.
         shard_plan: how the matrix was cut (every shard's units, ``harness.shard``), which
             ``merge`` compares across shards; ``None`` when not sharded.
+        skipped: ``(scenario, why)`` of the scenarios a ``--schedule`` was not run on
+            because it is not in their kill matrix (``run(where_planned=True)``).
     """
 
     run_id: str
@@ -127,6 +129,7 @@ class RunResult:
     stopped_early: bool = False
     shard: Shard | None = None
     shard_plan: ShardPlan | None = None
+    skipped: tuple[tuple[str, str], ...] = ()
 
     @property
     def counts(self) -> Counts:

@@ -1,54 +1,74 @@
-"""Report writers: ``summary.json``, ``duplicates.json``, ``junit.xml``, ``report.md``.
+"""Report writers: ``report.html``, ``report.md``, ``junit.xml``, ``duplicates.json`` and,
+last, ``summary.json``; plus the CI step summary and the run folder's life (``runs``).
 
 One module per format, each a ``ReportWriter`` (``base.py``); ``write_reports`` writes them
-all into a run folder and points ``<parent>/latest`` at it.
+all into a run folder, then (only then) points ``<parent>/latest`` at it.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.model import RunResult
 from harness.reports.base import ReportWriter
 from harness.reports.duplicates_json import DuplicatesJson
+from harness.reports.html import Html
 from harness.reports.junit_xml import JunitXml
 from harness.reports.markdown import Markdown
+from harness.reports.runs import (
+    DEFAULT_KEEP_RUNS,
+    drop_passing_databases,
+    is_complete,
+    point_latest,
+    prune_runs,
+)
+from harness.reports.step_summary import write_step_summary
 from harness.reports.summary_json import SummaryJson
 
-__all__ = ["WRITERS", "ReportWriter", "point_latest", "write_reports"]
+if TYPE_CHECKING:
+    from harness.model import RunResult
 
-WRITERS: tuple[ReportWriter, ...] = (SummaryJson(), DuplicatesJson(), JunitXml(), Markdown())
+__all__ = ["DEFAULT_KEEP_RUNS", "WRITERS", "ReportWriter", "drop_passing_databases",
+           "finish_run", "is_complete", "point_latest", "prune_runs", "write_reports"]
 
-
-def point_latest(out_dir: Path) -> Path:
-    """Make ``out_dir.parent / "latest"`` a relative symlink to ``out_dir``, replaced
-    atomically (a temp symlink, then ``os.replace``), so a reader never finds it missing.
-
-    Raises:
-        OSError: e.g. ``latest`` exists and is a real folder.
-    """
-    link = out_dir.parent / "latest"
-    tmp = out_dir.parent / f".latest.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
-    os.symlink(os.path.relpath(out_dir, out_dir.parent), tmp)
-    try:
-        os.replace(tmp, link)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return link
+#: In writing order: ``summary.json`` last, so its presence means the folder is complete.
+WRITERS: tuple[ReportWriter, ...] = (DuplicatesJson(), JunitXml(), Markdown(), Html(),
+                                     SummaryJson())
 
 
-def write_reports(run: RunResult, out_dir: Path) -> dict[str, Path]:
-    """Write every report of ``WRITERS`` into ``out_dir`` (created if missing), then point
-    ``out_dir.parent / "latest"`` at it.
+def write_reports(run: RunResult, out_dir: Path, *, latest: bool = True) -> dict[str, Path]:
+    """Write every report of ``WRITERS`` into ``out_dir`` (created if missing), each
+    atomically, ``summary.json`` last; then point ``out_dir.parent / "latest"`` at it
+    (unless ``latest`` is false).
 
     Returns:
-        ``{writer.name: path}`` in ``WRITERS`` order (``summary``, ``duplicates``,
-        ``junit``, ``markdown``).
+        ``{writer.name: path}``: ``duplicates``, ``junit``, ``markdown``, ``html``,
+        ``summary``.
+
+    Raises:
+        OSError: a report could not be written (``latest`` is then left where it was).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {writer.name: writer.write(run, out_dir) for writer in WRITERS}
-    point_latest(out_dir)
+    if latest:
+        point_latest(out_dir)
+    return paths
+
+
+def finish_run(run: RunResult, out_dir: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS,
+               keep_all: bool = False) -> dict[str, Path]:
+    """What a finished (or interrupted) ``run`` does with its folder: drop the passing
+    executions' databases (unless ``keep_all``), write the reports, move ``latest``, prune
+    old runs to ``keep_runs``, and append the CI step summary when ``$GITHUB_STEP_SUMMARY``
+    is set.
+
+    Returns:
+        ``write_reports``'s answer.
+    """
+    if not keep_all:
+        drop_passing_databases(run.results)
+    paths = write_reports(run, out_dir)
+    prune_runs(out_dir.parent, keep_runs, current=out_dir)
+    write_step_summary(run, out_dir)
     return paths

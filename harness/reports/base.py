@@ -56,9 +56,27 @@ def case_keys(result: ExecutionResult) -> list[str | None]:
     return sorted(keys, key=lambda k: (k is not None, k or ""))
 
 
+def undecided_reason(check: CheckResult) -> str | None:
+    """Why a check could not be decided (its evidence is missing), or ``None`` when it was
+    decided (``CheckResult.undecided``, docs/design.md "Verdict precedence")."""
+    return getattr(check, "undecided", None) or None
+
+
+def check_status(check: CheckResult) -> str:
+    """``pass``, ``fail`` or ``undecided`` — an undecided check is not a failure."""
+    if undecided_reason(check):
+        return "undecided"
+    return "pass" if check.passed else "fail"
+
+
 def failing_checks(result: ExecutionResult) -> list[CheckResult]:
-    """The execution's ``CheckResult`` objects that did not pass, in check order."""
-    return [c for c in result.checks if not c.passed]
+    """The execution's checks that were decided and failed, in check order."""
+    return [c for c in result.checks if check_status(c) == "fail"]
+
+
+def undecided_checks(result: ExecutionResult) -> list[CheckResult]:
+    """The execution's checks that could not be decided, in check order."""
+    return [c for c in result.checks if check_status(c) == "undecided"]
 
 
 def is_expected(result: ExecutionResult, check_id: str) -> bool:
@@ -77,7 +95,8 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
         "expect_failing": sorted(plan.scenario.expect_failing),
         "verdict": result.verdict,
         "reasons": list(result.reasons),
-        "checks": {c.check_id: {"passed": c.passed, "detail": c.detail,
+        "checks": {c.check_id: {"passed": c.passed, "status": check_status(c),
+                                "undecided": undecided_reason(c), "detail": c.detail,
                                 "evidence": list(c.evidence)} for c in result.checks},
         "deliveries": ev.deliveries,
         "idempotency_keys": case_keys(result),
@@ -119,18 +138,25 @@ def sends(result: ExecutionResult) -> list[dict[str, Any]]:
 
 
 def duplicate_entries(run: RunResult) -> list[dict[str, Any]]:
-    """Every execution whose case got other than exactly one delivery (two or more is a
-    duplicate send, zero a lost send), in run order."""
+    """Every execution whose case got other than exactly one delivery, in run order.
+
+    ``kind`` (``harness.reports.view.DeliveryOutcome``): ``duplicate`` (two or more),
+    ``lost`` (none where one was expected), ``none_expected`` (none, as the scenario
+    expects: not a loss), ``unexpected`` (one where the scenario expects none).
+    """
+    from harness.reports.view import delivery_outcome
+
     entries = []
     for r in run.results:
         n = r.evidence.deliveries
-        if n == 1:
+        if n == 1 and r.evidence.expected_deliveries == 1:
             continue
         entries.append({
             "id": r.plan.id,
             "scenario": r.plan.scenario.name,
             "schedule": schedule_list(r),
-            "kind": "lost" if n == 0 else "duplicate",
+            "kind": delivery_outcome(r).value,
+            "expected_deliveries": r.evidence.expected_deliveries,
             "deliveries": n,
             "keys": case_keys(r),
             "verdict": r.verdict,

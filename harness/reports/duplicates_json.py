@@ -15,8 +15,9 @@ from harness.reports.base import duplicate_entries, write_json
 
 
 def duplicates(run: RunResult) -> dict[str, Any]:
-    """``{"run_id", "executions": [...]}``; see ``base.duplicate_entries``."""
-    return {"run_id": run.run_id, "executions": duplicate_entries(run)}
+    """``{"run_id", "interrupted", "executions": [...]}``; see ``base.duplicate_entries``."""
+    return {"run_id": run.run_id, "interrupted": run.interrupted,
+            "executions": duplicate_entries(run)}
 
 
 class DuplicatesJson:

@@ -3,28 +3,36 @@
 ``<testsuites>`` holds one ``<testsuite name="shopops-chaos">``; each execution is a
 ``<testcase classname="<scenario>" name="<plan id>">``. ``fail`` gives ``<failure>``,
 ``unknown`` gives ``<error>`` (unknown is never a pass), and every case carries its replay
-command in ``<system-out>``. A run that was interrupted or ran nothing adds one ``<error>``
-case, so CI never reads it as green.
+command as a ``<property name="replay">`` (pytest's ``record_property`` shape) and in
+``<system-out>``; ``time`` is the execution's own wall time in seconds. A run that was
+interrupted or ran nothing adds one ``<error>`` case, so CI never reads it as green.
 """
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from harness.model import ExecutionResult, RunResult, Verdict
-from harness.reports.base import counts, failing_checks, write_atomic
+from harness.reports.base import (
+    counts,
+    failing_checks,
+    undecided_checks,
+    undecided_reason,
+    write_atomic,
+)
+from harness.reports.text import visible
+from harness.reports.view import kind_of
 
 FAIL, UNKNOWN = Verdict.FAIL, Verdict.UNKNOWN
 
 SUITE = "shopops-chaos"
-# Characters XML 1.0 cannot carry (worker stderr may hold any byte); pytest escapes them too.
-_ILLEGAL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
 
 
 def _clean(text: str) -> str:
-    return _ILLEGAL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+    """Characters XML 1.0 cannot carry (worker stderr may hold any byte) and terminal
+    controls, spelled out (``harness.reports.text.visible``); pytest escapes them too."""
+    return visible(text)
 
 
 def failure_text(result: ExecutionResult) -> str:
@@ -34,6 +42,8 @@ def failure_text(result: ExecutionResult) -> str:
     for check in failing_checks(result):
         lines.append(f"[{check.check_id}] {check.detail}")
         lines += [f"    {line}" for line in check.evidence]
+    for check in undecided_checks(result):
+        lines.append(f"[{check.check_id}] undecided: {undecided_reason(check)}")
     lines.append(f"replay: {result.plan.replay}")
     return "\n".join(lines)
 
@@ -41,6 +51,11 @@ def failure_text(result: ExecutionResult) -> str:
 def _testcase(suite: ET.Element, result: ExecutionResult) -> None:
     case = ET.SubElement(suite, "testcase", classname=result.plan.scenario.name,
                          name=result.plan.id, time=f"{result.elapsed_s:.3f}")
+    props = ET.SubElement(case, "properties")
+    for name, value in (("replay", result.plan.replay), ("verdict", kind_of(result.verdict)),
+                        ("deliveries", str(result.evidence.deliveries)),
+                        ("workdir", result.evidence.workdir)):
+        ET.SubElement(props, "property", name=name, value=_clean(value))
     first = result.reasons[0] if result.reasons else result.verdict
     if result.verdict == FAIL:
         node = ET.SubElement(case, "failure", message=_clean(first))

@@ -1,15 +1,20 @@
-"""``report.md``: the report a reviewer opens (``docs/design.md``, "Duplicate-send report").
+"""``report.md``: the report a reviewer reads as text (docs/design.md, "Reports").
 
-A title with the verdict and counts, a matrix (execution × check), one section per execution
-worth reading — failed, unknown, or a demo whose expected failures happened — with its
-reasons, failing checks and their evidence, the trace drawn as a timeline and the replay
-command, then the duplicate sends.
+A title with the verdict and counts; one row per scenario (its verdict, counts, deliveries
+and the schedules that went wrong) before any per-execution row; one section per execution
+worth reading — failed, then unknown, then a demo whose expected failures happened — with
+its reasons, failing checks and their evidence, the trace drawn as a timeline and the
+replay command; every execution's checks (named in the column headers); then deliveries
+other than one: duplicates, lost sends, unexpected sends, and apart from them the
+zero-delivery outcomes a scenario expects. A missing idempotency key is spelled
+``(no key)`` everywhere; control characters from the implementation are made visible.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from harness.checks import CHECK_IDS
 from harness.model import Event, ExecutionResult, RunResult, Verdict
@@ -18,7 +23,18 @@ from harness.reports.base import (
     duplicate_entries,
     failing_checks,
     is_expected,
+    undecided_checks,
+    undecided_reason,
     write_atomic,
+)
+from harness.reports.text import visible, visible_line
+from harness.reports.view import (
+    NO_KEY,
+    DeliveryOutcome,
+    delivery_outcome,
+    kind_of,
+    ordered,
+    scenario_rows,
 )
 
 PASS = Verdict.PASS
@@ -41,7 +57,9 @@ def _fence(body: str, info: str = "text") -> list[str]:
 
 
 def _prose(text: str) -> str:
-    return text.replace("<", "&lt;")
+    """Free text: control characters made visible, ``<`` escaped (no raw HTML), on one
+    line (a newline would end a list item or a table row)."""
+    return visible_line(text).replace("<", "&lt;")
 
 
 def timeline(result: ExecutionResult) -> list[str]:
@@ -54,80 +72,132 @@ def timeline(result: ExecutionResult) -> list[str]:
     def who(e: Event) -> str:
         if e.worker is not None:
             return f"w{e.worker} {roles.get(e.worker, '?')}"
-        return "human" if e.kind == "approve" else "harness"
+        return "human" if kind_of(e.kind) in ("approve", "human") else "harness"
 
-    return [f"{e.t_ms:9.1f} ms  {who(e):<10} {_MARKS.get(e.kind, e.kind):<13} "
-            f"{e.label or '':<{width}}  {e.detail}".rstrip() for e in ev.events]
+    return [f"{e.t_ms:9.1f} ms  {who(e):<10} {_MARKS.get(kind_of(e.kind), kind_of(e.kind)):<13} "
+            f"{e.label or '':<{width}}  {visible_line(e.detail)}".rstrip() for e in ev.events]
+
+
+def _scenarios(run: RunResult) -> list[str]:
+    lines = ["| scenario | verdict | executions | fail | unknown | pass | deliveries (count×n) "
+             "| failing and unknown schedules |", "|---|---|---|---|---|---|---|---|"]
+    for s in scenario_rows(run):
+        bad = ", ".join(_code(sched, True) for _, sched, _ in s.bad[:8])
+        if len(s.bad) > 8:
+            bad += f" … {len(s.bad) - 8} more"
+        verdict = s.verdict if s.verdict == PASS else f"**{s.verdict}**"
+        lines.append(f"| {_code(s.name, True)} | {verdict} | {s.executions} | {s.counts['fail']} "
+                     f"| {s.counts['unknown']} | {s.counts['pass']} | {s.deliveries} "
+                     f"| {bad or '–'} |")
+    return lines
 
 
 def _matrix(run: RunResult) -> list[str]:
-    head = ["execution", *(str(i) for i in range(1, len(CHECK_IDS) + 1)), "deliveries",
-            "verdict"]
+    head = ["execution", *CHECK_IDS, "deliveries", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in run.results:
-        marks = {c.check_id: "✓" if c.passed else "✗*" if is_expected(r, c.check_id) else "✗"
-                 for c in r.checks}
+        marks = {c.check_id: "✓" if c.passed else "?" if undecided_reason(c)
+                 else "✗*" if is_expected(r, c.check_id) else "✗" for c in r.checks}
         cells = [_code(r.plan.id, True), *(marks.get(c, "–") for c in CHECK_IDS),
                  str(r.evidence.deliveries), f"**{r.verdict}**" if r.verdict != PASS
-                 else r.verdict]
+                 else kind_of(r.verdict)]
         lines.append("| " + " | ".join(cells) + " |")
-    legend = ", ".join(f"{i} {_code(c)}" for i, c in enumerate(CHECK_IDS, start=1))
-    return [*lines, "", f"Checks: {legend}. ✓ passed, ✗ failed, ✗* failed as the scenario "
-            "expects, – not run."]
+    return [*lines, "", "✓ passed, ✗ failed, ✗* failed as the scenario expects, ? undecided (its "
+            "evidence is missing), – not run."]
 
 
 def _section(r: ExecutionResult) -> list[str]:
     plan = r.plan
-    source = f" from {_code(str(plan.scenario.path))}" if plan.scenario.path else ""
+    source = f" from {_code(visible_line(str(plan.scenario.path)))}" if plan.scenario.path else ""
     out = [f"### {_code(plan.id)} — {r.verdict}", "",
            f"Scenario {_code(plan.scenario.name)}{source}, schedule {_code(plan.schedule.id)}, "
            f"{r.evidence.deliveries} delivery(ies), {r.elapsed_s:.2f} s, "
-           f"workdir {_code(r.evidence.workdir)}.", "", "Reasons:", ""]
+           f"workdir {_code(visible_line(r.evidence.workdir))}.", "", "Reasons:", ""]
     out += [f"- {_prose(reason)}" for reason in r.reasons] or ["- (none)"]
+    for c in undecided_checks(r):
+        out += ["", f"#### {_code(c.check_id)} undecided", "",
+                _prose(undecided_reason(c) or "")]
     for c in failing_checks(r):
         note = " (expected by the scenario)" if is_expected(r, c.check_id) else ""
         out += ["", f"#### {_code(c.check_id)} failed{note}", "", _prose(c.detail), ""]
-        out += _fence("\n".join(c.evidence) or "(no evidence lines)")
+        out += _fence(visible("\n".join(c.evidence)) or "(no evidence lines)")
     out += ["", "Timeline:", "", *_fence("\n".join(timeline(r)) or "(no events)")]
-    return [*out, "", "Replay:", "", *_fence(plan.replay, "sh"), ""]
+    return [*out, "", "Replay:", "", *_fence(visible(plan.replay), "sh"), ""]
 
 
-def _duplicates(run: RunResult) -> list[str]:
-    entries = duplicate_entries(run)
-    if not entries:
-        return ["Every execution got exactly one delivery.", ""]
-    lines = ["| execution | kind | deliveries | keys | sends | replay |",
-             "|---|---|---|---|---|---|"]
-    for e in entries:
-        sends = "; ".join(
-            f"{s['delivery_id']} by "
-            + (f"w{s['worker']} {s['worker_role']}, " if s["worker"] is not None
-               else "an unknown worker, ")
-            + (f"after kill at {s['after_kill']}" if s["after_kill"] else "before any kill")
-            for s in e["sends"]) or "none"
-        keys = ", ".join("null" if k is None else k for k in e["keys"]) or "none"
-        lines.append(f"| {_code(e['id'], True)} | {e['kind']} | {e['deliveries']} "
-                     f"| {_code(keys, True)} | {sends} | {_code(e['replay'], True)} |")
-    return [*lines, ""]
+def _sends(entry: dict[str, Any]) -> str:
+    return "; ".join(
+        f"{s['delivery_id']} by "
+        + (f"w{s['worker']} {s['worker_role']}, " if s["worker"] is not None
+           else "an unknown worker, ")
+        + (f"after kill at {s['after_kill']}" if s["after_kill"] else "before any kill")
+        + f", key {s['idempotency_key'] or NO_KEY}"
+        for s in entry["sends"]) or "none"
+
+
+_DELIVERY_TITLES = {
+    DeliveryOutcome.DUPLICATE: "Duplicate sends (two or more deliveries)",
+    DeliveryOutcome.LOST: "Lost sends (no delivery where one was expected)",
+    DeliveryOutcome.UNEXPECTED: "Sent although the scenario expects no delivery",
+}
+
+
+def _deliveries(run: RunResult) -> list[str]:
+    entries = {e["id"]: e for e in duplicate_entries(run)}
+    out: list[str] = []
+    for kind, title in _DELIVERY_TITLES.items():
+        mine = [r for r in run.results if delivery_outcome(r) is kind]
+        out += [f"### {title}: {len(mine)}", ""]
+        if not mine:
+            continue
+        out += ["| execution | verdict | deliveries | keys | sends | replay |",
+                "|---|---|---|---|---|---|"]
+        for r in mine:
+            e = entries[r.plan.id]
+            keys = ", ".join(NO_KEY if k is None else k for k in e["keys"]) or "none sent"
+            out.append(f"| {_code(r.plan.id, True)} | {r.verdict} | {e['deliveries']} "
+                       f"| {_code(visible_line(keys), True)} | {_prose(_sends(e))} "
+                       f"| {_code(visible_line(r.plan.replay), True)} |")
+        out.append("")
+    expected = [r for r in run.results if delivery_outcome(r) is DeliveryOutcome.NONE_EXPECTED]
+    by_scenario: dict[str, int] = {}
+    for r in expected:
+        by_scenario[r.plan.scenario.name] = by_scenario.get(r.plan.scenario.name, 0) + 1
+    out += [f"### No delivery, as the scenario expects: {len(expected)}", ""]
+    if by_scenario:
+        out += ["Not a lost send: these scenarios expect nothing to be sent (a rejection, a "
+                "refused ticket, a checkpoint that must fail closed). "
+                + ", ".join(f"{_code(name)} ×{n}" for name, n in by_scenario.items()) + ".",
+                ""]
+    return out
 
 
 def render(run: RunResult) -> str:
-    """The whole report as Markdown text."""
+    """The whole report as Markdown text: verdict, per-scenario summary, the executions to
+    look at (failures, then unknowns, then demos whose expected failures happened), the
+    checks of every execution, then the deliveries other than expected."""
     n = counts(run)
-    out = [f"# shopops-chaos run {run.run_id}: {run.verdict.upper()}", "",
-           f"**{run.verdict.upper()}** — {n['pass']} pass, {n['fail']} fail, "
-           f"{n['unknown']} unknown ({len(run.results)} executions, {run.elapsed_s:.1f} s, "
+    verdict = kind_of(run.verdict)
+    state = " (INTERRUPTED)" if run.interrupted else ""
+    out = [f"# shopops-chaos run {run.run_id}: {verdict.upper()}{state}", "",
+           f"**{verdict.upper()}**{state} — {n['fail']} fail, {n['unknown']} unknown, "
+           f"{n['pass']} pass ({len(run.results)} executions, {run.elapsed_s:.1f} s, "
            f"launcher {run.launcher}, started {run.started_at or 'n/a'}).", ""]
     if run.interrupted:
-        out += ["> The run was interrupted: its verdict is unknown.", ""]
-    out += ["## Matrix", "", *_matrix(run), ""]
-    worth = [r for r in run.results if r.verdict != PASS or failing_checks(r)]
+        out += ["> The run was interrupted: only the executions that finished are here, "
+                "and its verdict is unknown.", ""]
+    out += ["## Scenarios", "", *_scenarios(run), ""]
+    if run.skipped:
+        out += ["Not run (the schedule is not in their kill matrix): "
+                + ", ".join(_code(name) for name, _ in run.skipped) + ".", ""]
+    worth = [r for _, r in ordered(run.results) if r.verdict != PASS or failing_checks(r)]
     out += ["## Executions to look at", ""]
     for r in worth:
         out += _section(r)
     if not worth:
         out += ["None: every execution passed every check.", ""]
-    out += ["## Duplicate sends", "", *_duplicates(run)]
+    out += ["## Checks per execution", "", *_matrix(run), ""]
+    out += ["## Deliveries other than one", "", *_deliveries(run)]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

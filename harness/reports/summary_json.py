@@ -19,6 +19,7 @@ def summary(run: RunResult) -> dict[str, Any]:
         "interrupted": run.interrupted,
         "verdict": run.verdict,
         "counts": counts(run),
+        "skipped": [{"scenario": name, "why": why} for name, why in run.skipped],
         "executions": [execution_dict(r) for r in run.results],
     }
     if run.shard is not None and run.shard_plan is not None:

@@ -1,0 +1,137 @@
+"""Run folders that stay complete: ``latest``, pruning old runs, dropping passing databases.
+
+The life of ``reports/<run-id>/``:
+
+1. the run creates it and its executions write into ``executions/``;
+2. ``write_reports`` writes every report, each through a temp file and ``os.replace``,
+   with ``summary.json`` LAST — a run folder holding ``summary.json`` is complete;
+3. only then is ``reports/latest`` moved to it (a temp symlink, then ``os.replace``: a
+   reader sees the old run or the new one, never none). A harness SIGKILLed at any moment
+   leaves ``latest`` on the previous complete run;
+4. ``prune_runs`` keeps the newest ``keep`` complete runs (and removes the incomplete
+   folders of harness processes that are gone); ``drop_passing_databases`` removes the
+   SQLite files of executions that passed, so a run costs kilobytes, not ~84 MB — the
+   failures' and unknowns' databases stay as evidence (``--keep-all`` keeps every one).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harness.model import ExecutionResult
+
+__all__ = ["COMPLETE_MARKS", "DEFAULT_KEEP_RUNS", "RUN_ID", "drop_passing_databases",
+           "is_complete", "point_latest", "prune_runs"]
+
+#: Run folders kept by default (``--keep-runs``).
+DEFAULT_KEEP_RUNS = 10
+#: The file whose presence says a run folder's reports are all written (each is written
+#: last: ``summary.json`` by ``write_reports``, ``explore.json`` by an exploration).
+COMPLETE_MARKS = ("summary.json", "explore.json")
+#: A run id (``harness.runner.new_run_id``), optionally prefixed (``grade-``).
+RUN_ID = re.compile(r"(?:[a-z]+-)?(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)")
+_DB_SUFFIXES = (".db", ".db-wal", ".db-shm", ".db-journal")
+
+
+def point_latest(out_dir: Path) -> Path:
+    """Make ``out_dir.parent / "latest"`` a relative symlink to ``out_dir``, replaced
+    atomically (a temp symlink, then ``os.replace``), so a reader never finds it missing.
+    Call it only once ``out_dir``'s reports are all written.
+
+    Raises:
+        OSError: e.g. ``latest`` exists and is a real folder.
+    """
+    link = out_dir.parent / "latest"
+    tmp = out_dir.parent / f".latest.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    os.symlink(os.path.relpath(out_dir, out_dir.parent), tmp)
+    try:
+        os.replace(tmp, link)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return link
+
+
+def is_complete(run_dir: Path) -> bool:
+    """The folder's reports were all written (one of ``COMPLETE_MARKS`` exists)."""
+    return any((run_dir / mark).is_file() for mark in COMPLETE_MARKS)
+
+
+def _owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def prune_runs(report_dir: Path, keep: int, *, current: Path | None = None) -> list[Path]:
+    """Remove all but the newest ``keep`` complete run folders under ``report_dir``, and
+    incomplete ones whose harness process is gone (its pid is in the run id).
+
+    Only folders named like a run id are touched; ``current`` and whatever ``latest``
+    points at are never removed. Newest = the time stamp in the name, then the name.
+
+    Args:
+        report_dir: the ``--report-dir`` folder.
+        keep: complete runs to keep (at least 1).
+        current: the run just written.
+
+    Returns:
+        the folders removed.
+
+    Raises:
+        ValueError: ``keep`` < 1.
+    """
+    if keep < 1:
+        raise ValueError(f"keep: {keep!r} must be at least 1")
+    latest = report_dir / "latest"
+    protected = {p.resolve() for p in (current, latest if latest.exists() else None) if p}
+    runs = []
+    for child in report_dir.iterdir() if report_dir.is_dir() else ():
+        match = RUN_ID.fullmatch(child.name)
+        if match and child.is_dir() and not child.is_symlink():
+            runs.append((match["stamp"], child.name, int(match["pid"]), child))
+    runs.sort(reverse=True)
+    removed, kept = [], 0
+    for _, _, pid, folder in runs:
+        if folder.resolve() in protected:
+            kept += is_complete(folder)
+            continue
+        if is_complete(folder):
+            kept += 1
+            if kept <= keep:
+                continue
+        elif pid == os.getpid() or _owner_alive(pid):
+            continue  # a run still in progress (this process's or another's)
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
+
+def drop_passing_databases(results: Iterable[ExecutionResult]) -> int:
+    """Delete the SQLite files (``*.db`` and their ``-wal``/``-shm``/``-journal``) in the
+    workdir of every execution whose verdict is ``pass``; worker output stays.
+
+    Returns:
+        bytes freed.
+    """
+    freed = 0
+    for r in results:
+        if str(getattr(r.verdict, "value", r.verdict)) != "pass" or not r.evidence.workdir:
+            continue
+        workdir = Path(r.evidence.workdir)
+        for path in workdir.rglob("*") if workdir.is_dir() else ():
+            if path.name.endswith(_DB_SUFFIXES) and path.is_file() and not path.is_symlink():
+                freed += path.stat().st_size
+                path.unlink(missing_ok=True)
+    return freed

@@ -1,0 +1,237 @@
+"""What the human-facing reports show, computed once from a run: ``report.md``,
+``report.html`` and the CI step summary all render these frozen views.
+
+- ``scenario_rows``: one row per scenario (counts, verdict, which points went wrong) — the
+  first thing a reader needs, before any per-execution row.
+- ``single_grid``/``double_grids``: scenarios × kill points, and first × second kill per
+  double-crash scenario, each cell an execution and its verdict.
+- ``delivery_outcome``: one execution's deliveries against what its scenario expects, so
+  an expected zero-delivery case (a rejection, a refused ticket) is never listed as a lost
+  or duplicate send.
+- ``lanes``: an execution's trace as one lane per worker plus the human and the harness.
+
+Text an implementation or a scenario controls passes through ``visible`` here or at the
+writer; HTML escaping is the template engine's (jinja2 autoescape).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from shopops import labels
+
+if TYPE_CHECKING:
+    from harness.model import Event, ExecutionResult, RunResult
+
+__all__ = [
+    "NO_KEY", "VERDICT_ORDER", "Cell", "DeliveryOutcome", "Grid", "Lane", "LaneMark",
+    "ScenarioRow", "delivery_outcome", "double_grids", "kind_of", "lanes", "ordered",
+    "scenario_rows", "single_grid",
+]
+
+#: How a send without an ``Idempotency-Key`` header is spelled in human-facing reports.
+NO_KEY = "(no key)"
+#: Failures first, then unknowns, then passes: the order a reader wants.
+VERDICT_ORDER = {"fail": 0, "unknown": 1, "pass": 2}
+
+
+def kind_of(value: object) -> str:
+    """The plain string of a verdict or event kind (a ``str`` or a str-valued enum)."""
+    return str(getattr(value, "value", value))
+
+
+class DeliveryOutcome(enum.StrEnum):
+    """An execution's deliveries against its scenario's ``expect.deliveries``."""
+
+    AS_EXPECTED = "as_expected"      # exactly what the scenario expects (usually one)
+    NONE_EXPECTED = "none_expected"  # zero, and the scenario expects zero (not a loss)
+    DUPLICATE = "duplicate"          # two or more
+    LOST = "lost"                    # zero where one was expected
+    UNEXPECTED = "unexpected"        # one where the scenario expects none
+
+
+def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
+    """Classify ``result``'s gateway deliveries (from the gateway's own log)."""
+    got, want = result.evidence.deliveries, result.evidence.expected_deliveries
+    if got >= 2:
+        return DeliveryOutcome.DUPLICATE
+    if got == want:
+        return DeliveryOutcome.NONE_EXPECTED if got == 0 else DeliveryOutcome.AS_EXPECTED
+    return DeliveryOutcome.LOST if got == 0 else DeliveryOutcome.UNEXPECTED
+
+
+def ordered(results: Sequence[ExecutionResult]) -> list[tuple[int, ExecutionResult]]:
+    """``(run index, result)`` with failures first, then unknowns, then passes (run order
+    within each); the index names the execution's anchor (``x<index>``)."""
+    return sorted(enumerate(results), key=lambda p: (VERDICT_ORDER[kind_of(p[1].verdict)], p[0]))
+
+
+@dataclass(frozen=True)
+class ScenarioRow:
+    """One scenario of the run: ``counts`` maps each verdict to its executions; ``bad``
+    are the ``(index, schedule id, verdict)`` of its failing and unknown executions."""
+
+    name: str
+    description: str
+    path: str | None
+    executions: int
+    counts: dict[str, int]
+    verdict: str
+    deliveries: str
+    bad: tuple[tuple[int, str, str], ...]
+
+
+def scenario_rows(run: RunResult) -> list[ScenarioRow]:
+    """One ``ScenarioRow`` per scenario, in run order."""
+    groups: dict[str, list[tuple[int, ExecutionResult]]] = {}
+    for i, r in enumerate(run.results):
+        groups.setdefault(r.plan.scenario.name, []).append((i, r))
+    rows = []
+    for name, members in groups.items():
+        scenario = members[0][1].plan.scenario
+        counts = {v: sum(kind_of(r.verdict) == v for _, r in members) for v in VERDICT_ORDER}
+        verdict = "fail" if counts["fail"] else "unknown" if counts["unknown"] else "pass"
+        spread: dict[int, int] = {}
+        for _, r in members:
+            spread[r.evidence.deliveries] = spread.get(r.evidence.deliveries, 0) + 1
+        want = scenario.expect_deliveries
+        deliveries = ", ".join(f"{n}×{d}" for d, n in sorted(spread.items()))
+        rows.append(ScenarioRow(
+            name=name, description=scenario.description,
+            path=str(scenario.path) if scenario.path else None, executions=len(members),
+            counts=counts, verdict=verdict, deliveries=f"{deliveries} (expects {want})",
+            bad=tuple((i, r.plan.schedule.id, kind_of(r.verdict)) for i, r in members
+                      if kind_of(r.verdict) != "pass")))
+    return rows
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One execution in a grid: its run ``index`` (anchor ``x<index>``), ``id``, ``verdict``
+    and ``expected`` (a demo whose expected failures happened)."""
+
+    index: int
+    id: str
+    verdict: str
+    expected: bool
+
+
+@dataclass(frozen=True)
+class Grid:
+    """``rows`` of ``(name, cells)``, one cell (or ``None``: not run) per column."""
+
+    title: str
+    corner: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, tuple[Cell | None, ...]], ...]
+    scenario: str | None = None  # the one scenario of a double grid (rows are kill points)
+
+
+def _point_key(point: str) -> tuple[int, int, str]:
+    label, _, occurrence = point.partition("#")
+    order = [lab.name for lab in labels.CATALOGUE]
+    return (order.index(label) if label in order else len(order), int(occurrence or 1), point)
+
+
+def _cell(i: int, r: ExecutionResult) -> Cell:
+    expected = bool(r.plan.schedule.kills) and any(
+        not c.passed and c.check_id in r.plan.scenario.expect_failing for c in r.checks)
+    return Cell(i, r.plan.id, kind_of(r.verdict), expected)
+
+
+def single_grid(run: RunResult) -> Grid:
+    """Scenarios × (no kill and every single kill point run), in timeline order."""
+    cells: dict[str, dict[str, Cell]] = {}
+    points: set[str] = set()
+    for i, r in enumerate(run.results):
+        kills = r.plan.schedule.kills
+        if len(kills) > 1:
+            continue
+        column = str(kills[0]) if kills else "no-kill"
+        cells.setdefault(r.plan.scenario.name, {})[column] = _cell(i, r)
+        if kills:
+            points.add(column)
+    columns = ("no-kill", *sorted(points, key=_point_key))
+    rows = tuple((name, tuple(row.get(c) for c in columns)) for name, row in cells.items())
+    return Grid("Single kills", "scenario \\ kill point", columns, rows)
+
+
+def double_grids(run: RunResult) -> list[Grid]:
+    """Per scenario with two-kill executions: first kill (rows) × second kill (columns).
+    Schedules of three or more kills are listed by ``multi_kills``."""
+    by_scenario: dict[str, dict[tuple[str, str], Cell]] = {}
+    for i, r in enumerate(run.results):
+        kills = r.plan.schedule.kills
+        if len(kills) == 2:
+            by_scenario.setdefault(r.plan.scenario.name, {})[(str(kills[0]),
+                                                              str(kills[1]))] = _cell(i, r)
+    grids = []
+    for name, cells in by_scenario.items():
+        firsts = sorted({a for a, _ in cells}, key=_point_key)
+        seconds = sorted({b for _, b in cells}, key=_point_key)
+        rows = tuple((a, tuple(cells.get((a, b)) for b in seconds)) for a in firsts)
+        grids.append(Grid(f"Double kills: {name}", "first \\ second kill", tuple(seconds),
+                          rows, scenario=name))
+    return grids
+
+
+def multi_kills(run: RunResult) -> list[Cell]:
+    """Executions of three or more kills (a scenario's own ``schedules``)."""
+    return [_cell(i, r) for i, r in enumerate(run.results) if len(r.plan.schedule.kills) > 2]
+
+
+@dataclass(frozen=True)
+class LaneMark:
+    """One trace event on a lane: ``pct`` is its time as a share (0–100) of the trace."""
+
+    seq: int
+    t_ms: float
+    pct: float
+    kind: str
+    label: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One lane of a timeline: ``name`` (``w1 resume``, ``human``, ``harness``), the span
+    it was alive as shares of the trace (``start_pct``, ``end_pct``) and its marks."""
+
+    name: str
+    start_pct: float
+    end_pct: float
+    marks: tuple[LaneMark, ...]
+
+
+def lanes(result: ExecutionResult) -> tuple[float, list[Lane]]:
+    """``(trace length in ms, lanes)``: a lane per worker in launch order, then ``human``
+    (approvals, decisions, tickets offered) and ``harness`` (injected rows, locks,
+    errors), each only if it has events. Deliveries sit on the sending worker's lane."""
+    ev = result.evidence
+    events: Sequence[Event] = ev.events
+    total = max((e.t_ms for e in events), default=0.0) or 1.0
+
+    def pct(t: float) -> float:
+        return round(100.0 * t / total, 2)
+
+    def mark(e: Event) -> LaneMark:
+        return LaneMark(e.seq, e.t_ms, pct(e.t_ms), kind_of(e.kind), e.label or "", e.detail)
+
+    out = []
+    for w in ev.workers:
+        mine = [e for e in events if e.worker == w.index]
+        start = next((e.t_ms for e in mine if kind_of(e.kind) == "worker_start"), None)
+        end = next((e.t_ms for e in reversed(mine) if kind_of(e.kind) == "worker_exit"), None)
+        first = mine[0].t_ms if mine else 0.0
+        out.append(Lane(f"w{w.index} {w.role}", pct(start if start is not None else first),
+                        pct(end if end is not None else total),
+                        tuple(mark(e) for e in mine)))
+    human = [e for e in events if e.worker is None and kind_of(e.kind) in ("approve", "human")]
+    rest = [e for e in events if e.worker is None and e not in human]
+    for name, group in (("human", human), ("harness", rest)):
+        if group:
+            out.append(Lane(name, 0.0, 100.0, tuple(mark(e) for e in group)))
+    return total, out
