@@ -4,8 +4,8 @@ Every ``shopops-chaos …`` command the README shows is parsed by the real argum
 (placeholders such as ``path/to/submission`` or ``'…'`` are left out); the cheap ones run
 for real in a scratch project: the "Adding a kill scenario" steps (copy, change three
 lines, run, replay, pytest), ``points``, the pytest selection examples, and
-``run --schedule t4.parked`` across every shipped scenario. The whole default matrix and
-the explore examples are exercised by the scenario catalogue and ``test_explore.py``.
+``run --schedule t4.parked`` across every shipped scenario; the whole default matrix and
+the default exploration run as written behind ``--crash-soak`` (minutes).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from harness.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-PLACEHOLDER = re.compile(r"path/to|<|…|\[--|\bN\b|rubric\.toml|my-scenario")
+PLACEHOLDER = re.compile(r"path/to|<|…|\[--|\bN\b|rubric\.toml|my-scenario|prev/|shard-")
 
 
 def _commands(tool: str) -> list[str]:
@@ -113,3 +113,14 @@ def test_one_schedule_across_every_shipped_scenario_passes_on_the_reference(
                   str(tmp_path / "r"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "--schedule skipped" in proc.stdout and "demo-keys-off" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["shopops-chaos run", "shopops-chaos explore"])
+def test_the_heavy_examples_as_written(tmp_path: Path, command: str) -> None:
+    """The README's first command (the whole default matrix) and the default exploration,
+    from a copy of the repository's scenarios (minutes: only with --crash-soak)."""
+    assert command in _commands("shopops-chaos")
+    project = _project(tmp_path, *(p.name for p in (ROOT / "scenarios").glob("*.toml")))
+    proc = _chaos(*shlex.split(command)[1:], cwd=project)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
