@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from harness.action_checks import ACTION_CHECKS
 from harness.check_support import draft_digest as _digest
 from harness.check_support import parsed_states as _states
 from harness.check_support import redrafts_owed as _redrafts_owed
@@ -402,6 +403,7 @@ CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
     no_process_left,
     no_tampering,
     *HISTORY_CHECKS,
+    *ACTION_CHECKS,
 )
 CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)
 
@@ -425,6 +427,7 @@ NEEDS: dict[str, frozenset[EvidenceSource]] = {
     "lease_exclusive": frozenset({_C}),
     "rejection_respected": frozenset({_C, _A, _G}),
     "attempts_bounded": frozenset({_C}),
+    "per_action": frozenset({_C, _A, _G}),
 }
 
 

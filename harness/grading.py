@@ -133,6 +133,9 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
     RubricItem("Recovery attempts are counted; dead-lettered past the maximum", 10,
                ("dead-letter", "o1001"), ("attempts_bounded",),
                explain="Count every pick-up in flight durably; stop retrying at the maximum."),
+    RubricItem("Per action: each gated side effect at most once, exactly as approved", 10,
+               ("o1001", "rejection", "reject-twice-then-approve"), ("per_action",),
+               explain="Send what the human approved, byte for byte, once; nothing rejected."),
 )
 
 

@@ -268,4 +268,11 @@ MUTANTS: tuple[Mutant, ...] = (
         ("Recovery attempts",),
         "dead-letter[t6.request_leaving>t6.request_leaving>t6.request_leaving]",
     ),
+    Mutant(  # a loop that "polishes" the approved draft on the way out
+        "signature-added-at-send",
+        (("tools.py", "subject=draft.subject, body=draft.body,",
+          "subject=draft.subject, body=draft.body + \"\\n\\nSent by ShopOps\","),),
+        ("Per action",),
+        "o1001[no-kill]",
+    ),
 )

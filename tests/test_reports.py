@@ -24,7 +24,7 @@ from harness.runner import RunResult
 from harness.scenario import Scenario
 from harness.schedule import CrashSchedule
 
-DEMO_EXPECT = frozenset({"same_key_one_delivery", "exactly_one_delivery"})
+DEMO_EXPECT = frozenset({"same_key_one_delivery", "exactly_one_delivery", "per_action"})
 
 
 @pytest.fixture(scope="module")

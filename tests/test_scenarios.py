@@ -67,7 +67,7 @@ def test_demo_keys_off_expects_its_duplicate() -> None:
     assert s.idempotency_keys is False
     assert s.points == (KillPoint("t6.gateway_accepted"),)
     assert s.baseline is False
-    assert s.expect_failing == {"same_key_one_delivery", "exactly_one_delivery"}
+    assert s.expect_failing == {"same_key_one_delivery", "exactly_one_delivery", "per_action"}
 
 
 def test_defaults_of_a_minimal_file(tmp_path: Path) -> None:
