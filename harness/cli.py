@@ -235,7 +235,8 @@ def _grade(args: argparse.Namespace) -> int:
     result = grade(sut, out, rubric=rubric, jobs=args.jobs, worker_timeout_s=args.timeout,
                    results_path=results, say=say)
     say(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)")
-    say(f"  results.json {result.results_path}\n  report.md    {result.report_path}")
+    say(f"  results.json {result.results_path}\n  report.md    {result.report_path}\n"
+        f"  report.html  {result.page_path}")
     return 0
 
 

@@ -78,6 +78,7 @@ class Grade:
     output: str
     results_path: Path
     report_path: Path
+    page_path: Path | None = None
 
 
 def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
@@ -267,6 +268,27 @@ def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str)
     return write_sealed(path, "\n".join(lines) + "\n")
 
 
+def write_page(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str) -> Path:
+    """The student-facing ``report.html`` next to ``report.md``, in the style of the run's
+    ``report.html`` (``harness.reports.html.render_grade``: jinja2 autoescape, so every
+    string the implementation controls is escaped and its control characters spelled out).
+    Written with ``write_sealed`` (O_EXCL|O_NOFOLLOW in a fresh folder, then rename), never
+    a plain open, so a planted link is replaced, not followed. Links the run's own
+    ``run/report.html`` when the run got that far.
+
+    Raises:
+        OSError: the folder cannot be written.
+    """
+    from harness.reports.html import render_grade
+
+    total, best = sum(t.score for t in tests), sum(t.max_score for t in tests)
+    run_page = path.parent / "run" / "report.html"
+    page = render_grade(title=f"Grade: {total:g} / {best:g}", score=total, max_score=best,
+                        implementation=sut.describe(), output=output, tests=tests,
+                        run_report="run/report.html" if run_page.is_file() else None)
+    return write_sealed(path, page)
+
+
 def _launcher(sut: Sut, name: str | None) -> Launcher:
     """How the workers start. An untrusted implementation: a sealed fork server
     (``harness.sealed_fork``: preloaded with the libraries it may use, never with its code)
@@ -287,8 +309,8 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
           results_path: Path | None = None, jobs: int | None = None,
           worker_timeout_s: float = 30.0, launcher: str | None = None,
           say: Say | None = None, schedule: CrashSchedule | None = None) -> Grade:
-    """Grade ``sut``: run the rubric's scenarios, score, write ``results.json`` and
-    ``report.md``. Never raises for the implementation's faults, nor for the harness's
+    """Grade ``sut``: run the rubric's scenarios, score, write ``results.json``,
+    ``report.md`` and the student-facing ``report.html``. Never raises for the implementation's faults, nor for the harness's
     own: ``results.json`` is written in every case.
 
     Args:
@@ -338,8 +360,9 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
     elapsed = time.monotonic() - started
     write_results(tests, results_path, elapsed, output)
     write_report(tests, report_path, sut, output)
+    page_path = write_page(tests, out_dir / "report.html", sut, output)
     return Grade(tuple(tests), sum(t.score for t in tests), sum(t.max_score for t in tests),
-                 round(elapsed, 3), output, results_path, report_path)
+                 round(elapsed, 3), output, results_path, report_path, page_path)
 
 
 def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: int | None,

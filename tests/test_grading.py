@@ -36,7 +36,9 @@ def student(tmp_path: Path, cli_main: str | None = None, init: str = "") -> Path
 
 def test_an_implementation_that_does_not_import_scores_zero_with_the_reason(
         tmp_path: Path) -> None:
-    folder = student(tmp_path, init="raise ImportError('student forgot a module')\n")
+    hostile = "<script>alert('pwned')</script>"
+    folder = student(tmp_path, init=f"raise ImportError({hostile!r} + ' student forgot a "
+                                    "module')\n")
     result = grade(Sut(path=folder), tmp_path / "out", rubric=ONE_ITEM)
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert data["score"] == 0 and result.score == 0
@@ -44,6 +46,11 @@ def test_an_implementation_that_does_not_import_scores_zero_with_the_reason(
     assert test["max_score"] == 10 and test["score"] == 0
     assert "does not start" in test["output"] and "student forgot a module" in test["output"]
     assert "could not be started" in data["output"]
+    # the student-facing page: the score, and the implementation's text escaped, not markup
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert result.page_path == tmp_path / "out" / "report.html"
+    assert "Grade: 0 / 10" in page and ONE_ITEM[0].name in page
+    assert "&lt;script&gt;alert(" in page and hostile not in page
 
 
 def test_a_hanging_implementation_is_killed_and_scores_zero(tmp_path: Path) -> None:
