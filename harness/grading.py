@@ -35,6 +35,7 @@ from typing import Any
 
 from harness import sandbox
 from harness.checks import CHECK_IDS
+from harness.console import ProgressLine
 from harness.execution import execute
 from harness.grading_io import check_outputs, write_sealed
 from harness.launcher import Launcher, make_launcher
@@ -375,8 +376,11 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
     run_dir.mkdir(mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)  # nothing of the run is for a worker's eyes
 
-    def progress(done: int, total: int, r: ExecutionResult) -> None:
-        say(f"[{done}/{total}] {r.plan.id}: {r.verdict}")
+    line = ProgressLine()
+
+    def progress(done: int, total: int, r: ExecutionResult, final: bool) -> None:
+        # the estimate run shows: "[  3/27+]" while traces may add, "[ 12/418] eta 35s" after
+        say(f"{line.prefix(done, total, final)} {r.plan.id}: {r.verdict}")
 
     chosen = _launcher(sut, launcher)
     try:

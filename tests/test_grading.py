@@ -4,6 +4,7 @@ write their own score get a sensible, explained score; rubric files are validate
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -87,7 +88,15 @@ def test_an_implementation_cannot_write_its_own_score(tmp_path: Path) -> None:
 
 
 def test_the_reference_grade_is_deterministic(tmp_path: Path) -> None:
-    first = grade(Sut(), tmp_path / "a", rubric=DEFAULT_RUBRIC[:2])
+    said: list[str] = []
+    first = grade(Sut(), tmp_path / "a", rubric=DEFAULT_RUBRIC[:2], say=said.append)
+    # progress as run shows it: "[ 3/27+]" while traces may add, then "[ 12/41] eta 5s"
+    steps = [re.match(r"\[\s*(\d+)/(\d+)(\+?)\]( eta \d+(m\d\ds|s))? ", line)
+             for line in said if line.startswith("[")]
+    assert steps and all(steps), said
+    finals = [m for m in steps if not m.group(3)]
+    assert finals and finals[-1].group(1) == finals[-1].group(2)  # ends on a final total
+    assert any(m.group(4) for m in finals if m.group(1) != m.group(2)), said  # an estimate
     second = grade(Sut(), tmp_path / "b", rubric=DEFAULT_RUBRIC[:2])
     assert [(t.name, t.score) for t in first.tests] == [(t.name, t.score) for t in second.tests]
     assert first.score == second.score == 20
