@@ -311,8 +311,9 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
           worker_timeout_s: float = 30.0, launcher: str | None = None,
           say: Say | None = None, schedule: CrashSchedule | None = None) -> Grade:
     """Grade ``sut``: run the rubric's scenarios, score, write ``results.json``,
-    ``report.md`` and the student-facing ``report.html``. Never raises for the implementation's faults, nor for the harness's
-    own: ``results.json`` is written in every case.
+    ``report.md`` and the student-facing ``report.html``. Never raises for the
+    implementation's faults, nor for the harness's own: ``results.json`` is written in
+    every case.
 
     Args:
         sut: the implementation (``Sut(path=...)``; the reference when ``path`` is None).
