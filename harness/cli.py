@@ -156,7 +156,7 @@ def _add_keep_options(p: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``shopops-chaos``; returns the exit status (a closed stdout, as in
     ``shopops-chaos run | head``, does not change it and prints no traceback)."""
-    args = build_parser().parse_args(argv)
+    args = v.parse_args(build_parser(), argv)
     try:  # the harness imports the loop, which reads these too (failpoints, clock)
         v.check_environment()
     except ShopOpsError as exc:  # ConfigError, FailpointSpecError

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in MOVED:
         print(f"shopops: error: {MOVED[argv[0]]}", file=sys.stderr)
         return 2
-    args = build_parser().parse_args(argv)
+    args = v.parse_args(build_parser(), argv)
     try:
         v.check_environment()  # every SHOPOPS_* variable, before any file or process
         return _dispatch(args)

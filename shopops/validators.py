@@ -62,6 +62,36 @@ def max_jobs() -> int:
     return max(4, 4 * (os.cpu_count() or 1))
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: Any) -> argparse.Namespace:
+    """``parser.parse_args(argv)``, refusing a one-value option given ``--`` as its value.
+
+    Python 3.11's argparse strips ``--`` from an option's values even in ``--jobs=--``, and
+    then stores an empty list without calling the option's ``type=`` (CPython gh-53780,
+    fixed in 3.13): the validator never runs and ``[]`` reaches the code. Found by the input
+    fuzz test (``tests/test_inputs_fuzz.py``). Raises ``SystemExit(2)`` through
+    ``parser.error`` with one line naming the option, like any other bad option.
+    """
+    args = parser.parse_args(argv)
+    for action in _one_value_actions(parser):
+        if getattr(args, action.dest, None) == []:
+            parser.error(f"argument {'/'.join(action.option_strings)}: '--' is not a "
+                         f"value; give the option one value")
+    return args
+
+
+def _one_value_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every option of ``parser`` and its sub-commands that takes exactly one value."""
+    found: list[argparse.Action] = []
+    for action in parser._actions:  # argparse keeps no public list of its actions
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += _one_value_actions(sub)
+        elif (action.option_strings and action.nargs is None
+              and isinstance(action, argparse._StoreAction)):
+            found.append(action)
+    return found
+
+
 def argtype(check: Callable[[str], Any], name: str) -> Callable[[str], Any]:
     """Wrap ``check(text)`` as an argparse ``type=``: a ``ValueError`` becomes the
     ``ArgumentTypeError`` argparse prints after the option's name (exit status 2)."""

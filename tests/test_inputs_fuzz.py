@@ -55,13 +55,29 @@ def toml_value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string: the same escapes, \\uXXXX included
+        return toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{json.dumps(k)} = {toml_value(v)}"
                                 for k, v in value.items()) + " }"
     raise TypeError(value)
+
+
+def toml_string(text: str) -> str:
+    """A TOML basic string (TOML 1.0, "String"): control characters, ``"`` and ``\\``
+    escaped; a character beyond the BMP as ``\\UXXXXXXXX`` (JSON's surrogate pairs are not
+    Unicode scalar values, so ``tomllib`` would refuse the file as a whole)."""
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in '"\\' or code < 0x20 or code == 0x7F:
+            out.append(f"\\u{code:04x}")
+        elif code > 0xFFFF:
+            out.append(f"\\U{code:08x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def toml_text(data: dict[str, Any]) -> str:
@@ -204,7 +220,18 @@ def out_of(lo: float, hi: float, integer: bool) -> st.SearchStrategy[str]:
         return st.one_of(nums, frac, BAD_NUMBER_TEXT)
     nums = st.one_of(st.floats(max_value=lo, exclude_max=True),
                      st.floats(min_value=hi, exclude_min=True)).map(repr)
-    return st.one_of(nums, BAD_NUMBER_TEXT.filter(lambda s: s not in ("-1",) or lo > -1))
+    # "-1" or "1e-9" is bad for a timeout, not for a clock offset: keep only what is
+    # really outside [lo, hi] for this input
+    return st.one_of(nums, BAD_NUMBER_TEXT.filter(lambda s: not _within(s, lo, hi)))
+
+
+def _within(text: str, lo: float, hi: float) -> bool:
+    """``text`` is a finite number in [lo, hi] (so it is not a bad value here)."""
+    try:
+        x = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(x) and lo <= x <= hi
 
 
 #: (entry, argv before the option, option, bad value text)
