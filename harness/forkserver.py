@@ -58,6 +58,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness import sealed_fork
+from harness.sut_boot import name_process
 
 #: What ``python -m shopops run`` imports, before or while it runs (``netrc`` and ``shlex``
 #: are imported lazily by requests at the first request).
@@ -367,6 +368,7 @@ class ForkServer:
         if not released:
             os.write(2, b"fork server: worker never released (the harness went away)\n")
             os._exit(1)
+        name_process(env)  # "shopops-worker ROLE EXECUTION" in ps, not the server's argv
         if seal is not None:
             os._exit(sealed_fork.run(seal, module, args, env, cwd))
         os._exit(run_module(module, args, env, cwd))

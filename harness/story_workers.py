@@ -14,6 +14,7 @@ from harness.evidence import EventLog, read_checkpoints
 from harness.launcher import Launcher
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
 from harness.processes import Worker
+from harness.sut_boot import TITLE_ENV
 from shopops.checkpoint import CheckpointRow
 from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
@@ -122,7 +123,10 @@ class Workers:
         index = self._started
         self._started += 1
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
-        worker = self.launcher.start(self.argv(role, index, owner), env=self.env(),
+        env = self.env()
+        # ps names the worker by role and execution folder (opaque for sealed executions)
+        env[TITLE_ENV] = f"shopops-worker {WorkerRole(role).value} {self.workdir.name}"
+        worker = self.launcher.start(self.argv(role, index, owner), env=env,
                                      cwd=str(self.data_dir), stdout=str(out), stderr=str(err),
                                      index=index)
         self.controller.attach(worker)

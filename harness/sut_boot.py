@@ -7,7 +7,8 @@ the adapter contract lets an implementation use (the standard library's ``sqlite
 ``json``, ``socket``, ``http``; ``requests``) while still root, drops every privilege
 (``setgroups([])``, ``setresgid``, ``setresuid`` to ``UID``, see ``credentials(7)``) and
 puts ``CODE_DIR`` (``-`` for none) first on ``sys.path``; then runs ``MODULE`` as
-``python -m MODULE ARGS`` would.
+``python -m MODULE ARGS`` would. The process is first titled from ``$SHOPOPS_WORKER_TITLE``
+(``name_process``).
 
 The interpreter's own library may sit where the new user cannot go (pyenv under root's
 0700 home, a venv in a private checkout). Each ``sys.path`` folder is therefore opened as a
@@ -27,6 +28,23 @@ import os
 import resource
 import runpy
 import sys
+
+import setproctitle
+
+#: The harness names each worker for ``ps``/``top`` through this variable of its env
+#: (``shopops-worker ROLE EXECUTION``); read here and by the fork server's child.
+TITLE_ENV = "SHOPOPS_WORKER_TITLE"
+
+
+def name_process(env: dict[str, str] | os._Environ[str]) -> None:
+    """Set this process's title (``/proc/PID/cmdline``, what ``ps`` shows) to
+    ``env[TITLE_ENV]`` when the harness gave one (``setproctitle``, which rewrites the argv
+    area in place; no-op when the variable is absent or empty). The title holds the role and
+    the execution folder's name only — opaque for sealed executions, so it tells an
+    untrusted implementation nothing of its crash schedule."""
+    title = env.get(TITLE_ENV)
+    if title:
+        setproctitle.setproctitle(title)
 
 
 def preload() -> None:
@@ -83,6 +101,7 @@ def main(argv: list[str]) -> None:
     as its argv."""
     memory_mib, file_mib, cpu_s, nproc, uid = (int(a) for a in argv[:5])
     code_dir, module, args = argv[5], argv[6], argv[7:]
+    name_process(os.environ)
     if uid >= 0:
         preload()
         sys.path[:] = pin_path(sys.path)

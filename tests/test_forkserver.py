@@ -352,6 +352,67 @@ def test_a_held_worker_runs_nothing_until_released(probe_dir: Path) -> None:
         assert released.wait(DEADLINE_S).returncode == 4  # wait() opened the gate
 
 
+@pytest.mark.parametrize("via", ["fork", "sut_boot"])
+def test_a_live_worker_is_titled_by_role_and_execution(via: str, fork: ForkLauncher,
+                                                       probe_dir: Path) -> None:
+    # ps shows "shopops-worker ROLE EXECUTION", not "python3 -m harness.forkserver"; read from
+    # the kernel (/proc/PID/cmdline via psutil) while the worker is alive and waiting
+    title = "shopops-worker resume x-o1001-3fa2c0ffee"
+    ready = probe_dir / "ready"
+    env = base_env(PYTHONPATH=str(probe_dir), SHOPOPS_WORKER_TITLE=title)
+    if via == "fork":
+        worker = probe(fork, probe_dir, "hang", str(ready), env=env)
+    else:  # a spawned untrusted worker's boot (uid -1: limits only, no privilege drop)
+        env["PYTHONPATH"] += os.pathsep + str(ROOT)
+        worker = start(SpawnLauncher(), probe_dir,
+                       [sys.executable, "-P", "-s", "-m", "harness.sut_boot", "2048", "64",
+                        "600", "64", "-1", str(probe_dir), "fsprobe", "hang", str(ready)],
+                       env, "w")
+    try:
+        wait_for_file(ready, worker)
+        shown = " ".join(psutil.Process(worker.pid).cmdline())
+        assert shown.startswith("shopops-worker resume x-o1001-3fa2c0ffee"), shown
+        assert "forkserver" not in shown and "sut_boot" not in shown
+    finally:
+        worker.kill()
+        worker.wait(DEADLINE_S)
+
+
+def test_the_harness_titles_each_worker_by_its_role_and_execution_folder(
+        tmp_path: Path) -> None:
+    """What a real execution asks for: each worker's env names its role and the execution
+    folder (the name the fork server's child and sut_boot set as its title)."""
+    from harness.model import WorkerRole
+    from harness.runner import run
+    from harness.scenario import load_scenarios
+    from harness.schedule import CrashSchedule
+
+    titles: list[str] = []
+
+    class Recording:
+        def __init__(self, inner: Launcher) -> None:
+            self.inner = inner
+
+        def start(self, argv: list[str], **kw: Any) -> Worker:
+            titles.append(kw["env"]["SHOPOPS_WORKER_TITLE"])
+            return self.inner.start(argv, **kw)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    with ForkLauncher() as inner:
+        result = run(load_scenarios([ROOT / "scenarios" / "o1001.toml"]), tmp_path,
+                     launcher=Recording(inner), jobs=1,  # type: ignore[arg-type]
+                     schedule=CrashSchedule.parse("t6.gateway_accepted"))
+    assert result.results and titles
+    folders = {p.name for p in tmp_path.rglob("*") if p.is_dir()}
+    roles = {r.value for r in WorkerRole}
+    for title in titles:
+        word, role, execution = title.split(" ")
+        assert word == "shopops-worker" and role in roles and execution in folders, title
+    assert {t.split(" ")[1] for t in titles} >= {"start", "resume"}, titles
+
+
 def test_a_dead_server_is_reported_and_replaced(probe_dir: Path) -> None:
     with ForkLauncher(modules=("fsprobe",)) as launcher:
         ready = probe_dir / "ready"
