@@ -7,7 +7,7 @@ the adapter contract lets an implementation use (the standard library's ``sqlite
 ``json``, ``socket``, ``http``; ``requests``) while still root, drops every privilege
 (``setgroups([])``, ``setresgid``, ``setresuid`` to ``UID``, see ``credentials(7)``) and
 puts ``CODE_DIR`` (``-`` for none) first on ``sys.path``; then runs ``MODULE`` as
-``python -m MODULE ARGS`` would. The process is first titled from ``$SHOPOPS_WORKER_TITLE``
+``python -m MODULE ARGS`` would. The process is first titled from ``$HARNESS_WORKER_TITLE``
 (``name_process``).
 
 The interpreter's own library may sit where the new user cannot go (pyenv under root's
@@ -32,17 +32,19 @@ import sys
 import setproctitle
 
 #: The harness names each worker for ``ps``/``top`` through this variable of its env
-#: (``shopops-worker ROLE EXECUTION``); read here and by the fork server's child.
-TITLE_ENV = "SHOPOPS_WORKER_TITLE"
+#: (``shopops-worker ROLE EXECUTION``); read and removed here and by the fork server's child
+#: (not ``SHOPOPS_*``: a spawned reference worker would refuse it as an unknown setting).
+TITLE_ENV = "HARNESS_WORKER_TITLE"
 
 
 def name_process(env: dict[str, str] | os._Environ[str]) -> None:
     """Set this process's title (``/proc/PID/cmdline``, what ``ps`` shows) to
     ``env[TITLE_ENV]`` when the harness gave one (``setproctitle``, which rewrites the argv
-    area in place; no-op when the variable is absent or empty). The title holds the role and
+    area in place; no-op when the variable is absent or empty), and remove the variable from
+    ``env``: it is the harness's, and the loop refuses unknown settings. The title holds the role and
     the execution folder's name only — opaque for sealed executions, so it tells an
     untrusted implementation nothing of its crash schedule."""
-    title = env.get(TITLE_ENV)
+    title = env.pop(TITLE_ENV, None)
     if title:
         setproctitle.setproctitle(title)
 

@@ -359,7 +359,7 @@ def test_a_live_worker_is_titled_by_role_and_execution(via: str, fork: ForkLaunc
     # the kernel (/proc/PID/cmdline via psutil) while the worker is alive and waiting
     title = "shopops-worker resume x-o1001-3fa2c0ffee"
     ready = probe_dir / "ready"
-    env = base_env(PYTHONPATH=str(probe_dir), SHOPOPS_WORKER_TITLE=title)
+    env = base_env(PYTHONPATH=str(probe_dir), HARNESS_WORKER_TITLE=title)
     if via == "fork":
         worker = probe(fork, probe_dir, "hang", str(ready), env=env)
     else:  # a spawned untrusted worker's boot (uid -1: limits only, no privilege drop)
@@ -394,7 +394,7 @@ def test_the_harness_titles_each_worker_by_its_role_and_execution_folder(
             self.inner = inner
 
         def start(self, argv: list[str], **kw: Any) -> Worker:
-            titles.append(kw["env"]["SHOPOPS_WORKER_TITLE"])
+            titles.append(kw["env"]["HARNESS_WORKER_TITLE"])
             return self.inner.start(argv, **kw)
 
         def __getattr__(self, name: str) -> Any:
@@ -405,6 +405,7 @@ def test_the_harness_titles_each_worker_by_its_role_and_execution_folder(
                      launcher=Recording(inner), jobs=1,  # type: ignore[arg-type]
                      schedule=CrashSchedule.parse("t6.gateway_accepted"))
     assert result.results and titles
+    assert [r.verdict for r in result.results] == ["pass"], [r.reasons for r in result.results]
     folders = {p.name for p in tmp_path.rglob("*") if p.is_dir()}
     roles = {r.value for r in WorkerRole}
     for title in titles:
