@@ -41,9 +41,9 @@ def name_process(env: dict[str, str] | os._Environ[str]) -> None:
     """Set this process's title (``/proc/PID/cmdline``, what ``ps`` shows) to
     ``env[TITLE_ENV]`` when the harness gave one (``setproctitle``, which rewrites the argv
     area in place; no-op when the variable is absent or empty), and remove the variable from
-    ``env``: it is the harness's, and the loop refuses unknown settings. The title holds the role and
-    the execution folder's name only — opaque for sealed executions, so it tells an
-    untrusted implementation nothing of its crash schedule."""
+    ``env``: it is the harness's, and the loop refuses unknown settings. The title holds
+    the role and the execution folder's name only — opaque for sealed executions, so it
+    tells an untrusted implementation nothing of its crash schedule."""
     title = env.pop(TITLE_ENV, None)
     if title:
         setproctitle.setproctitle(title)
