@@ -46,10 +46,13 @@ def wait_for_progress(proc: subprocess.Popen[str], executions: int) -> None:
 
 
 def processes_under(path: Path) -> list[psutil.Process]:
+    # by command line or working folder: a forked worker is retitled
+    # ("shopops-worker start o1001--…", no path in it) but runs in its execution folder
     found = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.process_iter(["cmdline", "cwd"]):
         try:
-            if any(str(path) in arg for arg in (p.info["cmdline"] or [])):
+            if any(str(path) in arg for arg in (p.info["cmdline"] or [])) or \
+                    str(p.info["cwd"] or "").startswith(str(path)):
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
