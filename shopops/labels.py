@@ -51,6 +51,16 @@ CATALOGUE: tuple[Label, ...] = (
         "ckpt.before_commit",
         "inside CheckpointStore.save: the row is written, the transaction not committed",
     ),
+    # Boundaries the harness installs in a target's worker (harness.boundaries), so a loop
+    # that never calls failpoint() still has kill points at its durability boundaries.
+    Label("b.sqlite.before_commit", "target: an SQLite transaction is about to commit"),
+    Label("b.sqlite.after_commit", "target: an SQLite transaction has committed"),
+    Label("b.http.before_request", "target: a request to the gateway is about to leave"),
+    Label("b.http.after_response", "target: the gateway's reply arrived; nothing of it durable"),
+    Label("b.langgraph.node_start", "target: a LangGraph node is about to run"),
+    Label("b.langgraph.node_end", "target: a LangGraph node returned; its writes not yet saved"),
+    Label("b.dbos.step_start", "target: a DBOS step is about to run"),
+    Label("b.dbos.step_end", "target: a DBOS step returned; its output not yet recorded"),
     Label(
         "ckpt.migration_before_commit",
         "inside the v1->v2 migration: every row rewritten, the transaction not committed",

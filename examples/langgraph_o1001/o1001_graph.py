@@ -1,0 +1,171 @@
+"""O-1001 as a LangGraph ``StateGraph``, checkpointed by ``SqliteSaver`` on a file.
+
+get_customer -> get_order -> draft -> request_approval -> await_approval (``interrupt()``)
+-> send -> done. Resumed with ``Command(resume={"ticket": ...})``; a run killed between
+nodes is continued with ``invoke(None, config)`` from its last checkpoint.
+
+Written as LangGraph's documentation recommends for side effects
+(https://docs.langchain.com/oss/python/langgraph/interrupts, "Side effects before
+interrupt must be idempotent"; https://docs.langchain.com/oss/python/langgraph/durable-execution,
+"wrap side effects ... in separate nodes or tasks" and make them idempotent): the approval
+request and the send are each their own node, the node holding ``interrupt()`` does
+nothing else, and the send carries an idempotency key derived from durable facts (switch
+``keys`` off to see what it prevents). ``options.durability`` picks LangGraph's durability
+mode: ``sync`` (checkpoint before the next step), ``async`` (while it runs, the default),
+``exit`` (only when the graph exits or interrupts).
+
+The harness entry points are ``start``, ``resume`` and ``history`` (``[target]`` table);
+they take a ``harness.targets.context.TargetContext``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any, TypedDict
+
+import requests
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import Command, interrupt
+
+from shopops.approvals import ApprovalQueue
+
+DURABILITY = ("sync", "async", "exit")
+
+
+class O1001(TypedDict, total=False):
+    """The graph's state (LangGraph channels)."""
+
+    case_id: str
+    order_id: str
+    customer: dict[str, Any]
+    order: dict[str, Any]
+    draft: dict[str, str]
+    request_id: str
+    ticket: str
+    idempotency_key: str | None
+    delivery_id: str
+    sent: bool
+    step: int
+
+
+def _digest(draft: dict[str, str]) -> str:
+    blob = json.dumps(draft, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def build(ctx: Any) -> StateGraph:
+    """The O-1001 graph for one execution (its nodes close over ``ctx``)."""
+    fixtures = Path(ctx.fixtures)
+
+    def get_customer(state: O1001) -> O1001:
+        order = json.loads((fixtures / "orders.json").read_text())[state["order_id"]]
+        customers = json.loads((fixtures / "customers.json").read_text())
+        return {"customer": customers[order["customer_id"]], "step": state.get("step", 0) + 1}
+
+    def get_order(state: O1001) -> O1001:
+        orders = json.loads((fixtures / "orders.json").read_text())
+        return {"order": orders[state["order_id"]], "step": state["step"] + 1}
+
+    def draft(state: O1001) -> O1001:
+        customer, order = state["customer"], state["order"]
+        first = customer["name"].split()[0]
+        body = (f"Hi {first},\n\nYour order {order['order_id']} ({order['item']}) is "
+                f"{order['status']}; the carrier now expects it by {order['carrier_eta']}.\n\n"
+                "— ShopOps support")
+        text = {"to": customer["email"], "subject": f"Update on your order {order['order_id']}",
+                "body": body}
+        return {"draft": text, "step": state["step"] + 1}
+
+    def request_approval(state: O1001) -> O1001:
+        with ApprovalQueue(ctx.approvals_db) as queue:  # idempotent for case + draft
+            request_id = queue.request(state["case_id"], _digest(state["draft"]))
+        return {"request_id": request_id, "step": state["step"] + 1}
+
+    def await_approval(state: O1001) -> O1001:
+        decision = interrupt({"request_id": state["request_id"]})  # parks the thread
+        ticket = str(decision["ticket"])
+        with ApprovalQueue(ctx.approvals_db) as queue:  # the queue must have issued it
+            queue.verify(ticket, state["case_id"], _digest(state["draft"]))
+        return {"ticket": ticket, "step": state["step"] + 1}
+
+    def send(state: O1001) -> O1001:
+        digest = _digest(state["draft"])
+        key = f"{state['case_id']}:send_email:{digest[:16]}" if ctx.keys else None
+        headers = {"X-ShopOps-Worker-Pid": str(os.getpid())}
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        reply = requests.post(f"{ctx.gateway_url}/v1/messages", timeout=(2, 5),
+                              headers=headers, json={"case_id": state["case_id"],
+                                                     **state["draft"]})
+        reply.raise_for_status()
+        return {"idempotency_key": key, "delivery_id": reply.json()["delivery_id"],
+                "sent": True, "step": state["step"] + 1}
+
+    def done(state: O1001) -> O1001:
+        return {"step": state["step"] + 1}
+
+    graph = StateGraph(O1001)
+    nodes = (get_customer, get_order, draft, request_approval, await_approval, send, done)
+    previous = START
+    for node in nodes:
+        graph.add_node(node.__name__, node)
+        graph.add_edge(previous, node.__name__)
+        previous = node.__name__
+    graph.add_edge(previous, END)
+    return graph
+
+
+def _run(ctx: Any, *, resume_value: Any | None) -> None:
+    durability = ctx.option("durability", "async", DURABILITY)
+    Path(ctx.workdir).mkdir(parents=True, exist_ok=True)
+    config = {"configurable": {"thread_id": ctx.run_id}}
+    with closing(sqlite3.connect(Path(ctx.workdir) / "langgraph.db",
+                                 check_same_thread=False)) as conn:
+        app = build(ctx).compile(checkpointer=SqliteSaver(conn))
+        snapshot = app.get_state(config)
+        if not snapshot.values:  # never checkpointed: start the case afresh
+            app.invoke({"case_id": ctx.case_id, "order_id": ctx.order_id, "step": 0},
+                       config, durability=durability)
+        elif snapshot.interrupts:  # parked at the approval
+            if resume_value is not None:
+                app.invoke(Command(resume=resume_value), config, durability=durability)
+        elif snapshot.next:  # killed between nodes: continue from the last checkpoint
+            app.invoke(None, config, durability=durability)
+
+
+def start(ctx: Any) -> None:
+    """Run the case until it parks at the approval (``interrupt()``)."""
+    _run(ctx, resume_value=None)
+
+
+def resume(ctx: Any) -> None:
+    """Continue the thread: with ``ctx.ticket`` the approval is answered
+    (``Command(resume={"ticket": ...})``); without it a parked thread stays parked."""
+    _run(ctx, resume_value={"ticket": ctx.ticket} if ctx.ticket else None)
+
+
+def history(ctx: Any) -> list[dict[str, Any]]:
+    """The durable state through LangGraph's API (``get_state_history``), oldest first:
+    one dict per checkpoint with ``draft``, ``phase`` (next node, ``"completed"``),
+    ``step``, ``sent``, ``key``."""
+    path = Path(ctx.workdir) / "langgraph.db"
+    if not path.exists():
+        return []
+    config = {"configurable": {"thread_id": ctx.run_id}}
+    with closing(sqlite3.connect(path, check_same_thread=False)) as conn:
+        app = build(ctx).compile(checkpointer=SqliteSaver(conn))
+        snapshots = list(app.get_state_history(config))
+    out = []
+    for snap in reversed(snapshots):
+        values = snap.values or {}
+        out.append({"draft": values.get("draft"), "phase": snap.next[0] if snap.next
+                    else "completed", "step": values.get("step"), "sent": values.get("sent",
+                                                                                   False),
+                    "key": values.get("idempotency_key"), "ticket": values.get("ticket")})
+    return out

@@ -1,0 +1,77 @@
+"""Drive a target's workers by hand against a real mock gateway (tests only).
+
+Every worker is a real process in its own session, started with a deadline; on a timeout
+or a failing test its whole process group is SIGKILLed and reaped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from harness.mock_gateway import MockGateway, read_log
+from harness.targets.base import DurableState, Role
+from harness.targets.context import TargetContext
+from harness.targets.python import PythonTarget
+from shopops.approvals import ApprovalQueue
+
+DEADLINE_S = 240.0  # a framework import on a loaded 2-core machine is slow
+
+
+class TargetCase:
+    """One O-1001 case of ``target`` in ``workdir``, with its own mock gateway."""
+
+    def __init__(self, target: PythonTarget, workdir: Path, *, keys: bool = True,
+                 options: dict[str, str] | None = None) -> None:
+        self.target = target
+        self.workdir = workdir
+        self.gateway = MockGateway(workdir / "gateway.db").start()
+        self.ctx = TargetContext("case-O-1001", "O-1001", "run-1", str(workdir / "target"),
+                                 self.gateway.url, str(workdir / "approvals.db"), keys=keys,
+                                 options=dict(options or {}))
+        self.runs = 0
+
+    def close(self) -> None:
+        self.gateway.stop()
+
+    def run(self, role: Role, failpoints: str = "") -> subprocess.CompletedProcess[str]:
+        """Run one worker to its end; ``failpoints`` is a ``SHOPOPS_FAILPOINTS`` spec."""
+        self.runs += 1
+        ctx_file = self.workdir / f"ctx-{self.runs}.json"
+        ctx_file.write_text(self.ctx.to_json(), encoding="utf-8")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+        if failpoints:
+            env["SHOPOPS_FAILPOINTS"] = failpoints
+        proc = subprocess.Popen(self.target.argv(role, ctx_file), env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, cwd=self.workdir)
+        try:
+            out, err = proc.communicate(timeout=DEADLINE_S)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # descendants too, if any are left
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def approve(self) -> str:
+        """The human approves through the queue; the ticket goes into the context."""
+        with ApprovalQueue(self.workdir / "approvals.db") as queue:
+            ticket = queue.approve(self.ctx.case_id, approver="maya").ticket_id
+        self.ctx = replace(self.ctx, ticket=ticket)
+        return ticket
+
+    def history(self) -> list[DurableState]:
+        done = self.run(Role.HISTORY)
+        assert done.returncode == 0, done.stderr
+        data: Any = json.loads(done.stdout)
+        return [DurableState.from_dict(d, f"history[{i}]") for i, d in enumerate(data)]
+
+    def deliveries(self) -> int:
+        return len(read_log(self.workdir / "gateway.db").deliveries_for(self.ctx.case_id))

@@ -1,0 +1,152 @@
+"""Targets driven in real processes against the real mock gateway: the plain-Python
+starter, the LangGraph and the DBOS examples, and the boundary kill points the harness
+installs in code that never calls ``failpoint()`` (issue 11).
+
+The gateway's ledger is the judge of deliveries; the target's durable state is read
+through its own API (``history``). A kill is a real SIGKILL to self at the labelled point
+(``SHOPOPS_FAILPOINTS``), so returncode -9.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from target_helpers import TargetCase
+
+from harness.targets.base import Role
+from harness.targets.examples import DBOS, LANGGRAPH, STARTER
+from harness.targets.python import PythonTarget
+
+KILLED = -signal.SIGKILL
+
+
+@pytest.fixture
+def case_of(tmp_path: Path) -> Iterator[object]:
+    made: list[TargetCase] = []
+
+    def make(target: PythonTarget, **kw: object) -> TargetCase:
+        case = TargetCase(target, tmp_path, **kw)  # type: ignore[arg-type]
+        made.append(case)
+        return case
+
+    yield make
+    for case in made:
+        case.close()
+
+
+def _park_approve(case: TargetCase) -> None:
+    start = case.run(Role.START)
+    assert start.returncode == 0, start.stderr
+    assert case.deliveries() == 0  # nothing is sent before the human decides
+    case.approve()
+    if case.target.has(Role.DECIDE):
+        decided = case.run(Role.DECIDE)
+        assert decided.returncode == 0, decided.stderr
+
+
+# -- the plain-Python starter ----------------------------------------------------------------
+
+def test_starter_parks_then_sends_once_with_the_key_committed_before_the_send(case_of) -> None:
+    case = case_of(STARTER)
+    _park_approve(case)
+    assert case.history()[-1].phase == "awaiting_approval"
+    done = case.run(Role.RESUME)
+    assert done.returncode == 0, done.stderr
+    assert case.deliveries() == 1
+    phases = [s.phase for s in case.history()]
+    assert phases[-2:] == ["sending", "completed"]
+    assert case.history()[-2].key == "case-O-1001:send_email:" + case.history()[-1].key[-16:]
+
+
+@pytest.mark.parametrize(("label", "rows"), [("b.sqlite.before_commit", 0),
+                                             ("b.sqlite.after_commit", 1)])
+def test_sqlite_commit_points_sit_on_either_side_of_the_commit(case_of, label, rows) -> None:
+    # the starter never calls failpoint(): these points come from harness.boundaries
+    case = case_of(STARTER)
+    killed = case.run(Role.START, f"{label}=kill")
+    assert killed.returncode == KILLED, killed.stderr
+    assert len(case.history()) == rows
+
+
+@pytest.mark.parametrize(("keys", "deliveries"), [(False, 2), (True, 1)])
+def test_starter_killed_after_the_reply_duplicates_only_without_keys(case_of, keys,
+                                                                    deliveries) -> None:
+    case = case_of(STARTER, keys=keys)
+    _park_approve(case)
+    killed = case.run(Role.RESUME, "b.http.after_response=kill")
+    assert killed.returncode == KILLED, killed.stderr
+    assert case.deliveries() == 1  # delivered before the kill; the worker never knew
+    again = case.run(Role.RESUME)
+    assert again.returncode == 0, again.stderr
+    assert case.deliveries() == deliveries
+
+
+# -- LangGraph -------------------------------------------------------------------------------
+
+def test_langgraph_parks_at_the_interrupt_and_resumes_with_the_ticket(case_of) -> None:
+    case = case_of(LANGGRAPH, options={"durability": "sync"})
+    _park_approve(case)
+    assert case.history()[-1].phase == "await_approval"
+    done = case.run(Role.RESUME)
+    assert done.returncode == 0, done.stderr
+    assert case.deliveries() == 1
+    last = case.history()[-1]
+    assert (last.phase, last.sent) == ("completed", True)
+    assert last.key is not None and last.key.startswith("case-O-1001:send_email:")
+
+
+@pytest.mark.parametrize(("keys", "deliveries"), [(False, 2), (True, 1)])
+def test_langgraph_exit_mode_killed_after_the_reply(case_of, keys, deliveries) -> None:
+    case = case_of(LANGGRAPH, keys=keys, options={"durability": "exit"})
+    _park_approve(case)
+    killed = case.run(Role.RESUME, "b.http.after_response=kill")
+    assert killed.returncode == KILLED, killed.stderr
+    again = case.run(Role.RESUME)
+    assert again.returncode == 0, again.stderr
+    assert case.deliveries() == deliveries  # the send node re-ran from the interrupt
+
+
+def test_langgraph_node_boundaries_are_kill_points(case_of) -> None:
+    case = case_of(LANGGRAPH, options={"durability": "sync"})
+    killed = case.run(Role.START, "b.langgraph.node_end=1*off->kill")  # 2nd: get_order
+    assert killed.returncode == KILLED, killed.stderr
+    phases = [s.phase for s in case.history()]
+    assert phases[-1] == "get_order"  # get_customer's checkpoint is durable, get_order's not
+    recheck = case.run(Role.RESUME)
+    assert recheck.returncode == 0, recheck.stderr
+    assert case.history()[-1].phase == "await_approval" and case.deliveries() == 0
+
+
+def test_a_bad_durability_option_names_the_field(case_of) -> None:
+    case = case_of(LANGGRAPH, options={"durability": "never"})
+    bad = case.run(Role.START)
+    assert bad.returncode == 1
+    assert "target.options.durability: 'never' is not one of sync, async, exit" in bad.stderr
+
+
+# -- DBOS ------------------------------------------------------------------------------------
+
+def test_dbos_parks_in_recv_and_completes_after_the_message(case_of) -> None:
+    case = case_of(DBOS)
+    _park_approve(case)
+    phases = [s.phase for s in case.history()]
+    assert "setEvent" in phases and "send_email" not in phases  # parked before the send
+    done = case.run(Role.RESUME)
+    assert done.returncode == 0, done.stderr
+    assert case.deliveries() == 1
+    assert case.history()[-1].sent is True
+
+
+@pytest.mark.parametrize(("keys", "deliveries"), [(False, 2), (True, 1)])
+def test_dbos_step_killed_after_the_reply_is_rerun_on_recovery(case_of, keys,
+                                                              deliveries) -> None:
+    case = case_of(DBOS, keys=keys)
+    _park_approve(case)
+    killed = case.run(Role.RESUME, "b.dbos.step_end=1*off->kill")  # 2nd: send_email
+    assert killed.returncode == KILLED, killed.stderr
+    again = case.run(Role.RESUME)
+    assert again.returncode == 0, again.stderr
+    assert case.deliveries() == deliveries
