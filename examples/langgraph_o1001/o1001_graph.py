@@ -12,7 +12,8 @@ request and the send are each their own node, the node holding ``interrupt()`` d
 nothing else, and the send carries an idempotency key derived from durable facts (switch
 ``keys`` off to see what it prevents). ``options.durability`` picks LangGraph's durability
 mode: ``sync`` (checkpoint before the next step), ``async`` (while it runs, the default),
-``exit`` (only when the graph exits or interrupts).
+``exit`` (only when the graph exits or interrupts). ``options.resume_on`` (``tasks``, the
+default, or ``next``) picks how a resumed worker decides the thread has work left.
 
 The harness entry points are ``start``, ``resume`` and ``history`` (``[target]`` table);
 they take a ``harness.targets.context.TargetContext``.
@@ -36,6 +37,12 @@ from langgraph.types import Command, interrupt
 from shopops.approvals import ApprovalQueue
 
 DURABILITY = ("sync", "async", "exit")
+#: What says a thread killed mid-run still has work: ``tasks`` (any pending task, even one
+#: whose writes were saved) or ``next`` (the nodes still to run, as LangGraph's
+#: human-in-the-loop examples test ``snapshot.next``). ``next`` is empty when the killed
+#: worker saved a task's writes but not the checkpoint after it (seen with ``async``):
+#: the harness measures that as lost work (README, "What the harness measured").
+RESUME_ON = ("tasks", "next")
 
 
 class O1001(TypedDict, total=False):
@@ -123,6 +130,7 @@ def build(ctx: Any) -> StateGraph:
 
 def _run(ctx: Any, *, resume_value: Any | None) -> None:
     durability = ctx.option("durability", "async", DURABILITY)
+    resume_on = ctx.option("resume_on", "tasks", RESUME_ON)
     Path(ctx.workdir).mkdir(parents=True, exist_ok=True)
     config = {"configurable": {"thread_id": ctx.run_id}}
     with closing(sqlite3.connect(Path(ctx.workdir) / "langgraph.db",
@@ -135,7 +143,8 @@ def _run(ctx: Any, *, resume_value: Any | None) -> None:
         elif snapshot.interrupts:  # parked at the approval
             if resume_value is not None:
                 app.invoke(Command(resume=resume_value), config, durability=durability)
-        elif snapshot.next:  # killed between nodes: continue from the last checkpoint
+        elif snapshot.tasks if resume_on == "tasks" else snapshot.next:
+            # killed mid-run: continue from the last checkpoint and its saved writes
             app.invoke(None, config, durability=durability)
 
 
