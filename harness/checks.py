@@ -408,15 +408,16 @@ CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
 CHECK_IDS: tuple[str, ...] = tuple(c.__name__ for c in CHECKS)
 
 _C, _A, _G = EvidenceSource.CHECKPOINTS, EvidenceSource.APPROVALS, EvidenceSource.GATEWAY
+_T = EvidenceSource.TARGET  # a [target]'s durable state, in place of the checkpoints
 #: The files each check reads: a check whose file could not be read is undecided
 #: (``harness.verdict.decide``). A check not listed reads all of them.
 NEEDS: dict[str, frozenset[EvidenceSource]] = {
-    "draft_identical": frozenset({_C, _A, _G}),
+    "draft_identical": frozenset({_C, _A, _G, _T}),
     "parked_until_approval": frozenset({_C}),
     "not_sent_before_approval": frozenset({_C, _G}),
-    "step_continues": frozenset({_C}),
-    "same_key_one_delivery": frozenset({_C, _G}),
-    "exactly_one_delivery": frozenset({_C, _G}),
+    "step_continues": frozenset({_C, _T}),
+    "same_key_one_delivery": frozenset({_C, _G, _T}),
+    "exactly_one_delivery": frozenset({_C, _G, _T}),
     "ticket_server_issued": frozenset({_C, _A, _G}),
     "intake_not_repeated": frozenset(),
     "storage_safe": frozenset({_C}),

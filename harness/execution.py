@@ -32,8 +32,10 @@ from harness.mock_gateway import Delivery, MockGateway
 from harness.model import (
     EventKind,
     Evidence,
+    EvidenceSource,
     ExecutionPlan,
     ExecutionResult,
+    Gap,
     KillPoint,
     StoryRecord,
 )
@@ -42,6 +44,7 @@ from harness.sealed_launcher import SealedLauncher
 from harness.spawn_launcher import SpawnLauncher
 from harness.storage_faults import migrations
 from harness.story import drive
+from harness.target_checks import target_checks
 from harness.verdict import decide, judge
 from shopops.records import DEFAULT_FIXTURES
 
@@ -93,7 +96,8 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     finally:
         if sandbox is not None:
             sandbox.close()
-    checks = decide(evidence, run_checks(evidence), plan)
+    checks = decide(evidence, (run_checks(evidence) if plan.scenario.target is None
+                               else target_checks(evidence)), plan)
     verdict, reasons = judge(evidence, checks, plan)
     return ExecutionResult(plan, evidence, checks, verdict, reasons,
                            round(time.monotonic() - started, 4))
@@ -142,7 +146,12 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     checkpoint history, approval records and gateway log read back from the files (read
     only; a file that cannot be read becomes a ``Gap``)."""
     s = plan.scenario
-    checkpoints, g1 = read_checkpoints(record.checkpoints_db, s.case_id)
+    target = s.target
+    # a target keeps its own storage (read through its API by the story): no checkpoints
+    checkpoints, g1 = (read_checkpoints(record.checkpoints_db, s.case_id) if target is None
+                       else ((), None))
+    g4 = (Gap(EvidenceSource.TARGET, record.target_error)
+          if record.target_error is not None else None)
     requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
     gateway_log, g3 = read_gateway(record.gateway_db)
     return Evidence(
@@ -151,11 +160,14 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
         checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
         unreached=tuple(controller.pending) + _unreached_points(controller),
-        errors=record.errors, gaps=tuple(g for g in (g1, g2, g3) if g is not None),
+        errors=record.errors, gaps=tuple(g for g in (g1, g2, g3, g4) if g is not None),
         workdir=str(record.workdir), expected_deliveries=s.expect_deliveries,
         injected=record.injected, v1_rows=record.v1_rows,
         migrations=migrations(record.checkpoints_db),
         max_attempts=s.max_attempts,
+        target="reference" if target is None else target.name,
+        target_states=record.target_states,
+        target_exposes=frozenset() if target is None else target.exposes,
     )
 
 

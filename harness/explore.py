@@ -296,7 +296,8 @@ def explore(
             workdir = exe_dir / f"{n:04d}--{plan.dirname}"
             res = execute(plan, workdir, launcher=workers, worker_timeout_s=worker_timeout_s)
             failing = tuple(c.check_id for c in res.checks
-                            if not c.passed and c.check_id not in drawn.expect_failing)
+                            if not c.passed and c.applicable
+                            and c.check_id not in drawn.expect_failing)
             example = Example(n, variant, plan.id, res.verdict, res.reasons, res.elapsed_s,
                               shrinking=result.first_failure is not None,
                               failing_checks=failing)

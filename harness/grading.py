@@ -190,7 +190,7 @@ def _item_problems(item: RubricItem, r: ExecutionResult) -> list[str]:
     expected = r.plan.scenario.expect_failing if r.plan.schedule.kills else frozenset()
     why = []
     for c in r.checks:
-        if c.check_id not in item.checks:
+        if c.check_id not in item.checks or not c.applicable:
             continue
         if c.check_id in expected and c.passed:
             why.append(f"{c.check_id}: expected to fail here (a teaching demo), but passed")

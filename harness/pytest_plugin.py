@@ -287,7 +287,7 @@ def _explain(result: Any) -> str:
     lines = [f"{result.plan.id}: verdict {result.verdict.upper()}"]
     lines += [f"  reason: {r}" for r in result.reasons]
     for check in result.checks:
-        if not check.passed:
+        if not check.passed and check.applicable:
             lines.append(f"  check {check.check_id} FAILED: {check.detail}")
             lines += [f"      {e}" for e in check.evidence]
     lines.append("  timeline:")

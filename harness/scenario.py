@@ -24,8 +24,11 @@ from harness.model import (
     Step,
     StorageFault,
     TicketKind,
+    WorkerRole,
+    WorkersStep,
 )
 from harness.story_parse import parse_story
+from harness.targets.spec import parse_target, target_limits
 from shopops import labels
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
@@ -82,6 +85,8 @@ _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
                     "same_owner": bool},
     "storage": {"fault": str, "lock_at": str, "lock_ms": int},
     "expect": {"failing_checks": list, "deliveries": int, "worker_error": str},
+    "target": {"kind": str, "folder": str, "start": str, "resume": str, "decide": str,
+               "history": str, "options": dict},
 }
 
 
@@ -292,6 +297,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         expect_failing=frozenset(failing),
         expect_deliveries=_deliveries(expect, fail),
         expect_worker_error=worker_error, story=story,
+        target=parse_target(data.get("target", {}), path, fail),
     )
     for dotted, reason in impossible(scenario):
         raise fail(dotted, reason)
@@ -307,7 +313,13 @@ def _deliveries(expect: dict[str, Any], fail: Any) -> int:
 
 def impossible(s: Scenario) -> list[tuple[str, str]]:
     """Combinations that can never run as written: ``(field, reason)`` pairs."""
-    problems = []
+    problems = target_limits(s)
+    deciding = [st for st in s.story if isinstance(st, WorkersStep)
+                and WorkerRole.DECIDE in (st.role, st.recover)]
+    if deciding and s.target is None:
+        problems.append(("story", "a \"decide\" worker delivers the human's decision to a "
+                                  "[target] with a decide function; the reference loop has "
+                                  "none"))
     if s.human_action == "reject" and (s.approve_at or s.approve_twice or s.ticket != "issued"):
         problems.append(("human.action", "a rejected case has no approval: approve_at, twice "
                                          "and ticket need action = \"approve\""))

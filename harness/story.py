@@ -23,6 +23,7 @@ from harness.launcher import Launcher
 from harness.model import (
     PAST_LEASE,
     ClockStep,
+    DurableState,
     EventKind,
     ExecutionPlan,
     HoldStep,
@@ -76,6 +77,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir)
     try:
         engine.play()
+        engine.read_target()
     except (HarnessStopping, KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # judged with the reason; the run goes on
@@ -114,6 +116,8 @@ class _Engine:
         self.holds: dict[KillPoint, Hold] = {}
         self.background: list[Started] = []
         self._lock_holder: LockHolder | None = None
+        self.target_states: tuple[DurableState, ...] = ()
+        self.target_error: str | None = None
 
     # -- the story ----------------------------------------------------------------------
     def play(self) -> None:
@@ -133,6 +137,12 @@ class _Engine:
             while self.background:
                 self.w.finish(self.background.pop(0))
 
+    def read_target(self) -> None:
+        """A target's durable state through its own API, after every worker was reaped
+        (outside the kill controller: ``TargetDriver.history``)."""
+        if self.w.target is not None:
+            self.target_states, self.target_error = self.w.target.history()
+
     def close(self) -> None:
         if self._lock_holder is not None:
             self._lock_holder.close()
@@ -141,7 +151,8 @@ class _Engine:
         w = self.w
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
-                           w.ckpt_db, w.appr_db, w.gw_db, w.workdir)
+                           w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_states,
+                           self.target_error)
 
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
@@ -251,6 +262,8 @@ class _Engine:
                                     f"{ticket.ticket_id} by {APPROVER}"
                                     + (f", {hours:g} h after the park" if hours else ""),
                                     ref=ticket.ticket_id)
+            if self.w.target is not None:  # handed to the target's later workers
+                self.w.target.ticket = ticket.ticket_id
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"refused: {exc}")

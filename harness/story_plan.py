@@ -13,6 +13,10 @@ The story the tables describe (Chapter 8's timeline for O-1001):
    with ``approve_at``, approves mid-story when a worker reaches that point;
 4. ``resume`` workers until one finishes without being killed: several at once, or a slow
    one held at ``takeover_at`` whose lease a ``takeover`` worker takes over.
+
+A ``[target]`` with a ``decide`` function gets, right after the approval, ``decide``
+workers until one is not killed (the harness playing the human tells the target, e.g. a
+DBOS message); ``harness.targets.spec`` refuses the tables a target cannot follow.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from harness.model import (
     Step,
     StorageFault,
     StorageStep,
+    TargetRole,
     TicketKind,
     Wait,
     When,
@@ -79,6 +84,9 @@ def _expand(s: Scenario) -> list[Step]:
             steps.append(HumanStep(HumanAction.REJECT))
         elif s.ticket is TicketKind.ISSUED:
             steps.append(HumanStep(delay_hours=s.approve_delay_h, twice=s.approve_twice))
+            if s.target is not None and s.target.has(TargetRole.DECIDE):
+                # a target told the decision by a worker of its own (a DBOS message)
+                steps.append(WorkersStep(WorkerRole.DECIDE, recover=WorkerRole.DECIDE))
         else:
             steps.append(HumanStep(ticket=s.ticket))
     steps += _resume(s)

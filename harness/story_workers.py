@@ -15,6 +15,7 @@ from harness.launcher import Launcher
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
 from harness.processes import Worker
 from harness.sut_boot import TITLE_ENV
+from harness.targets.drive import TargetDriver
 from shopops.checkpoint import CheckpointRow
 from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
@@ -42,6 +43,8 @@ class Workers:
         errors: deadlines that passed (they cut the story short).
         injected: checkpoint rows the harness appended (not the loop's: ignored when the
             harness reads the loop's latest phase).
+        target: the scenario's ``[target]`` driver (``None``: the reference loop), which
+            builds a target worker's command line and holds the ticket it is handed.
     """
 
     def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
@@ -70,6 +73,8 @@ class Workers:
         self.injected: list[CheckpointRow] = []
         self._started = 0
         self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
+        self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url)
+                       if scenario.target is not None else None)
 
     @property
     def started(self) -> int:
@@ -77,8 +82,10 @@ class Workers:
         return self._started
 
     def argv(self, role: WorkerRole, index: int, owner: str) -> list[str]:
-        """The command line of worker ``index``."""
+        """The command line of worker ``index`` (a target's: ``TargetDriver.argv``)."""
         s = self.s
+        if self.target is not None:
+            return self.target.argv(role, index)
         if role is WorkerRole.MIGRATE:
             return self.sut.argv("migrate", str(self.ckpt_db))
         argv = self.sut.argv(
@@ -161,7 +168,10 @@ class Workers:
         self._phase = self.latest_phase()
 
     def latest_phase(self) -> str | None:
-        """The phase of the latest checkpoint the loop wrote, read by the harness."""
+        """The phase of the latest checkpoint the loop wrote, read by the harness (``None``
+        for a target: its state is read once, at the end, through its own API)."""
+        if self.target is not None:
+            return None
         injected = {r.seq for r in self.injected}
         rows, _ = read_checkpoints(self.ckpt_db, self.s.case_id)
         rows = tuple(r for r in rows if r.seq not in injected)

@@ -13,6 +13,9 @@
    check carries the reason (``CheckResult.undecided``). ``unknown`` is never a pass.
 3. **pass** — every check decided and held.
 
+A check a ``[target]`` cannot feed is **not applicable** (``CheckResult.applicable``): it
+is neither decided nor undecided, and counts for no verdict.
+
 A worker error the scenario declares (``expect.worker_error``) is an outcome, not a gap.
 """
 
@@ -70,7 +73,7 @@ def decide(ev: Evidence, checks: tuple[CheckResult, ...], plan: ExecutionPlan
     found = gaps(ev, plan)
     out = []
     for c in checks:
-        if c.undecided is not None:
+        if c.undecided is not None or not c.applicable:  # not applicable stays so
             out.append(c)
             continue
         needs = NEEDS.get(c.check_id, frozenset(EvidenceSource))

@@ -14,9 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness.mock_gateway import MockGateway, read_log
 from harness.targets.base import DurableState, Role
 from harness.targets.context import TargetContext
+from harness.targets.extras import missing
 from harness.targets.python import PythonTarget
 from shopops.approvals import ApprovalQueue
 
@@ -75,3 +78,16 @@ class TargetCase:
 
     def deliveries(self) -> int:
         return len(read_log(self.workdir / "gateway.db").deliveries_for(self.ctx.case_id))
+
+
+def needs_extra(extra: str) -> pytest.MarkDecorator:
+    """Skip a test, saying why and how to install it, when the optional ``extra`` is
+    missing (``harness.targets.extras``)."""
+    absent = missing(extra)
+    return pytest.mark.skipif(bool(absent), reason=(
+        f"needs the optional extra {extra!r} (missing: {', '.join(absent)}): "
+        f"pip install -e '.[{extra}]'"))
+
+
+NEEDS_LANGGRAPH = needs_extra("langgraph")
+NEEDS_DBOS = needs_extra("dbos")

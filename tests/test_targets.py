@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from target_helpers import TargetCase
+from target_helpers import NEEDS_DBOS, NEEDS_LANGGRAPH, TargetCase
 
 from harness.targets.base import Role
 from harness.targets.examples import DBOS, LANGGRAPH, STARTER
@@ -86,6 +86,7 @@ def test_starter_killed_after_the_reply_duplicates_only_without_keys(case_of, ke
 
 # -- LangGraph -------------------------------------------------------------------------------
 
+@NEEDS_LANGGRAPH
 def test_langgraph_parks_at_the_interrupt_and_resumes_with_the_ticket(case_of) -> None:
     case = case_of(LANGGRAPH, options={"durability": "sync"})
     _park_approve(case)
@@ -98,6 +99,8 @@ def test_langgraph_parks_at_the_interrupt_and_resumes_with_the_ticket(case_of) -
     assert last.key is not None and last.key.startswith("case-O-1001:send_email:")
 
 
+@NEEDS_LANGGRAPH
+@pytest.mark.slow
 @pytest.mark.parametrize(("keys", "deliveries"), [(False, 2), (True, 1)])
 def test_langgraph_exit_mode_killed_after_the_reply(case_of, keys, deliveries) -> None:
     case = case_of(LANGGRAPH, keys=keys, options={"durability": "exit"})
@@ -109,6 +112,8 @@ def test_langgraph_exit_mode_killed_after_the_reply(case_of, keys, deliveries) -
     assert case.deliveries() == deliveries  # the send node re-ran from the interrupt
 
 
+@NEEDS_LANGGRAPH
+@pytest.mark.slow
 def test_langgraph_node_boundaries_are_kill_points(case_of) -> None:
     case = case_of(LANGGRAPH, options={"durability": "sync"})
     killed = case.run(Role.START, "b.langgraph.node_end=1*off->kill")  # 2nd: get_order
@@ -120,6 +125,8 @@ def test_langgraph_node_boundaries_are_kill_points(case_of) -> None:
     assert case.history()[-1].phase == "await_approval" and case.deliveries() == 0
 
 
+@NEEDS_LANGGRAPH
+@pytest.mark.slow
 def test_a_bad_durability_option_names_the_field(case_of) -> None:
     case = case_of(LANGGRAPH, options={"durability": "never"})
     bad = case.run(Role.START)
@@ -129,6 +136,7 @@ def test_a_bad_durability_option_names_the_field(case_of) -> None:
 
 # -- DBOS ------------------------------------------------------------------------------------
 
+@NEEDS_DBOS
 def test_dbos_parks_in_recv_and_completes_after_the_message(case_of) -> None:
     case = case_of(DBOS)
     _park_approve(case)
@@ -140,6 +148,8 @@ def test_dbos_parks_in_recv_and_completes_after_the_message(case_of) -> None:
     assert case.history()[-1].sent is True
 
 
+@NEEDS_DBOS
+@pytest.mark.slow
 @pytest.mark.parametrize(("keys", "deliveries"), [(False, 2), (True, 1)])
 def test_dbos_step_killed_after_the_reply_is_rerun_on_recovery(case_of, keys,
                                                               deliveries) -> None:

@@ -57,14 +57,16 @@ from harness.model.story import (
     When,
     WorkersStep,
 )
+from harness.model.target import DurableState, PythonTarget, StateField, TargetRole
 
 __all__ = [
     "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KILL",
-    "NO_RECOVERY", "PAST_LEASE", "REFERENCE", "SRC", "CheckResult", "CheckStatus", "ClockStep",
-    "Counts", "CrashSchedule", "Delivery", "Event", "EventKind", "Evidence", "EvidenceSource",
-    "ExecutionPlan", "ExecutionResult", "FaultSpec", "Gap", "GatewayLog", "HitCounter",
-    "HoldStep", "HumanAction", "HumanStep", "KillPoint", "ReleaseStep", "RequestRecord",
-    "RunResult", "Scenario", "Shard", "ShardError", "ShardPlan", "Step", "StepKind",
-    "StorageFault", "StorageStep", "StoryRecord", "Sut", "TicketKind", "Unit", "Verdict",
+    "NO_RECOVERY", "PAST_LEASE", "REFERENCE", "SRC", "CheckResult", "CheckStatus",
+    "ClockStep", "Counts", "CrashSchedule", "Delivery", "DurableState", "Event",
+    "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan", "ExecutionResult",
+    "FaultSpec", "Gap", "GatewayLog", "HitCounter", "HoldStep", "HumanAction", "HumanStep",
+    "KillPoint", "PythonTarget", "ReleaseStep", "RequestRecord", "RunResult", "Scenario",
+    "Shard", "ShardError", "ShardPlan", "StateField", "Step", "StepKind", "StorageFault",
+    "StorageStep", "StoryRecord", "Sut", "TargetRole", "TicketKind", "Unit", "Verdict",
     "Wait", "When", "WorkerRole", "WorkerRun", "WorkersStep", "number_trace", "roll_up",
 ]

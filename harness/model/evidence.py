@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from harness.model.kinds import EventKind, EvidenceSource
 from harness.model.points import KillPoint
+from harness.model.target import DurableState, StateField
 from shopops.approvals import ApprovalRequest, Ticket
 from shopops.checkpoint import CheckpointRow
 
@@ -164,6 +165,12 @@ class Evidence:
         migrations: ``schema_migrations`` records ``(name, rows)`` read afterwards.
         max_attempts: the recovery attempts the scenario allows the SUT before it must
             dead-letter the case (``None``: not set, the SUT's own default).
+        target: the loop under test: ``reference`` or a target's name (``python``,
+            ``langgraph``, ``dbos``).
+        target_states: a target's durable state read at the end through its own API
+            (its ``history``), oldest first; empty for the reference.
+        target_exposes: the ``StateField`` s the target reports; a check that needs
+            another is not applicable (``harness.target_checks``).
     """
 
     execution_id: str
@@ -185,6 +192,9 @@ class Evidence:
     v1_rows: int = 0
     migrations: tuple[tuple[str, int], ...] = ()
     max_attempts: int | None = None
+    target: str = "reference"
+    target_states: tuple[DurableState, ...] = ()
+    target_exposes: frozenset[StateField] = frozenset()
 
     @property
     def cut_short(self) -> bool:

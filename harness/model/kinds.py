@@ -38,6 +38,7 @@ class CheckStatus(StrEnum):
     PASS = "pass"
     FAIL = "fail"
     UNDECIDED = "undecided"
+    NOT_APPLICABLE = "not_applicable"  # the target does not expose the state it needs
 
 
 class EventKind(StrEnum):
@@ -73,6 +74,7 @@ class EvidenceSource(StrEnum):
     SCHEDULE = "schedule"  # a scheduled kill point was never reached
     STORY = "story"  # the story was cut short (deadline, harness error, human refused)
     WORKERS = "workers"  # a worker ended in a way nobody declared
+    TARGET = "target"  # a target's durable state, read through its own API (its history)
 
     @property
     def universal(self) -> bool:
@@ -129,3 +131,4 @@ class WorkerRole(StrEnum):
     RESUME = "resume"  # resumed after the human decided
     TAKEOVER = "takeover"  # takes over a held worker's expired lease
     MIGRATE = "migrate"  # runs the explicit v1 -> v2 migration
+    DECIDE = "decide"  # delivers the human's decision to a target (e.g. a DBOS message)

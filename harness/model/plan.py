@@ -20,6 +20,7 @@ import shopops
 from harness.model.kinds import HumanAction, StorageFault, TicketKind
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
 from harness.model.story import Step
+from harness.model.target import PythonTarget
 
 __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "NO_KILL", "REFERENCE", "SRC", "CrashSchedule",
            "ExecutionPlan", "FaultSpec", "KillPoint", "Scenario", "Sut"]
@@ -118,6 +119,8 @@ class Scenario:
         expect_deliveries: deliveries the case must end with (1; 0 when nothing may send).
         expect_worker_error: the error a resuming worker must stop with (exit 1), e.g.
             ``CheckpointCorrupt``; such an exit is then a declared outcome.
+        target: the loop under test when it is not the reference (``[target]``,
+            ``harness.targets.spec``); ``None`` is the reference loop (``sut``).
     """
 
     name: str
@@ -152,6 +155,7 @@ class Scenario:
     expect_failing: frozenset[str] = field(default_factory=frozenset)
     expect_deliveries: int = 1
     expect_worker_error: str | None = None
+    target: PythonTarget | None = None
 
     def __post_init__(self) -> None:
         # a scenario built in code may spell a closed set as its string: hold the enum

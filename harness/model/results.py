@@ -25,6 +25,10 @@ class CheckResult:
         evidence: the lines a human needs to see why.
         undecided: why the check could not be decided (the evidence it needs is missing),
             or ``None`` when it was decided (``harness.verdict.decide``).
+        applicable: ``False`` when the target under test does not expose the state the
+            check needs (``harness.target_checks``): then ``passed`` is ``False`` too, the
+            status is ``not_applicable`` and the verdict ignores it — never a pass, never
+            an unknown.
     """
 
     check_id: str
@@ -32,10 +36,13 @@ class CheckResult:
     detail: str
     evidence: tuple[str, ...] = ()
     undecided: str | None = None
+    applicable: bool = True
 
     @property
     def status(self) -> CheckStatus:
-        """``pass``, ``fail`` or ``undecided``."""
+        """``pass``, ``fail``, ``undecided`` or ``not_applicable``."""
+        if not self.applicable:
+            return CheckStatus.NOT_APPLICABLE
         if self.undecided is not None:
             return CheckStatus.UNDECIDED
         return CheckStatus.PASS if self.passed else CheckStatus.FAIL

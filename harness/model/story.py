@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.model.evidence import WorkerRun
 from harness.model.kinds import HumanAction, StorageFault, TicketKind, WorkerRole
 from harness.model.points import KillPoint
+from harness.model.target import DurableState
 from shopops.checkpoint import CheckpointRow
 
 
@@ -176,6 +177,9 @@ class StoryRecord:
         v1_rows: v1 rows installed from the fixture (0 if none).
         checkpoints_db, approvals_db, gateway_db: the execution's files.
         workdir: the execution's folder.
+        target_states: a target's durable state, read after the story through its own API
+            (``harness.targets.drive``); empty for the reference loop.
+        target_error: why a target's state could not be read, or ``None``.
     """
 
     steps: tuple[Step, ...]
@@ -189,3 +193,5 @@ class StoryRecord:
     approvals_db: Path
     gateway_db: Path
     workdir: Path
+    target_states: tuple[DurableState, ...] = ()
+    target_error: str | None = None

@@ -63,7 +63,11 @@ def undecided_reason(check: CheckResult) -> str | None:
 
 
 def check_status(check: CheckResult) -> str:
-    """``pass``, ``fail`` or ``undecided`` — an undecided check is not a failure."""
+    """``pass``, ``fail``, ``undecided`` or ``not_applicable`` — an undecided check is not a
+    failure, and a check the target cannot feed is none of the others
+    (``CheckResult.status``)."""
+    if not getattr(check, "applicable", True):
+        return "not_applicable"
     if undecided_reason(check):
         return "undecided"
     return "pass" if check.passed else "fail"
@@ -96,7 +100,9 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
         "verdict": result.verdict,
         "reasons": list(result.reasons),
         "checks": {c.check_id: {"passed": c.passed, "status": check_status(c),
-                                "undecided": undecided_reason(c), "detail": c.detail,
+                                "undecided": undecided_reason(c),
+                                "applicable": getattr(c, "applicable", True),
+                                "detail": c.detail,
                                 "evidence": list(c.evidence)} for c in result.checks},
         "deliveries": ev.deliveries,
         "idempotency_keys": case_keys(result),

@@ -19,6 +19,7 @@ from typing import Any
 from harness.checks import CHECK_IDS
 from harness.model import Event, ExecutionResult, RunResult, Verdict
 from harness.reports.base import (
+    check_status,
     counts,
     duplicate_entries,
     failing_checks,
@@ -96,14 +97,16 @@ def _matrix(run: RunResult) -> list[str]:
     head = ["execution", *CHECK_IDS, "deliveries", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in run.results:
-        marks = {c.check_id: "✓" if c.passed else "?" if undecided_reason(c)
-                 else "✗*" if is_expected(r, c.check_id) else "✗" for c in r.checks}
+        marks = {c.check_id: "n/a" if check_status(c) == "not_applicable" else "✓" if c.passed
+                 else "?" if undecided_reason(c) else "✗*" if is_expected(r, c.check_id)
+                 else "✗" for c in r.checks}
         cells = [_code(r.plan.id, True), *(marks.get(c, "–") for c in CHECK_IDS),
                  str(r.evidence.deliveries), f"**{r.verdict}**" if r.verdict != PASS
                  else kind_of(r.verdict)]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, "", "✓ passed, ✗ failed, ✗* failed as the scenario expects, ? undecided (its "
-            "evidence is missing), – not run."]
+            "evidence is missing), n/a not applicable (the target does not expose the state it "
+            "needs), – not run."]
 
 
 def _section(r: ExecutionResult) -> list[str]:

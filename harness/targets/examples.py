@@ -33,3 +33,11 @@ STARTER = PythonTarget(
 
 BY_NAME: dict[str, PythonTarget] = {t.name: t for t in (LANGGRAPH, DBOS)}
 """The framework examples by ``target.kind``; the starter is a plain ``python`` target."""
+
+#: ``target.options`` each shipped example accepts, with their allowed values (the first
+#: is the default); checked before anything runs. The examples check them again through
+#: ``TargetContext.option`` (``o1001_graph.DURABILITY``, ``RESUME_ON``).
+OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "langgraph": {"durability": ("async", "sync", "exit"), "resume_on": ("tasks", "next")},
+    "dbos": {},
+}

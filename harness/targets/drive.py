@@ -1,0 +1,136 @@
+"""What the story needs from a scenario's target (``harness.story_workers``): each worker's
+command line with its ``TargetContext`` written beside it, and the target's durable state
+read back at the end through the target's own API (its ``history`` function: LangGraph's
+``get_state_history``, DBOS's ``list_workflow_steps``).
+
+The ``history`` worker runs outside the kill controller (no failpoint channel in its
+environment, so nothing it passes is a kill point), in a session of its own with a
+deadline, and is reaped with its whole process group whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+from harness.model import SRC, DurableState, PythonTarget, Scenario, TargetRole, WorkerRole
+from harness.targets.context import TargetContext
+
+__all__ = ["HISTORY_DEADLINE_S", "TargetDriver", "target_role"]
+
+#: Seconds the ``history`` worker may take (a framework import on a busy machine).
+HISTORY_DEADLINE_S = 120.0
+
+_ROLES = {WorkerRole.START: TargetRole.START, WorkerRole.RECHECK: TargetRole.RESUME,
+          WorkerRole.RESUME: TargetRole.RESUME, WorkerRole.DECIDE: TargetRole.DECIDE}
+
+
+def target_role(role: WorkerRole) -> TargetRole:
+    """The target function a story worker of ``role`` calls: ``start`` → start,
+    ``recheck`` and ``resume`` → resume (a recheck gets no ticket), ``decide`` → decide.
+
+    Raises:
+        ValueError: a role only the reference loop has (``takeover``, ``migrate``; the
+            scenario's validation refuses them first).
+    """
+    if role not in _ROLES:
+        raise ValueError(f"worker role {role!r} has no target function; allowed: "
+                         + ", ".join(_ROLES))
+    return _ROLES[role]
+
+
+class TargetDriver:
+    """The target of one execution.
+
+    Args:
+        scenario: a scenario whose ``target`` is set.
+        workdir: the execution's folder (context files go there; the target's own durable
+            state in ``workdir / "target"``).
+        approvals_db: the approval queue's file the harness approves in.
+        gateway_url: the harness's mock gateway.
+
+    Attributes:
+        ticket: the ticket id the human's approval issued (set by the story), handed to
+            every later ``resume``/``decide`` worker in ``TargetContext.ticket``.
+    """
+
+    def __init__(self, scenario: Scenario, workdir: Path, approvals_db: Path,
+                 gateway_url: str) -> None:
+        if scenario.target is None:
+            raise ValueError(f"scenario {scenario.name!r} has no [target]")
+        self.target: PythonTarget = scenario.target
+        self.workdir = workdir
+        (workdir / "target").mkdir(parents=True, exist_ok=True)
+        self.base = TargetContext(
+            case_id=scenario.case_id, order_id=scenario.order_id, run_id="run-1",
+            workdir=str(workdir / "target"), gateway_url=gateway_url,
+            approvals_db=str(approvals_db), keys=scenario.idempotency_keys,
+            options=dict(self.target.options))
+        self.ticket: str | None = None
+
+    def has(self, role: TargetRole) -> bool:
+        """Whether the target implements ``role``."""
+        return self.target.has(role)
+
+    def _context_file(self, name: str, ticket: str | None) -> Path:
+        path = self.workdir / f"{name}.context.json"
+        path.write_text(replace(self.base, ticket=ticket).to_json(), encoding="utf-8")
+        return path
+
+    def argv(self, role: WorkerRole, index: int) -> list[str]:
+        """The command line of story worker ``index`` playing ``role`` (its context in
+        ``worker-INDEX.context.json``; a ``recheck`` or ``start`` gets no ticket).
+
+        Raises:
+            ValueError: see ``target_role``.
+        """
+        ticket = self.ticket if role in (WorkerRole.RESUME, WorkerRole.DECIDE) else None
+        return self.target.argv(target_role(role),
+                                self._context_file(f"worker-{index}", ticket))
+
+    def history(self) -> tuple[tuple[DurableState, ...], str | None]:
+        """The target's durable state through its own API, oldest first, and why it could
+        not be read (``None``: read, or the target has no ``history``: then ``()``).
+
+        Never raises for the target's failure: a non-zero exit, a deadline or malformed
+        JSON becomes the reason. The process group is killed and reaped before return.
+        """
+        if not self.has(TargetRole.HISTORY):
+            return (), None
+        argv = self.target.argv(TargetRole.HISTORY, self._context_file("history", self.ticket))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+        proc = subprocess.Popen(argv, env=env, cwd=self.workdir, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=HISTORY_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.communicate()
+            out, err = "", f"passed its {HISTORY_DEADLINE_S:g} s deadline"
+        finally:
+            _kill_group(proc.pid)  # anything it left behind in its session
+            proc.wait()
+        if proc.returncode != 0:
+            last = err.strip().splitlines()[-1:] or ["(no stderr)"]
+            return (), f"the target's history could not be read: {last[0]}"
+        try:
+            data = json.loads(out)
+            if not isinstance(data, list):
+                raise ValueError("expected a JSON list of snapshots")
+            return tuple(DurableState.from_dict(d, f"history[{i}]")
+                         for i, d in enumerate(data)), None
+        except ValueError as exc:
+            return (), f"the target's history is malformed: {exc}"
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

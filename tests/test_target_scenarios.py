@@ -1,0 +1,283 @@
+"""The ``[target]`` table (issue 11): every bad one refused before anything runs, the
+shipped target scenarios load, the story hands a target its ticket and reads its state
+back, and the checks a target cannot feed are ``not_applicable`` — never a pass, never an
+unknown. Two real executions of the plain-Python starter (one of them through its printed
+replay command); the framework scenarios run behind ``--crash-soak``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scenario_helpers import ROOT, refused
+from target_helpers import NEEDS_DBOS, NEEDS_LANGGRAPH
+
+from harness.checks import CHECK_IDS
+from harness.execution import execute
+from harness.model import (
+    CheckStatus,
+    CrashSchedule,
+    DurableState,
+    Evidence,
+    ExecutionPlan,
+    ExecutionResult,
+    GatewayLog,
+    KillPoint,
+    Scenario,
+    StateField,
+    TargetRole,
+    Verdict,
+    WorkersStep,
+)
+from harness.reports.base import execution_dict
+from harness.scenario import load_scenario, load_scenarios
+from harness.story_plan import expand
+from harness.target_checks import REFERENCE_ONLY, target_checks
+from harness.targets.examples import DBOS, STARTER
+from harness.verdict import decide, judge
+
+STARTER_DIR = ROOT / "examples" / "python_starter"
+TARGETS_DIR = ROOT / "scenarios" / "targets"
+TARGET_SCENARIOS = sorted(TARGETS_DIR.glob("*.toml"))
+ALL_STATE = frozenset({StateField.DRAFT, StateField.PHASE, StateField.STEP, StateField.SENT,
+                       StateField.KEY})
+
+
+def write(tmp_path: Path, target: str, extra: str = "") -> Path:
+    path = tmp_path / "t.toml"
+    path.write_text(f'name = "t"\n{extra}\n[target]\n{target}\n', encoding="utf-8")
+    return path
+
+
+def python_target(folder: Path = STARTER_DIR, **fields: str) -> str:
+    base = {"kind": "python", "folder": str(folder), "start": "loop:start",
+            "resume": "loop:resume", **fields}
+    return "\n".join(f'{k} = "{v}"' for k, v in base.items() if v != "-")
+
+
+# -- the table --------------------------------------------------------------------------------
+
+def test_shipped_target_scenarios_load_and_name_their_target() -> None:
+    scenarios = load_scenarios(TARGET_SCENARIOS)
+    assert {s.target.name for s in scenarios if s.target} == {"python", "langgraph", "dbos"}
+    assert all(s.target is not None for s in scenarios)
+    lg = next(s for s in scenarios if s.name == "langgraph-exit")
+    assert lg.target is not None and lg.target.options == {"durability": "exit"}
+
+
+def test_todays_scenarios_stay_on_the_reference_loop() -> None:
+    assert all(s.target is None for s in load_scenarios([ROOT / "scenarios"]))
+
+
+def test_a_python_target_resolves_its_folder_against_the_scenario_file(tmp_path) -> None:
+    s = load_scenario(write(tmp_path, python_target(history="loop:history")))
+    assert s.target is not None and s.target.folder == STARTER_DIR.resolve()
+    assert s.target.has(TargetRole.HISTORY) and StateField.DRAFT in s.target.exposes
+
+
+def test_without_history_a_python_target_exposes_nothing(tmp_path) -> None:
+    s = load_scenario(write(tmp_path, python_target()))
+    assert s.target is not None and s.target.exposes == frozenset()
+
+
+@pytest.mark.parametrize(("target", "field", "says"), [
+    ('kind = "temporal"', "target.kind", "'temporal'; allowed: reference, python, langgraph"),
+    ('kind = 3', "target.kind", "must be a string"),
+    ('kind = "python"\nstart = "loop:start"\nresume = "loop:resume"', "target.folder",
+     "required for kind = \"python\""),
+    (python_target(start="-"), "target.start", "required for kind"),
+    (python_target(resume="loop"), "target.resume", "'loop' must be module:function"),
+    (python_target(folder=Path("/nonexistent/x")), "target.folder", "is not a folder"),
+    ('kind = "reference"\nstart = "a:b"', "target.start", "takes no target fields"),
+    ('kind = "reference"\noptions = { x = "y" }', "target.options.x", "takes no options"),
+    ('kind = "langgraph"\nstart = "a:b"', "target.start", "give only kind and options"),
+    ('kind = "langgraph"\noptions = { durability = 1 }', "target.options.durability",
+     "must be a string"),
+    ('kind = "langgraph"\noptions = { durability = "never" }', "target.options.durability",
+     "'never'; allowed: async, sync, exit"),
+    ('kind = "langgraph"\noptions = { speed = "fast" }', "target.options.speed",
+     "unknown option for kind 'langgraph'; allowed: durability, resume_on"),
+    ('kind = "dbos"\noptions = { durability = "sync" }', "target.options.durability",
+     "allowed: none"),
+    ('kind = "dbos"\nspeed = "fast"', "target.speed", "unknown field; allowed in [target]"),
+    ('kind = "python"\noptions = "x"', "target.options", "must be dict"),
+])
+def test_a_bad_target_table_is_refused(tmp_path, target, field, says) -> None:
+    err = refused(write(tmp_path, target))
+    assert err.field == field
+    assert says in str(err)
+    assert str(err).startswith(str(tmp_path / "t.toml"))
+
+
+@pytest.mark.parametrize(("extra", "field"), [
+    ("[concurrency]\nleases = true\n", "concurrency.leases"),
+    ("[human]\ntwice = true\n", "human.twice"),
+    ("[human]\naction = \"reject\"\n", "human.action"),
+    ("[storage]\nfault = \"corrupt_json\"\n", "storage.fault"),
+    ("[sut]\nmax_attempts = 3\n", "sut.max_attempts"),
+    ('[[story]]\nstep = "workers"\nrole = "start"\n', "story"),
+])
+def test_reference_only_features_are_refused_for_a_target(tmp_path, extra, field) -> None:
+    err = refused(write(tmp_path, python_target(), extra))
+    assert err.field == field
+    assert "not supported for target kind 'python'" in str(err)
+
+
+def test_a_decide_worker_needs_a_target(tmp_path) -> None:
+    path = tmp_path / "d.toml"
+    path.write_text('name = "d"\n[[story]]\nstep = "workers"\nrole = "decide"\n',
+                    encoding="utf-8")
+    err = refused(path)
+    assert err.field == "story" and "decide" in str(err)
+
+
+def test_a_target_whose_extra_is_missing_names_the_install_command(
+        tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "dbos", None)  # as if .[dbos] were not installed
+    err = refused(write(tmp_path, 'kind = "dbos"'))
+    assert err.field == "target.kind"
+    assert "pip install -e '.[dbos]'" in str(err)
+
+
+def test_a_target_with_decide_is_told_after_the_approval() -> None:
+    steps = expand(Scenario("d", target=DBOS))
+    roles = [st.role for st in steps if isinstance(st, WorkersStep)]
+    assert roles == ["start", "decide", "resume"]
+    assert [st.role for st in expand(Scenario("p", target=STARTER))
+            if isinstance(st, WorkersStep)] == ["start", "resume"]
+
+
+# -- checks over a target's evidence (pure) --------------------------------------------------
+
+def _evidence(exposes: frozenset[StateField], states: tuple[DurableState, ...],
+              expected: int = 0) -> Evidence:
+    return Evidence(execution_id="t[no-kill]", case_id="case-O-1001", events=(), workers=(),
+                    checkpoints=(), approval_requests=(), tickets=(),
+                    gateway=GatewayLog((), ()), approval_event=None,
+                    checkpoint_seq_at_approval=None, unreached=(), expected_deliveries=expected,
+                    target="python", target_states=states, target_exposes=exposes)
+
+
+def _plan() -> ExecutionPlan:
+    return ExecutionPlan(Scenario("t", target=STARTER), CrashSchedule(()))
+
+
+def test_checks_a_target_cannot_feed_are_not_applicable_and_never_pass() -> None:
+    checks = target_checks(_evidence(frozenset(), ()))
+    assert tuple(c.check_id for c in checks) == CHECK_IDS
+    na = {c.check_id for c in checks if c.status is CheckStatus.NOT_APPLICABLE}
+    assert na == {*REFERENCE_ONLY, "draft_identical", "step_continues"}
+    assert "exactly_one_delivery" not in na and "same_key_one_delivery" not in na
+    assert all(not c.passed and c.detail.startswith("not applicable") for c in checks
+               if not c.applicable)
+
+
+def test_not_applicable_is_neither_pass_nor_unknown_and_the_verdict_ignores_it() -> None:
+    ev = _evidence(frozenset(), ())
+    checks = decide(ev, target_checks(ev), _plan())
+    assert {c.status for c in checks} == {CheckStatus.PASS, CheckStatus.NOT_APPLICABLE}
+    verdict, reasons = judge(ev, checks, _plan())
+    assert verdict is Verdict.PASS, reasons
+    result = ExecutionResult(_plan(), ev, checks, verdict, reasons, 0.0)
+    as_json = json.loads(json.dumps(execution_dict(result)))["checks"]
+    assert as_json["storage_safe"]["status"] == "not_applicable"
+    assert as_json["storage_safe"]["applicable"] is False
+    assert as_json["no_process_left"]["status"] == "pass"
+
+
+def test_a_step_that_goes_down_fails_where_the_target_exposes_it() -> None:
+    states = (DurableState(step=3), DurableState(step=1))
+    checks = {c.check_id: c for c in target_checks(_evidence(ALL_STATE, states))}
+    assert checks["step_continues"].status is CheckStatus.FAIL
+    assert "from 3 to 1" in checks["step_continues"].detail
+
+
+def test_a_changed_durable_draft_fails() -> None:
+    a = {"to": "a@x", "subject": "s", "body": "one"}
+    states = (DurableState(draft=a), DurableState(draft={**a, "body": "two"}))
+    checks = {c.check_id: c for c in target_checks(_evidence(ALL_STATE, states))}
+    assert checks["draft_identical"].status is CheckStatus.FAIL
+
+
+def test_a_target_that_says_it_sent_nothing_after_a_delivery_fails() -> None:
+    ev = _evidence(ALL_STATE, (DurableState(sent=False),), expected=0)
+    checks = {c.check_id: c for c in target_checks(ev)}
+    assert checks["exactly_one_delivery"].passed  # nothing expected, nothing delivered
+    ev1 = _evidence(ALL_STATE, (DurableState(sent=False),), expected=1)
+    one = {c.check_id: c for c in target_checks(ev1)}["exactly_one_delivery"]
+    assert one.status is CheckStatus.FAIL and "0 deliveries" in one.detail
+
+
+# -- real executions of the plain-Python starter ---------------------------------------------
+
+def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(tmp_path) -> None:
+    s = load_scenario(TARGETS_DIR / "python-starter.toml")
+    r = execute(ExecutionPlan(s, CrashSchedule((KillPoint("t6.gateway_accepted", 1),))),
+                tmp_path / "x", worker_timeout_s=120)
+    assert r.verdict is Verdict.PASS, r.reasons
+    assert r.evidence.deliveries == 1 and [k.label for k in r.evidence.kills] == [
+        "t6.gateway_accepted"]
+    assert [w.role for w in r.evidence.workers] == ["start", "resume", "resume"]
+    assert r.evidence.target == "python"
+    assert [s.phase for s in r.evidence.target_states][-1] == "completed"
+    # the resume was handed the ticket the human's approval issued
+    ctx = json.loads((tmp_path / "x" / "worker-1.context.json").read_text())
+    assert ctx["ticket"] is not None and ctx["ticket"].startswith("apr-")
+    assert json.loads((tmp_path / "x" / "worker-0.context.json").read_text())["ticket"] is None
+    status = {c.check_id: c.status for c in r.checks}
+    assert status["storage_safe"] is CheckStatus.NOT_APPLICABLE
+    assert status["draft_identical"] is CheckStatus.PASS
+
+
+def test_a_keys_off_duplicate_replays_with_its_printed_command(tmp_path) -> None:
+    s = load_scenario(TARGETS_DIR / "python-starter-keys-off.toml")
+    r = execute(ExecutionPlan(s, CrashSchedule((KillPoint("t6.gateway_accepted", 1),))),
+                tmp_path / "x", worker_timeout_s=120)
+    assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 2, r.reasons
+    argv = shlex.split(r.plan.replay)
+    assert argv[:2] == ["shopops-chaos", "run"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+    done = subprocess.run([sys.executable, "-m", "harness", *argv[1:], "--jobs", "1",
+                           "--timeout", "120", "--report-dir", str(tmp_path / "reports")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert re.search(r"FAIL\s+python-starter-keys-off\[t6\.gateway_accepted\]", done.stdout)
+    dup = json.loads((tmp_path / "reports" / "latest" / "duplicates.json").read_text())
+    assert [(e["id"], e["deliveries"]) for e in dup["executions"]] == [
+        ("python-starter-keys-off[t6.gateway_accepted]", 2)]
+
+
+# -- the framework scenarios, measured (soak: each takes minutes) ----------------------------
+
+#: What each shipped target scenario ends with under ``shopops-chaos run`` (the README's
+#: table, "What the harness measured"): keys off is the finding (duplicates: fail).
+EXPECTED: dict[str, Verdict] = {
+    "python-starter": Verdict.PASS, "python-starter-keys-off": Verdict.FAIL,
+    "langgraph-sync": Verdict.PASS, "langgraph-sync-keys-off": Verdict.FAIL,
+    "langgraph-async": Verdict.PASS, "langgraph-async-keys-off": Verdict.FAIL,
+    "langgraph-exit": Verdict.PASS, "langgraph-exit-keys-off": Verdict.FAIL,
+    "langgraph-double": Verdict.PASS, "dbos": Verdict.PASS, "dbos-keys-off": Verdict.FAIL,
+}
+
+
+def test_every_target_scenario_has_an_expected_verdict() -> None:
+    assert {p.stem for p in TARGET_SCENARIOS} == set(EXPECTED)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [
+    pytest.param(n, marks=NEEDS_LANGGRAPH if n.startswith("langgraph") else
+                 NEEDS_DBOS if n.startswith("dbos") else ()) for n in sorted(EXPECTED)])
+def test_a_target_scenario_ends_with_the_verdict_the_readme_reports(tmp_path, name) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+    done = subprocess.run([sys.executable, "-m", "harness", "run",
+                           str(TARGETS_DIR / f"{name}.toml"), "--jobs", "2", "--timeout",
+                           "240", "--report-dir", str(tmp_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=3600)
+    assert done.returncode == EXPECTED[name].exit_status, done.stdout[-4000:] + done.stderr
