@@ -12,9 +12,15 @@ Endpoints:
     200 ``duplicate: true`` with the original ``delivery_id``, 409 key reused with another
     body, 400 a missing/mistyped field (named in ``field``), 403 a sender of another uid
     than ``allowed_uid`` (sealed executions).
+    ``POST /v1/order-notes`` — the mock order service (the O-1001 story's second gated
+    side effect, an order note): JSON ``{"case_id", "order_id", "body"}``, the same headers
+    and answers (note ids ``nte-000001``), logged in a ledger of its own
+    (``harness.gateway_ledger``: tables ``note_requests`` and ``notes``). Faults apply to
+    messages only.
 
 Control apart from data: ``POST /_control/faults`` (JSON list of fault dicts, replaces the
-plan), ``GET /_control/faults``, ``GET /_log/requests``, ``GET /_log/deliveries`` are served
+plan), ``GET /_control/faults``, ``GET /_log/requests``, ``GET /_log/deliveries``,
+``GET /_log/note-requests``, ``GET /_log/notes`` are served
 only on ``control_path``, a Unix socket in a folder only the harness can open (``control``
 argument), never on the data address a worker is given.
 
@@ -50,7 +56,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +63,9 @@ import psutil
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
-from harness.model.evidence import Delivery, GatewayLog, RequestRecord
+from harness import gateway_ledger as ledgers
+from harness.gateway_ledger import EMAIL, Ledger, read_log
+from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
 from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
 from harness.peers import tcp_peer
 from harness.serving import ServerThread
@@ -68,44 +75,7 @@ _log = logging.getLogger(__name__)
 __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
            "GatewayLog", "MockGateway", "RequestRecord", "read_log", "serve"]
 
-MESSAGE_FIELDS = ("case_id", "to", "subject", "body")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS requests (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT, received_at TEXT NOT NULL,
-    received_epoch REAL NOT NULL, idempotency_key TEXT, body_sha256 TEXT NOT NULL,
-    case_id TEXT, status INTEGER NOT NULL, fault TEXT, worker_pid INTEGER,
-    remote_port INTEGER, delivery_id TEXT, duplicate INTEGER NOT NULL DEFAULT 0,
-    claimed_pid INTEGER, worker_uid INTEGER);
-CREATE TABLE IF NOT EXISTS deliveries (
-    n INTEGER PRIMARY KEY, delivery_id TEXT NOT NULL UNIQUE, request_seq INTEGER NOT NULL,
-    idempotency_key TEXT UNIQUE, body_sha256 TEXT NOT NULL, case_id TEXT NOT NULL,
-    "to" TEXT NOT NULL, subject TEXT NOT NULL, body TEXT NOT NULL,
-    delivered_at TEXT NOT NULL);
-"""
-
-
-def read_log(db_path: str | Path) -> GatewayLog:
-    """Read the gateway log from its SQLite file, opened read-only; no server needed.
-
-    Raises:
-        sqlite3.OperationalError: the file does not exist or is not a gateway log.
-    """
-    uri = Path(db_path).resolve().as_uri() + "?mode=ro"
-    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as conn:
-        return _read(conn)
-
-
-def _read(conn: sqlite3.Connection) -> GatewayLog:
-    def select(cls: type, table: str) -> list[dict[str, Any]]:
-        names = [f.name for f in dataclasses.fields(cls)]
-        columns = ", ".join(f'"{name}"' for name in names)
-        rows = conn.execute(f"SELECT {columns} FROM {table} ORDER BY rowid").fetchall()
-        return [dict(zip(names, row, strict=True)) for row in rows]
-
-    requests = tuple(RequestRecord(**{**r, "duplicate": bool(r["duplicate"])})
-                     for r in select(RequestRecord, "requests"))
-    return GatewayLog(requests, tuple(Delivery(**r) for r in select(Delivery, "deliveries")))
+MESSAGE_FIELDS = EMAIL.fields
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -126,6 +96,8 @@ class MockGateway:
             and before the reply is written (the harness SIGKILLs the sender there: label
             ``t6.gateway_accepted``). Exceptions propagate: werkzeug answers 500, the
             delivery stays committed.
+        on_note_request, on_note_accepted: the same for the order service's ledger (label
+            ``t6.note_accepted``).
         control: also serve the control and log endpoints on ``control_path``.
         allowed_uid: refuse (403, logged) a request whose connection another uid owns.
         candidates: pids that may own a connection, looked at first (default: this
@@ -136,12 +108,16 @@ class MockGateway:
     def __init__(self, db_path: str | Path, *, host: str = "127.0.0.1", port: int = 0,
                  on_accepted: Callable[[Delivery], None] | None = None,
                  on_request: Callable[[RequestRecord], None] | None = None,
+                 on_note_accepted: Callable[[NoteDelivery], None] | None = None,
+                 on_note_request: Callable[[RequestRecord], None] | None = None,
                  control: bool = False, allowed_uid: int | None = None,
                  candidates: Callable[[], Iterable[int]] | None = None) -> None:
         self.db_path = Path(db_path)
         self.host, self.port = host, port
         self.on_accepted = on_accepted
         self.on_request = on_request
+        self.on_note_accepted = on_note_accepted
+        self.on_note_request = on_note_request
         self.allowed_uid = allowed_uid
         self.candidates = candidates or (lambda: [os.getpid()])
         self._control = control
@@ -154,7 +130,7 @@ class MockGateway:
         self._serving: ServerThread | None = None
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(_SCHEMA)
+            conn.executescript(ledgers.SCHEMA)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> MockGateway:
@@ -233,7 +209,7 @@ class MockGateway:
     def log(self) -> GatewayLog:
         """The durable log as it is now."""
         with contextlib.closing(self._connect()) as conn:
-            return _read(conn)
+            return ledgers.read(conn)
 
     def _take_fault(self) -> FaultSpec | None:
         with self._faults_lock:
@@ -247,8 +223,9 @@ class MockGateway:
     # -- HTTP ---------------------------------------------------------------------------
     def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
         request = Request(environ)
-        if (request.method, request.path) == ("POST", "/v1/messages"):
-            response = self._post_message(request)
+        ledger = next((led for led in ledgers.LEDGERS if led.path == request.path), None)
+        if request.method == "POST" and ledger is not None:
+            response = self._post(request, ledger)
         else:
             response = _json({"error": "not_found", "path": request.path}, 404)
         return response(environ, start_response)
@@ -260,9 +237,8 @@ class MockGateway:
             response = self._post_faults(request)
         elif route == ("GET", "/_control/faults"):
             response = _json([dataclasses.asdict(f) for f in self.pending_faults()])
-        elif route in (("GET", "/_log/requests"), ("GET", "/_log/deliveries")):
-            log = self.log()
-            records = log.requests if request.path.endswith("requests") else log.deliveries
+        elif request.method == "GET" and request.path in _LOGS:
+            records = getattr(self.log(), _LOGS[request.path])
             response = _json([dataclasses.asdict(r) for r in records])
         else:
             response = _json({"error": "not_found", "path": request.path}, 404)
@@ -280,26 +256,28 @@ class MockGateway:
             return _json({"error": "invalid_faults", "field": field, "detail": str(exc)}, 400)
         return _json({"pending": len(data)})
 
-    def _post_message(self, request: Request) -> Response:
-        """Consume a fault, validate, check-and-deliver, log; every request is logged."""
+    def _post(self, request: Request, ledger: Ledger) -> Response:
+        """Consume a fault (messages only), validate, check-and-deliver, log; every request
+        is logged, in ``ledger``."""
         received = time.time()
         port = request.environ.get("REMOTE_PORT")
         peer = (tcp_peer(int(port), int(request.environ["SERVER_PORT"]), self.candidates(),
                          self._others) if port is not None else None)
         refused = self.allowed_uid is not None and (peer is None
                                                     or peer.uid != self.allowed_uid)
-        fault = None if refused else self._take_fault()
+        fault = None if refused or ledger is not EMAIL else self._take_fault()
         if fault is not None and fault.kind == "latency":
             time.sleep((fault.ms or 0) / 1000.0)
         raw = request.get_data()
-        message, problem = _parse_message(raw)
+        message, problem = ledgers.parse(ledger, raw)
         key = request.headers.get("Idempotency-Key")
         if key is not None and not key.strip():
             problem = ("Idempotency-Key", "must be a non-empty string when present")
         claimed = request.headers.get("X-ShopOps-Worker-Pid", "")
         evidence = {
-            "received_at": _iso(received), "received_epoch": received, "idempotency_key": key,
-            "body_sha256": _sha256(message) if message else hashlib.sha256(raw).hexdigest(),
+            "received_at": ledgers.iso(received), "received_epoch": received,
+            "idempotency_key": key,
+            "body_sha256": ledgers.sha256(message) if message else hashlib.sha256(raw).hexdigest(),
             "case_id": message.get("case_id") if message else None,
             "fault": fault.label if fault else None,
             "worker_pid": peer.pid if peer else None,
@@ -309,71 +287,42 @@ class MockGateway:
         }
         if refused:
             with self._transaction() as conn:
-                _insert_request(conn, evidence, 403)
+                ledgers.insert_request(conn, ledger, evidence, 403)
             return _json({"error": "forbidden", "detail": "not this execution's worker"}, 403)
         if fault is not None and fault.kind == "error":
             status = fault.status or 500
             with self._transaction() as conn:
-                seq = _insert_request(conn, evidence, status)
-            self._report(seq)
+                seq = ledgers.insert_request(conn, ledger, evidence, status)
+            self._report(ledger, seq)
             return _json({"error": "injected_fault", "status": status}, status)
         if problem is not None:
             with self._transaction() as conn:
-                seq = _insert_request(conn, evidence, 400)
-            self._report(seq)
+                seq = ledgers.insert_request(conn, ledger, evidence, 400)
+            self._report(ledger, seq)
             field, why = problem
             return _json({"error": "invalid_request", "field": field,
                           "detail": f"{field}: {why}"}, 400)
         assert message is not None
-        status, reply, delivery, seq = self._accept(evidence, message)
-        self._report(seq)
-        if delivery is not None and self.on_accepted is not None:
-            self.on_accepted(delivery)
+        with self._transaction() as conn:
+            status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
+        self._report(ledger, seq)
+        accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
+        if delivery is not None and accepted is not None:
+            accepted(delivery)  # type: ignore[arg-type]
         if fault is not None and fault.kind == "drop_after_accept":
             return _drop_connection(request.environ)
         if fault is not None and fault.kind == "delay_after_accept":
             self._stopping.wait((fault.ms or 0) / 1000.0)
         return _json(reply, status)
 
-    def _report(self, seq: int) -> None:
-        """Hand the logged request ``seq`` to ``on_request``."""
-        if self.on_request is None:
+    def _report(self, ledger: Ledger, seq: int) -> None:
+        """Hand the logged request ``seq`` of ``ledger`` to its ``on_request`` hook."""
+        hook = self.on_request if ledger is EMAIL else self.on_note_request
+        if hook is None:
             return
         with contextlib.closing(self._connect()) as conn:
-            names = [f.name for f in dataclasses.fields(RequestRecord)]
-            row = conn.execute(f"SELECT {', '.join(names)} FROM requests WHERE seq = ?",
-                               (seq,)).fetchone()
-        record = dict(zip(names, row, strict=True))
-        self.on_request(RequestRecord(**{**record, "duplicate": bool(record["duplicate"])}))
-
-    def _accept(self, evidence: dict[str, Any], message: dict[str, str]
-                ) -> tuple[int, dict[str, Any], Delivery | None, int]:
-        """Check-and-insert in one ``BEGIN IMMEDIATE`` transaction: one delivery per key."""
-        key, digest = evidence["idempotency_key"], evidence["body_sha256"]
-        delivery = None
-        with self._transaction() as conn:
-            row = None if key is None else conn.execute(
-                "SELECT delivery_id, body_sha256 FROM deliveries WHERE idempotency_key=?",
-                (key,)).fetchone()
-            if row is None:
-                (n,) = conn.execute("SELECT COALESCE(MAX(n), 0) + 1 FROM deliveries").fetchone()
-                status, delivery_id = 201, f"dlv-{n:06d}"
-            else:
-                status, delivery_id = (200 if row[1] == digest else 409), row[0]
-            seq = _insert_request(conn, evidence, status, delivery_id if status != 409 else None,
-                                  duplicate=status == 200)
-            if status == 201:
-                delivery = Delivery(delivery_id, seq, key, digest, message["case_id"],
-                                    message["to"], message["subject"], message["body"],
-                                    _iso(time.time()))
-                row = {"n": n, **dataclasses.asdict(delivery)}
-                conn.execute(_insert_sql("deliveries", row), row)
-        if status == 409:
-            return 409, {"error": "idempotency_key_reused", "idempotency_key": key,
-                         "delivery_id": delivery_id, "detail": "the key was first used with a "
-                         "different body; use a new key for a new message"}, None, seq
-        return status, {"delivery_id": delivery_id, "status": "delivered",
-                        "duplicate": status == 200}, delivery, seq
+            record = ledgers.request_record(conn, ledger, seq)
+        hook(record)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -387,15 +336,10 @@ class MockGateway:
             conn.execute("COMMIT")
 
 
-def _insert_request(conn: sqlite3.Connection, evidence: dict[str, Any], status: int,
-                    delivery_id: str | None = None, *, duplicate: bool = False) -> int:
-    row = {**evidence, "status": status, "delivery_id": delivery_id, "duplicate": int(duplicate)}
-    return int(conn.execute(_insert_sql("requests", row), row).lastrowid or 0)
+#: The log endpoints of the control socket and the ``GatewayLog`` field each serves.
+_LOGS = {"/_log/requests": "requests", "/_log/deliveries": "deliveries",
+         "/_log/note-requests": "note_requests", "/_log/notes": "notes"}
 
-
-def _insert_sql(table: str, row: dict[str, Any]) -> str:
-    columns = ", ".join(f'"{name}"' for name in row)
-    return f"INSERT INTO {table} ({columns}) VALUES ({', '.join(':' + k for k in row)})"
 
 def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> None:
     """Run the gateway in the foreground until SIGINT/SIGTERM (for ``shopops-chaos gateway serve``).
@@ -416,21 +360,6 @@ def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> None:
             signal.signal(sig, handler)
 
 
-def _parse_message(raw: bytes) -> tuple[dict[str, str] | None, tuple[str, str] | None]:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None, ("body", "request body must be a JSON object")
-    if not isinstance(data, dict):
-        return None, ("body", "request body must be a JSON object")
-    for field in MESSAGE_FIELDS:
-        if field not in data:
-            return None, (field, "missing")
-        if not isinstance(data[field], str):
-            return None, (field, f"must be a string, got {type(data[field]).__name__}")
-    return {field: data[field] for field in MESSAGE_FIELDS}, None
-
-
 def _drop_connection(environ: dict[str, Any]) -> Response:
     """Close the TCP connection without a reply: the message is delivered, the answer lost.
 
@@ -441,15 +370,6 @@ def _drop_connection(environ: dict[str, Any]) -> Response:
     with contextlib.suppress(OSError):
         environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
     return Response(b"", status=204)
-
-
-def _sha256(message: dict[str, str]) -> str:
-    canonical = json.dumps(message, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="microseconds")
 
 
 def _json(data: Any, status: int = 200) -> Response:

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 from shopops.checkpoint_file import open_readonly
 from shopops.errors import CheckpointCorrupt, StateInvalid, UnsupportedSchemaVersion
-from shopops.state import SCHEMA_VERSION, State
+from shopops.state import NOTE_FIELDS, SCHEMA_VERSION, State
 
 # state_json is read as bytes (CAST) and decoded strictly: sqlite3's own text decoding
 # would fail with an OperationalError on invalid UTF-8 instead of a typed error.
@@ -147,12 +147,13 @@ class CheckpointRow:
 def _upgrade_v1_state(row: CheckpointRow) -> str:
     """The v2 ``state_json`` for a v1 row: adds ``preferred_channel="email"`` (exercise 2)
     and the v2 loop fields at their starting values (no recovery attempt counted yet, the
-    first draft, no feedback): every field is set explicitly, none left to a default."""
+    first draft, no feedback, no order note): every field is set explicitly, none left to a
+    default."""
     data = row._decode()
     if data.get("schema_version") != 1 or data.get("case_id") != row.case_id:
         row._corrupt("state_json identity disagrees with a v1 row", "schema_version", "mismatch")
     added = {"preferred_channel": "email", "recovery_attempts": 0, "dead_letter_reason": None,
-             "draft_revision": 0, "review_feedback": []}
+             "draft_revision": 0, "review_feedback": [], **NOTE_FIELDS}
     for name in added:
         if name in data:
             row._corrupt(f"a v1 state must not carry {name}", name, "unexpected")

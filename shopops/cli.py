@@ -36,6 +36,13 @@ def _case(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", default="run-1", type=_ID, help="checkpoint run id")
 
 
+def _gate(p: argparse.ArgumentParser) -> None:
+    from shopops.approvals import DEFAULT_GATE, GATES
+
+    p.add_argument("--gate", choices=GATES, default=DEFAULT_GATE,
+                   help=f"the gated action decided (default {DEFAULT_GATE})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``shopops --help``)."""
     parser = argparse.ArgumentParser(prog="shopops", description=__doc__.splitlines()[0])
@@ -63,12 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-attempts", default=None, metavar="N", type=v.MAX_ATTEMPTS,
                        help="recovery attempts before the case is dead-lettered "
                             f"($SHOPOPS_MAX_ATTEMPTS, default 5; {v.MAX_ATTEMPTS.allowed})")
+        p.add_argument("--order-note", action="store_true",
+                       help="a case started now also adds an order note saying the customer "
+                            "was emailed: a second gated action (gate add_order_note)")
     p = sub.add_parser("approve", help="a human approves the case's pending send (t5)")
     _common(p)
     p.add_argument("--case", default="case-O-1001", type=_ID)
     p.add_argument("--approver", default="maya", type=_ID)
     p.add_argument("--ticket", default=None, type=_ID,
                    help="ticket id to issue (default apr-desk-N)")
+    _gate(p)
     p = sub.add_parser("reject", help="a human rejects the case's pending send")
     _common(p)
     p.add_argument("--case", default="case-O-1001", type=_ID)
@@ -76,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--feedback", default=None, type=v.FREE_TEXT,
                    help="what to change: the loop drafts again and asks anew (without it "
                         "the case ends rejected)")
+    _gate(p)
     p = sub.add_parser("history", help="print a case's checkpoint history as JSON lines")
     _common(p)
     p.add_argument("--case", default="case-O-1001", type=_ID)
@@ -121,15 +133,18 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _work(args, approvals)
     if args.command == "approve":
         with ApprovalQueue(approvals) as queue:
-            t = queue.approve(args.case, approver=args.approver, ticket_id=args.ticket)
+            t = queue.approve(args.case, approver=args.approver, ticket_id=args.ticket,
+                              gate=args.gate)
         print(json.dumps({"ticket_id": t.ticket_id, "case_id": t.case_id,
-                          "draft_digest": t.draft_digest, "issued_at": t.issued_at}))
+                          "draft_digest": t.draft_digest, "issued_at": t.issued_at,
+                          "gate": t.gate}))
         return 0
     if args.command == "reject":
         with ApprovalQueue(approvals) as queue:
-            r = queue.reject(args.case, approver=args.approver, feedback=args.feedback)
+            r = queue.reject(args.case, approver=args.approver, feedback=args.feedback,
+                             gate=args.gate)
         print(json.dumps({"request_id": r.request_id, "status": r.status,
-                          "feedback": r.feedback}))
+                          "feedback": r.feedback, "gate": r.gate}))
         return 0
     if args.command == "history":
         from shopops.checkpoint import read_history
@@ -180,11 +195,14 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
         set_default_services(services)
         result = work(args.case, order, store=store, services=services, run_id=args.run_id,
                       owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,
-                      require_checkpoint=args.command == "resume", max_attempts=max_attempts)
+                      require_checkpoint=args.command == "resume", max_attempts=max_attempts,
+                      order_note=args.order_note)
     s = result.state
     print(json.dumps({"stopped": result.stopped, "phase": s.phase, "step": s.step,
                       "email_sent": s.email_sent, "delivery_id": s.delivery_id,
-                      "idempotency_key": s.send_idempotency_key}))
+                      "idempotency_key": s.send_idempotency_key,
+                      **({"note_sent": s.note_sent, "note_id": s.note_delivery_id}
+                         if s.order_note else {})}))
     return 0
 
 

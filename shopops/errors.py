@@ -96,8 +96,10 @@ class FencedOff(CheckpointError):
 
 class ApprovalRefused(ShopOpsError):
     """``grant_approval`` or the send refused a ticket (fields: ``ticket_id``, ``case_id``,
-    ``reason`` — one of ``unknown_ticket``, ``wrong_case``, ``stale_draft``, ``consumed``,
-    ``rejected``, ``no_draft``, ``wrong_phase``). Tickets are server-side facts (Chapter 8)."""
+    ``reason`` — one of ``unknown_ticket``, ``wrong_case``, ``wrong_gate``, ``stale_draft``,
+    ``consumed``, ``rejected``, ``no_draft``, ``wrong_phase``, ``unknown_gate``, ``no_request``,
+    ``duplicate_ticket``, ``bad_feedback``, ``no_ticket``). Tickets are server-side facts
+    (Chapter 8)."""
 
 
 class GatewayError(ShopOpsError):

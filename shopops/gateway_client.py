@@ -25,6 +25,8 @@ from shopops.errors import GatewayRejected, GatewayUnavailable
 from shopops.failpoints import failpoint
 
 MESSAGES_PATH = "/v1/messages"
+#: The harness-owned mock order service's endpoint (served beside the email gateway).
+NOTES_PATH = "/v1/order-notes"
 
 # Transport failures after which the send may or may not have happened: retry, same key.
 # ConnectTimeout is both a ConnectionError and a Timeout; ChunkedEncodingError is a reply
@@ -128,22 +130,54 @@ class EmailGatewayClient:
                 ``attempts``, ``last_error``); the email may have been delivered, so the
                 caller must retry later with the same key.
         """
+        payload = {"case_id": case_id, "to": to, "subject": subject, "body": body}
+        return self._post(MESSAGES_PATH, payload, idempotency_key, before_attempt,
+                          ("t6.request_leaving", "t6.reply_received"), "send")
+
+    def add_note(self, *, case_id: str, order_id: str, body: str, idempotency_key: str | None,
+                 before_attempt: Callable[[], None] | None = None) -> SendResult:
+        """Add one note to the order (``POST /v1/order-notes`` on the same base URL: the
+        harness's mock order service), with the same retry rules and the note's own key.
+
+        Calls ``failpoint("t6.note_request_leaving")`` before every attempt and
+        ``failpoint("t6.note_reply_received")`` after a successful reply.
+
+        Args:
+            case_id, order_id, body: the note (hashed by the service, like an email).
+            idempotency_key: the note's key, persisted before its first attempt.
+            before_attempt: as for ``send``.
+
+        Returns:
+            SendResult; ``delivery_id`` is the note's id (``"nte-000001"``).
+
+        Raises:
+            ValueError, GatewayRejected, GatewayUnavailable: as ``send``.
+        """
+        payload = {"case_id": case_id, "order_id": order_id, "body": body}
+        return self._post(NOTES_PATH, payload, idempotency_key, before_attempt,
+                          ("t6.note_request_leaving", "t6.note_reply_received"), "note")
+
+    def _post(self, path: str, payload: dict[str, str], idempotency_key: str | None,
+              before_attempt: Callable[[], None] | None, points: tuple[str, str],
+              what: str) -> SendResult:
+        """One logical request to ``path``: bounded retries, the same key every attempt;
+        ``points`` are the failpoints before an attempt and after a good reply."""
+        case_id = payload["case_id"]
         pid = os.getpid() if self.worker_pid is None else self.worker_pid
         headers = {"X-ShopOps-Worker-Pid": str(pid)}
         if self.use_idempotency_keys:
             if not idempotency_key:
                 raise ValueError("idempotency_key is required while use_idempotency_keys is on")
             headers["Idempotency-Key"] = idempotency_key
-        payload = {"case_id": case_id, "to": to, "subject": subject, "body": body}
         last_error = ""
         for attempt in range(1, self.max_attempts + 1):
             if attempt > 1:
                 time.sleep(self.backoff_s * 2 ** (attempt - 2))
-            failpoint("t6.request_leaving")
+            failpoint(points[0])
             if before_attempt is not None:
                 before_attempt()
             try:
-                response = self.session.post(self.base_url + MESSAGES_PATH, json=payload,
+                response = self.session.post(self.base_url + path, json=payload,
                                              headers=headers, timeout=self.timeout,
                                              allow_redirects=False)
             except _RETRYABLE as exc:
@@ -155,16 +189,17 @@ class EmailGatewayClient:
             if not 200 <= response.status_code < 300:
                 body_ = _body(response)
                 raise GatewayRejected(
-                    f"gateway refused the send for {case_id}: HTTP {response.status_code} "
+                    f"gateway refused the {what} for {case_id}: HTTP {response.status_code} "
                     f"{body_}", status=response.status_code, body=body_)
             result = _result(response, attempt)
             if result is None:  # a 2xx we cannot read: retrying with the same key is safe
                 last_error = f"HTTP {response.status_code}: unreadable {response.text[:200]!r}"
                 continue
-            failpoint("t6.reply_received")
+            failpoint(points[1])
             return result
         raise GatewayUnavailable(
-            f"gateway unavailable for {case_id} after {self.max_attempts} attempts: {last_error}",
+            f"gateway unavailable for the {what} of {case_id} after {self.max_attempts} "
+            f"attempts: {last_error}",
             attempts=self.max_attempts, last_error=last_error)
 
 

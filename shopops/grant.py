@@ -6,12 +6,12 @@ It lives above both the approval queue (``shopops.approvals``) and the process-w
 
 from __future__ import annotations
 
-from shopops.approvals import ApprovalQueue
+from shopops.approvals import NOTE_GATE, ApprovalQueue
 from shopops.errors import ApprovalRefused
 from shopops.failpoints import failpoint
 from shopops.phases import Phase
 from shopops.runtime import default_services
-from shopops.state import State
+from shopops.state import State, note_digest
 
 
 def grant_approval(state: State, ticket_id: str, *, queue: ApprovalQueue | None = None) -> None:
@@ -43,3 +43,22 @@ def grant_approval(state: State, ticket_id: str, *, queue: ApprovalQueue | None 
     state.approval_ticket = ticket_id
     state.transition(Phase.APPROVED)
     failpoint("t6.approval_granted")
+
+
+def grant_note(state: State, ticket_id: str, *, queue: ApprovalQueue) -> None:
+    """Take the server-issued ticket of the order note (gate ``add_order_note``) into a
+    parked case that has the note; no phase change (``grant_approval`` of the email moves
+    the case to ``approved``, and must come after this).
+
+    Raises:
+        ApprovalRefused: the case has no note, or any ``ApprovalQueue.verify`` refusal for
+            the note's gate and digest.
+    """
+    if not state.order_note or state.note_text is None:
+        raise ApprovalRefused(
+            f"{state.case_id} has no order note to approve", ticket_id=ticket_id,
+            case_id=state.case_id, reason="no_draft",
+        )
+    queue.verify(ticket_id, state.case_id, note_digest(state.order_id, state.note_text),
+                 gate=NOTE_GATE)
+    state.note_ticket = ticket_id

@@ -46,6 +46,16 @@ CATALOGUE: tuple[Label, ...] = (
         side="gateway",
     ),
     Label("t6.reply_received", "the gateway's reply arrived; not yet checkpointed"),
+    # The order note (the second gated action, ``sut.order_note``): after the email.
+    Label("t6.email_sent_saved",
+          "order note on: the checkpoint acknowledging the email is committed, no note yet"),
+    Label("t6.note_request_leaving", "the order-note request is about to leave the worker"),
+    Label(
+        "t6.note_accepted",
+        "the mock order service added the note; its reply has not reached the worker",
+        side="gateway",
+    ),
+    Label("t6.note_reply_received", "the order service's reply arrived; not yet checkpointed"),
     Label("t7.completed_saved", "the completed checkpoint is committed"),
     Label(
         "ckpt.before_commit",
@@ -80,10 +90,13 @@ DRAFTING = frozenset({"t1.draft_email"})
 #: Points a worker resuming an approved case reaches (where a slow one can be held).
 RESUMER_POINTS = frozenset({"t6.checkpoint_loaded", "t6.approval_granted",
                             "t6.send_key_persisted", "t6.request_leaving",
-                            "t6.reply_received", "ckpt.before_commit"})
+                            "t6.reply_received", "ckpt.before_commit", "t6.email_sent_saved",
+                            "t6.note_request_leaving", "t6.note_reply_received"})
 #: Points a worker can only reach once the case was approved.
 AFTER_APPROVAL = frozenset({"t6.approval_granted", "t6.send_key_persisted",
                             "t6.request_leaving", "t6.gateway_accepted", "t6.reply_received",
+                            "t6.email_sent_saved", "t6.note_request_leaving",
+                            "t6.note_accepted", "t6.note_reply_received",
                             "t7.completed_saved"})
 #: The point every resuming worker passes first (concurrent resumers are held there).
 CHECKPOINT_LOADED = "t6.checkpoint_loaded"
@@ -93,6 +106,8 @@ CASE_STARTED = "t0.case_started"
 SAVE_COMMIT = "ckpt.before_commit"
 #: The harness's gateway reaches it when it commits a delivery.
 GATEWAY_ACCEPTED = "t6.gateway_accepted"
+#: The harness's gateway reaches it when it commits an order note (``/v1/order-notes``).
+NOTE_ACCEPTED = "t6.note_accepted"
 #: The human's approval (the queue issues a ticket).
 APPROVED = "t5.approved"
 

@@ -4,7 +4,10 @@ One tool call per step, chosen by the policy. With a store, the loop checkpoints
 phase change and before and after each side effect (Chapter 8, "Production
 considerations"): after Intake (→ drafting), after the draft (before the approval request),
 after the park (t3), after the approval (before the send), when the send key is durable
-(t6.send_key_persisted, before the request leaves) and after the send (t7).
+(t6.send_key_persisted, before the request leaves) and after the send (t7). A case with
+the order note (``state.order_note``) persists the note's key with the send's, checkpoints
+the email's acknowledgment (t6.email_sent_saved) before the note leaves, and completes only
+once the note is added too.
 """
 
 from __future__ import annotations
@@ -116,10 +119,18 @@ def run_loop(
             if phase is Phase.APPROVED:
                 save()  # "approval is a state transition recorded before consequential send"
                 state.send_idempotency_key = tools.send_key(state)
+                if state.order_note:  # the note's own key, durable before its first attempt
+                    state.note_idempotency_key = tools.note_key(state)
                 state.transition(Phase.SENDING)
                 save()
                 failpoint("t6.send_key_persisted")
-            tools.send_email(state, svc, guard=fence_check)
+            if not state.email_sent:
+                tools.send_email(state, svc, guard=fence_check)
+                if state.order_note:
+                    save()  # the email is acknowledged durably before the note leaves
+                    failpoint("t6.email_sent_saved")
+            if state.order_note and not state.note_sent:
+                tools.add_order_note(state, svc, guard=fence_check)
             state.transition(Phase.COMPLETED)
             state.done = True
             save()

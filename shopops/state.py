@@ -9,6 +9,11 @@ Schema versions: v1 is the chapter's teaching schema (``V1_FIELDS``); v2 adds
 loop: ``recovery_attempts``, ``dead_letter_reason``, ``draft_revision``,
 ``review_feedback``. ``State.from_dict`` reads only the current version; older rows go
 through the explicit migration in ``shopops.checkpoint``, which sets every v2 field.
+
+The order note (issue 9: the second gated action, ``NOTE_FIELDS``) came to v2 later: a v2
+row written before it has none of those fields, and reads as a case without a note (every
+note field at its "no note" value). That is the only absence ``from_dict`` accepts; a row
+with some note fields and not others is refused like any other missing field.
 """
 
 from __future__ import annotations
@@ -28,6 +33,19 @@ V1_FIELDS: tuple[str, ...] = (
     "case_id", "order_id", "phase", "step", "max_steps", "done", "customer", "order", "draft",
     "approval_request_id", "approval_ticket", "send_idempotency_key", "email_sent",
     "delivery_id", "schema_version", "policy_version", "tool_schema_hash", "model_route_id")
+#: The order note's fields and their "no note" values; a v2 row from before them lacks all.
+NOTE_FIELDS: dict[str, object] = {
+    "order_note": False, "note_text": None, "note_request_id": None, "note_ticket": None,
+    "note_idempotency_key": None, "note_sent": False, "note_delivery_id": None}
+
+
+def note_digest(order_id: str, body: str) -> str:
+    """SHA-256 hex digest of an order note's canonical JSON (``{"body", "order_id"}``):
+    what an ``add_order_note`` approval binds to, and what the harness recomputes from the
+    note the mock order service received."""
+    blob = json.dumps({"order_id": order_id, "body": body}, sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -69,6 +87,15 @@ class State:
         draft_revision: 0 for the first draft, +1 at every redraft after a rejection.
         review_feedback: the reviewers' feedback, one ``str`` per rejection, in order; the
             redraft answers it.
+        order_note: the case has the second gated action, an order note saying the customer
+            was emailed (``shopops run --order-note``); the case completes only once both
+            the email and the note are done.
+        note_text: the note's body, written with the draft (it names the draft's digest, so
+            a redraft voids a note approval too); ``None`` until then or without a note.
+        note_request_id, note_ticket: the note's approval request and granted ticket (gate
+            ``add_order_note``), like ``approval_request_id``/``approval_ticket``.
+        note_idempotency_key: the note's own key, durable before its first attempt.
+        note_sent, note_delivery_id: the order service confirmed the note, and its id.
         schema_version, policy_version, tool_schema_hash, model_route_id: snapshot metadata.
     """
 
@@ -91,6 +118,13 @@ class State:
     dead_letter_reason: str | None = None
     draft_revision: int = 0
     review_feedback: list[str] = field(default_factory=list)
+    order_note: bool = False
+    note_text: str | None = None
+    note_request_id: str | None = None
+    note_ticket: str | None = None
+    note_idempotency_key: str | None = None
+    note_sent: bool = False
+    note_delivery_id: str | None = None
     schema_version: int = SCHEMA_VERSION
     policy_version: str = ""
     tool_schema_hash: str = ""
@@ -134,6 +168,8 @@ class State:
                 reason="not an object",
             )
         known = {f.name for f in fields(cls)}
+        if not any(name in data for name in NOTE_FIELDS):  # a v2 row from before the note
+            data = {**data, **NOTE_FIELDS}
         unknown = sorted(set(data) - known)
         if unknown:
             raise StateInvalid(
@@ -230,6 +266,13 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "dead_letter_reason": _OPT_STR,
     "draft_revision": (int,),
     "review_feedback": (list,),
+    "order_note": (bool,),
+    "note_text": _OPT_STR,
+    "note_request_id": _OPT_STR,
+    "note_ticket": _OPT_STR,
+    "note_idempotency_key": _OPT_STR,
+    "note_sent": (bool,),
+    "note_delivery_id": _OPT_STR,
     "schema_version": (int,),
     "policy_version": (str,),
     "tool_schema_hash": (str,),
@@ -253,6 +296,12 @@ def _check_invariants(data: dict[str, Any]) -> None:
     required = [("draft", phase in _NEEDS_DRAFT and data["draft"] is None),
                 ("approval_ticket", phase in _NEEDS_TICKET and data["approval_ticket"] is None),
                 ("email_sent", phase == "completed" and not data["email_sent"]),
+                ("note_sent", data["order_note"] and phase == "completed"
+                 and not data["note_sent"]),
+                ("note_ticket", data["order_note"] and phase in _NEEDS_TICKET
+                 and data["note_ticket"] is None),
+                ("order_note", not data["order_note"] and any(
+                    data[n] != v for n, v in NOTE_FIELDS.items())),
                 ("step", data["step"] < 0 or data["max_steps"] < 0),
                 ("recovery_attempts", data["recovery_attempts"] < 0),
                 ("draft_revision", data["draft_revision"] < 0
@@ -265,7 +314,9 @@ def _check_invariants(data: dict[str, Any]) -> None:
                 f"state field {name!r} contradicts phase {phase!r} (a state needs a draft "
                 "from awaiting_approval on, a ticket from approved on, email_sent when "
                 "completed, a reason exactly when dead_lettered, non-negative steps and "
-                "attempts, and no more redrafts than feedback)", field=name,
+                "attempts, no more redrafts than feedback, and with order_note a note ticket "
+                "from approved on and note_sent when completed; without it no note field)",
+                field=name,
                 reason="inconsistent with phase",
             )
 

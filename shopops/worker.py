@@ -5,21 +5,23 @@ a real OS process): take the lease, load the latest checkpoint (or start the cas
 is none at all — a corrupt checkpoint raises, it is never "no checkpoint"), count a recovery
 attempt if the last worker left the case in flight (and dead-letter it past the maximum),
 pick up a server-issued ticket if a human approved — or draft again if the human rejected
-the draft with feedback — and run the loop.
+the draft with feedback — and run the loop. A case with the order note needs both gates
+approved before it leaves the park; a rejection of the note ends the case ``rejected``.
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from shopops.approvals import NOTE_GATE
 from shopops.checkpoint import CheckpointStore, Lease
 from shopops.errors import CheckpointError
 from shopops.failpoints import failpoint
-from shopops.grant import grant_approval
+from shopops.grant import grant_approval, grant_note
 from shopops.loop import DEFAULT_RUN_ID, LoopResult, run_loop
 from shopops.phases import TERMINAL, Phase
 from shopops.runtime import Services
-from shopops.state import State
+from shopops.state import State, note_digest
 
 #: Steps a resumed worker may take, as in the chapter (``state.max_steps = state.step + 5``).
 STEP_BUDGET = 5
@@ -41,6 +43,7 @@ def work(
     ticket: str | None = None,
     require_checkpoint: bool = False,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    order_note: bool = False,
 ) -> LoopResult:
     """Start or resume ``case_id`` and run it until it parks or ends.
 
@@ -61,6 +64,8 @@ def work(
             killed) counts one, durably, before any work; the attempt past this maximum
             dead-letters the case instead (phase ``dead_lettered``, the reason in the state
             and in the store's ``dead_letters`` queue) and does nothing else.
+        order_note: a case started here has the second gated action, the order note
+            (``State.order_note``); a case resumed from a checkpoint keeps its own.
 
     Raises:
         shopops.errors.LeaseHeld: another owner holds a live lease.
@@ -74,7 +79,7 @@ def work(
     lease = store.acquire_lease(case_id, owner, lease_ttl_s) if owner else None
     state = store.load(case_id, run_id) if require_checkpoint else store.find(case_id, run_id)
     if state is None:
-        state = State(case_id=case_id, order_id=order_id)
+        state = State(case_id=case_id, order_id=order_id, order_note=order_note)
     else:
         failpoint("t6.checkpoint_loaded")
         if state.phase in (Phase.APPROVED, Phase.SENDING) and state.draft is not None:
@@ -82,6 +87,10 @@ def work(
             # the ticket into the state): the queue must confirm it before anything else.
             services.approvals.check_held(state.approval_ticket, case_id,
                                           state.draft.digest(), state.send_idempotency_key)
+            if state.order_note and state.note_text is not None:
+                services.approvals.check_held(
+                    state.note_ticket, case_id, note_digest(order_id, state.note_text),
+                    state.note_idempotency_key, gate=NOTE_GATE)
         if not state.done and Phase(state.phase) not in TERMINAL:
             state.recovery_attempts += 1
             if state.recovery_attempts > max_attempts:
@@ -93,7 +102,13 @@ def work(
                 issued = services.approvals.ticket_for(case_id, digest)
                 ticket = issued.ticket_id if issued else None
             latest = services.approvals.latest_request(case_id)
-            if ticket is not None:
+            note = _note_decision(state, services)
+            if note == "rejected":  # the note was refused: nothing of the case is done
+                state.transition(Phase.REJECTED)
+                store.save(state, run_id=run_id, lease=lease)
+            elif ticket is not None and note != "pending":
+                if note is not None:
+                    grant_note(state, note, queue=services.approvals)
                 grant_approval(state, ticket, queue=services.approvals)
             elif latest is not None and latest.status == "rejected" and (
                     latest.draft_digest == digest):
@@ -115,6 +130,21 @@ def work(
                 store.release_lease(lease)
 
 
+def _note_decision(state: State, services: Services) -> str | None:
+    """The human's decision on the order note of a parked case: ``None`` (the case has no
+    note), ``"pending"``, ``"rejected"``, or the id of the note's unconsumed ticket."""
+    if not state.order_note or state.note_text is None:
+        return None
+    digest = note_digest(state.order_id, state.note_text)
+    issued = services.approvals.ticket_for(state.case_id, digest, gate=NOTE_GATE)
+    if issued is not None:
+        return issued.ticket_id
+    latest = services.approvals.latest_request(state.case_id, gate=NOTE_GATE)
+    if latest is not None and latest.status == "rejected" and latest.draft_digest == digest:
+        return "rejected"
+    return "pending"
+
+
 def _redraft(state: State, feedback: str) -> None:
     """A rejection with feedback: back to ``drafting`` without the rejected draft, the
     feedback kept for the policy; the loop then drafts and asks for a new approval (a
@@ -123,6 +153,8 @@ def _redraft(state: State, feedback: str) -> None:
     state.draft_revision += 1
     state.draft = None
     state.approval_request_id = None
+    state.note_text = None  # the note names the draft: it is written again with it
+    state.note_request_id = None
     state.transition(Phase.DRAFTING)
     state.done = False
 

@@ -60,8 +60,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "retries-with-fresh-key",
-        (("gateway_client.py", "            failpoint(\"t6.request_leaving\")\n",
-          "            failpoint(\"t6.request_leaving\")\n"
+        (("gateway_client.py", "            failpoint(points[0])\n",
+          "            failpoint(points[0])\n"
           "            if attempt > 1 and \"Idempotency-Key\" in headers:\n"
           "                headers[\"Idempotency-Key\"] = f\"{idempotency_key}-retry{attempt}\"\n"),),
         ("Checklist 5",),
@@ -138,8 +138,10 @@ MUTANTS: tuple[Mutant, ...] = (
             return Ticket(ticket_id, "?", case_id, "?", "?", "", 0.0, None, None)
         if found is None:
             raise ApprovalRefused("""),
-         ("approvals.py", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
-""", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
+         ("approvals.py", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str,
+                       gate: str = DEFAULT_GATE) -> None:
+""", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str,
+                       gate: str = DEFAULT_GATE) -> None:
         return
 """)),
         ("No send without a server-issued ticket",),
@@ -147,8 +149,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "ticket-not-bound-to-case",
-        (("approvals.py", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
-""", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str) -> None:
+        (("approvals.py", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str,
+                       gate: str = DEFAULT_GATE) -> None:
+""", """    def _check_binding(ticket: Ticket, case_id: str, draft_digest: str,
+                       gate: str = DEFAULT_GATE) -> None:
         return
 """),),
         ("No send without a server-issued ticket",),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shopops.approvals import ApprovalQueue
+from shopops.approvals import DEFAULT_GATE, NOTE_GATE, ApprovalQueue
 from shopops.errors import ApprovalRefused
 from shopops.grant import grant_approval
 from shopops.state import Draft, State
@@ -289,3 +289,80 @@ def test_ticket_for_returns_the_newest_unconsumed(queue: ApprovalQueue) -> None:
     propose(queue, parked(CASE, OTHER_DRAFT))
     second = queue.approve(CASE, approver="maya")
     assert queue.ticket_for(CASE) == second
+
+
+# -- named gates (issue 9: a second gated action, the order note) ----------------------------
+
+NOTE_DIGEST = "a" * 64
+
+
+def test_each_gate_is_decided_on_its_own(queue: ApprovalQueue) -> None:
+    propose(queue, parked())
+    note_request = queue.request(CASE, NOTE_DIGEST, gate=NOTE_GATE)
+    assert note_request == f"req-{CASE}-{NOTE_GATE}-{NOTE_DIGEST[:12]}"
+    note = queue.approve(CASE, approver="maya", gate=NOTE_GATE)
+    assert (note.gate, note.draft_digest) == (NOTE_GATE, NOTE_DIGEST)
+    # the email is still pending: the note's approval granted nothing on its gate
+    assert queue.ticket_for(CASE, DRAFT.digest()) is None
+    assert queue.latest_request(CASE).status == "pending"  # type: ignore[union-attr]
+    assert queue.ticket_for(CASE, NOTE_DIGEST, gate=NOTE_GATE) == note
+    email = queue.approve(CASE, approver="maya")
+    assert email.gate == DEFAULT_GATE
+    assert [t.gate for t in queue.tickets(CASE)] == [NOTE_GATE, DEFAULT_GATE]
+
+
+def test_a_ticket_of_one_gate_never_grants_another(queue: ApprovalQueue) -> None:
+    queue.request(CASE, NOTE_DIGEST, gate=NOTE_GATE)
+    note = queue.approve(CASE, approver="maya", gate=NOTE_GATE)
+    for act in (lambda: queue.verify(note.ticket_id, CASE, NOTE_DIGEST),
+                lambda: queue.consume(note.ticket_id, CASE, NOTE_DIGEST, "k"),
+                lambda: queue.check_held(note.ticket_id, CASE, NOTE_DIGEST, None)):
+        with pytest.raises(ApprovalRefused) as info:
+            act()
+        assert info.value.reason == "wrong_gate"
+    assert queue.consume(note.ticket_id, CASE, NOTE_DIGEST, "k", gate=NOTE_GATE
+                         ).consumed_by_key == "k"
+
+
+def test_rejecting_one_gate_leaves_the_other_pending(queue: ApprovalQueue) -> None:
+    propose(queue, parked())
+    queue.request(CASE, NOTE_DIGEST, gate=NOTE_GATE)
+    rejected = queue.reject(CASE, approver="maya", gate=NOTE_GATE)
+    assert (rejected.gate, rejected.status) == (NOTE_GATE, "rejected")
+    assert queue.is_rejected(CASE, gate=NOTE_GATE) and not queue.is_rejected(CASE)
+    with pytest.raises(ApprovalRefused) as info:
+        queue.reject(CASE, approver="maya", gate=NOTE_GATE)
+    assert info.value.reason == "no_request" and NOTE_GATE in str(info.value)
+
+
+def test_an_unknown_gate_is_refused(queue: ApprovalQueue) -> None:
+    for act in (lambda: queue.request(CASE, NOTE_DIGEST, gate="refund"),
+                lambda: queue.approve(CASE, approver="maya", gate="refund"),
+                lambda: queue.reject(CASE, approver="maya", gate="refund")):
+        with pytest.raises(ApprovalRefused) as info:
+            act()
+        assert info.value.reason == "unknown_gate" and "add_order_note" in str(info.value)
+
+
+def test_a_queue_database_from_before_gates_keeps_working(db: Path) -> None:
+    """An old file (no gate columns): opened, it gains them; its rows are send_email."""
+    with sqlite3.connect(db) as conn:
+        conn.executescript(
+            "CREATE TABLE approval_requests (request_id TEXT PRIMARY KEY, case_id TEXT NOT NULL,"
+            " draft_digest TEXT NOT NULL, requested_at TEXT NOT NULL, status TEXT NOT NULL,"
+            " feedback TEXT);"
+            "CREATE TABLE tickets (ticket_id TEXT PRIMARY KEY, request_id TEXT NOT NULL,"
+            " case_id TEXT NOT NULL, draft_digest TEXT NOT NULL, approver TEXT NOT NULL,"
+            " issued_at TEXT NOT NULL, issued_at_epoch REAL NOT NULL, consumed_by_key TEXT,"
+            " consumed_at TEXT);")
+        conn.execute("INSERT INTO approval_requests VALUES ('req-1', ?, ?, 't', 'approved', "
+                     "NULL)", (CASE, DRAFT.digest()))
+        conn.execute("INSERT INTO tickets VALUES ('apr-desk-1', 'req-1', ?, ?, 'maya', 't', "
+                     "1.0, NULL, NULL)", (CASE, DRAFT.digest()))
+    with ApprovalQueue(db) as queue:
+        (old,) = queue.tickets(CASE)
+        assert old.gate == DEFAULT_GATE
+        assert queue.verify("apr-desk-1", CASE, DRAFT.digest()) == old
+        assert queue.requests(CASE)[0].gate == DEFAULT_GATE
+        queue.request(CASE, NOTE_DIGEST, gate=NOTE_GATE)
+        assert queue.approve(CASE, approver="maya", gate=NOTE_GATE).gate == NOTE_GATE

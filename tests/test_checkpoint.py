@@ -28,7 +28,7 @@ from shopops.errors import (
     StateInvalid,
     UnsupportedSchemaVersion,
 )
-from shopops.state import Draft, State
+from shopops.state import NOTE_FIELDS, Draft, State
 
 CASE, RUN = "case-O-1001", "run-1"
 EPOCH_2026_07_19 = 1_784_419_200.0
@@ -369,7 +369,7 @@ def test_migrate_v1_to_v2(v1_db: Path) -> None:
     for old, new in zip(v1, _v1_dicts(v1_db), strict=True):
         assert new == {**old, "preferred_channel": "email", "schema_version": 2,
                        "recovery_attempts": 0, "dead_letter_reason": None,
-                       "draft_revision": 0, "review_feedback": []}
+                       "draft_revision": 0, "review_feedback": [], **NOTE_FIELDS}
     conn = sqlite3.connect(v1_db)
     try:
         record = conn.execute('SELECT name, applied_at, "rows" FROM schema_migrations').fetchall()

@@ -111,8 +111,9 @@ def test_a_ticket_for_the_rejected_draft_is_void(store: CheckpointStore, svc: Se
     run(store, svc)
     with sqlite3.connect(tmp_path / "approvals.db") as conn:  # a ticket for the old draft
         request_id = svc.approvals.requests(CASE)[0].request_id
-        conn.execute("INSERT INTO tickets VALUES ('apr-old', ?, ?, ?, 'maya', 't', 0, NULL,"
-                     " NULL)", (request_id, CASE, old.digest()))
+        conn.execute("INSERT INTO tickets(ticket_id, request_id, case_id, draft_digest, "
+                     "approver, issued_at, issued_at_epoch) VALUES ('apr-old', ?, ?, ?, "
+                     "'maya', 't', 0)", (request_id, CASE, old.digest()))
     conn.close()
     stale = next(t for t in svc.approvals.tickets(CASE) if t.ticket_id == "apr-old")
     state = store.load(CASE, RUN)

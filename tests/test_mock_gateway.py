@@ -293,7 +293,8 @@ def test_control_socket_sets_the_plan_in_order(db: Path, http: requests.Session)
         assert oct(os.stat(os.path.dirname(gw.control_path)).st_mode & 0o777) == "0o700"
 
 
-@pytest.mark.parametrize("path", ["/_control/faults", "/_log/requests", "/_log/deliveries"])
+@pytest.mark.parametrize("path", ["/_control/faults", "/_log/requests", "/_log/deliveries",
+                                  "/_log/notes"])
 def test_the_data_address_serves_no_control_and_no_log(gateway: MockGateway,
                                                        http: requests.Session,
                                                        path: str) -> None:
@@ -357,3 +358,65 @@ def test_client_against_a_stopped_gateway_is_unavailable(db: Path) -> None:
     assert info.value.fields["attempts"] == 2
     assert "ConnectionError" in info.value.fields["last_error"]
     assert read_log(db).requests == ()
+
+
+# -- the order service: /v1/order-notes, a ledger of its own (issue 9) -----------------------
+
+NOTE = {"case_id": "case-O-1001", "order_id": "O-1001", "body": "Customer emailed."}
+
+
+def post_note(http: requests.Session, gw: MockGateway, key: str | None = None,
+              **overrides: object) -> requests.Response:
+    headers = {} if key is None else {"Idempotency-Key": key}
+    return http.post(gw.url + "/v1/order-notes", json={**NOTE, **overrides}, headers=headers,
+                     timeout=(2, 5))
+
+
+def test_notes_dedupe_in_their_own_ledger(gateway: MockGateway, http: requests.Session,
+                                          db: Path) -> None:
+    seen: list[str] = []
+    gateway.on_note_accepted = lambda note: seen.append(note.delivery_id)
+    gateway.on_accepted = lambda d: seen.append("email " + d.delivery_id)
+    first, again = post_note(http, gateway, "k-1"), post_note(http, gateway, "k-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["delivery_id"] == again.json()["delivery_id"] == "nte-000001"
+    assert post_note(http, gateway, "k-1", body="other").status_code == 409
+    bad = post_note(http, gateway, "k-2", order_id=7)
+    assert bad.status_code == 400 and bad.json()["field"] == "order_id"
+    post(http, gateway, "k-1")  # the same key on the email gateway is another ledger's
+    log = read_log(db)
+    assert [n.delivery_id for n in log.notes] == ["nte-000001"]
+    assert log.notes[0].body == NOTE["body"] and log.notes[0].order_id == "O-1001"
+    assert [r.status for r in log.note_requests] == [201, 200, 409, 400]
+    assert [(r.status, d.delivery_id) for r, d in zip(log.requests, log.deliveries,
+                                                      strict=True)] == [(201, "dlv-000001")]
+    assert seen == ["nte-000001", "email dlv-000001"]
+
+
+def test_faults_apply_to_messages_only(gateway: MockGateway, http: requests.Session,
+                                       db: Path) -> None:
+    gateway.set_faults([{"kind": "error", "status": 503}])
+    assert post_note(http, gateway, "n-1").status_code == 201
+    assert post(http, gateway, "m-1").status_code == 503
+    assert gateway.pending_faults() == ()
+
+
+def test_a_log_from_before_the_order_service_reads(db: Path) -> None:
+    import sqlite3
+    from contextlib import closing
+
+    MockGateway(db)  # a log made by this version, then the note tables dropped
+    with closing(sqlite3.connect(db)) as conn:
+        conn.executescript("DROP TABLE note_requests; DROP TABLE notes;")
+    log = read_log(db)
+    assert (log.note_requests, log.notes, log.requests) == ((), (), ())
+
+
+def test_the_client_adds_a_note_with_its_key(gateway: MockGateway, db: Path) -> None:
+    with client(gateway) as c:
+        first = c.add_note(case_id="case-O-1001", order_id="O-1001", body="x",
+                           idempotency_key="note-key")
+        again = c.add_note(case_id="case-O-1001", order_id="O-1001", body="x",
+                           idempotency_key="note-key")
+    assert (first.delivery_id, first.duplicate, again.duplicate) == ("nte-000001", False, True)
+    assert {r.idempotency_key for r in read_log(db).note_requests} == {"note-key"}

@@ -17,7 +17,8 @@ from shopops.checkpoint import CheckpointRow
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """One ``POST /v1/messages`` as the gateway saw it. ``status`` is the status decided (with
+    """One ``POST /v1/messages`` (or, in the note ledger, ``POST /v1/order-notes``) as the
+    gateway saw it. ``status`` is the status decided (with
     ``drop_after_accept`` no reply reached the client); ``received_epoch`` is seconds since
     the epoch; ``delivery_id``/``duplicate`` say which delivery the answer named;
     ``worker_pid``/``worker_uid`` the connection's owner as the kernel says (``None``: not
@@ -61,15 +62,39 @@ class Delivery:
 
 
 @dataclass(frozen=True)
+class NoteDelivery:
+    """One order note the harness's mock order service added (``POST /v1/order-notes``),
+    committed before any reply: ``delivery_id`` is the note's id (``"nte-000001"``)."""
+
+    delivery_id: str
+    request_seq: int
+    idempotency_key: str | None
+    body_sha256: str
+    case_id: str
+    order_id: str
+    body: str
+    delivered_at: str
+
+
+@dataclass(frozen=True)
 class GatewayLog:
-    """The durable log: every request and every delivery, in order."""
+    """The durable log: every request and every delivery, in order — the email gateway's
+    (``requests``, ``deliveries``) and, in a ledger of its own, the order service's
+    (``note_requests``, ``notes``: empty when no note was ever sent). A check about the
+    email reads only the first two, so an order note is never taken for an email."""
 
     requests: tuple[RequestRecord, ...]
     deliveries: tuple[Delivery, ...]
+    note_requests: tuple[RequestRecord, ...] = ()
+    notes: tuple[NoteDelivery, ...] = ()
 
     def deliveries_for(self, case_id: str) -> tuple[Delivery, ...]:
-        """The deliveries made for ``case_id``."""
+        """The email deliveries made for ``case_id``."""
         return tuple(d for d in self.deliveries if d.case_id == case_id)
+
+    def notes_for(self, case_id: str) -> tuple[NoteDelivery, ...]:
+        """The order notes added for ``case_id``."""
+        return tuple(n for n in self.notes if n.case_id == case_id)
 
 
 @dataclass(frozen=True)

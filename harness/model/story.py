@@ -49,8 +49,10 @@ class Wait(StrEnum):
 
 #: A recovery role meaning: no worker follows a killed one.
 NO_RECOVERY = "none"
-#: The gate of the O-1001 story's one gated side effect.
+#: The gate of the O-1001 story's email (the default gate).
 DEFAULT_GATE = "send_email"
+#: The gate of its order note (``sut.order_note``), the second gated side effect.
+NOTE_GATE = "add_order_note"
 #: The default lease owner id of a worker: ``worker-<launch index>``.
 DEFAULT_OWNER = "worker-{index}"
 #: ``ClockStep.advance_s``'s value for "just past one lease": the scenario's TTL + 1 s.
