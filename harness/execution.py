@@ -9,10 +9,11 @@ read by the harness) → **check** (``harness.checks.run_checks``) → **judge**
 
 An untrusted implementation's execution is sealed (``harness.sandbox``) when the harness
 runs as root: its workers run as a uid of their own in a sandbox folder that holds only
-the checkpoint and approval databases; the gateway log and the worker output live in the
-execution folder (root's, mode 0700); every process of the uid is killed before the
-evidence is read; the databases are then copied into the execution folder and the sandbox
-removed.
+the checkpoint database; the gateway log, the approval records (served to the workers by
+the harness's approval service, ``harness.approval_service``) and the worker output live in
+the execution folder (root's, mode 0700); every process of the uid is killed before the
+evidence is read; the checkpoint database is then copied into the execution folder and
+the sandbox removed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from contextlib import closing
 from pathlib import Path
 
+from harness.approval_service import ApprovalService
 from harness.channel import FailpointChannel
 from harness.checks import run_checks
 from harness.controller import KillController
@@ -106,7 +108,8 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
 def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
            worker_timeout_s: float, sandbox: Sandbox | None
            ) -> tuple[StoryRecord, KillController]:
-    """Play the story with the channel and the gateway up; both are down on return."""
+    """Play the story with the channel, the gateway and the approval service up; all are
+    down on return."""
     uid = sandbox.uid if sandbox is not None else None
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
     gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
@@ -117,18 +120,21 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
         EventKind.REQUEST, None, r.worker_pid, None,
         f"status {r.status}" + (" duplicate" if r.duplicate else ""), ref=str(r.seq))
     gateway.set_faults(plan.scenario.gateway_faults)
-    with FailpointChannel(controller.on_hit) as channel, gateway:
+    with FailpointChannel(controller.on_hit) as channel, gateway, ApprovalService(
+            workdir / "approvals.db", allowed_uid=uid, on_tamper=lambda line: events.add(
+                EventKind.TAMPERING, None, None, None, line)) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
-                       data_dir=sandbox.path if sandbox is not None else None)
+                       data_dir=sandbox.path if sandbox is not None else None,
+                       approvals=approvals.address)
     return record, controller
 
 
 def _keep_databases(sandbox: Path, workdir: Path) -> None:
     """Copy the sandbox's SQLite databases (plain files only) into the execution folder
     with SQLite's online backup (WAL content included), for the reports and replays."""
-    for name in ("checkpoints.db", "approvals.db"):
+    for name in ("checkpoints.db",):  # the approval records are the harness's already
         src = sandbox / name
         if not src.is_file() or src.is_symlink():
             continue

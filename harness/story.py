@@ -61,10 +61,12 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
-          data_dir: Path | None = None) -> StoryRecord:
+          data_dir: Path | None = None, approvals: str | None = None) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
-    execution's sandbox.
+    execution's sandbox. ``approvals``: the address of the harness's approval service
+    (``harness.approval_service``) over ``workdir/approvals.db``, given to every worker;
+    ``None``: the workers open that file themselves.
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). Every
@@ -74,7 +76,8 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
         HarnessStopping, KeyboardInterrupt, SystemExit: the run is being stopped.
     """
     engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
-                     channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir)
+                     channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
+                     approvals=approvals)
     try:
         engine.play()
         engine.read_target()
@@ -95,7 +98,8 @@ class _CutShort(Exception):
 class _Engine:
     def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
-                 channel: str, worker_timeout_s: float, data_dir: Path | None = None) -> None:
+                 channel: str, worker_timeout_s: float, data_dir: Path | None = None,
+                 approvals: str | None = None) -> None:
         self.s = s = plan.scenario
         self.steps = story_of(s)
         self.controller = controller
@@ -105,7 +109,8 @@ class _Engine:
         extra = max([HOLD_LIMIT_S if not h.ms else h.ms / 1000 for h in holds], default=0.0)
         self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
                          gateway_url=gateway_url, channel=channel,
-                         timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir)
+                         timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
+                         approvals=approvals)
         # the budget of workers: one per kill, the largest group, and a margin
         self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
                                                            default=1) + 4)

@@ -16,6 +16,7 @@ from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, W
 from harness.processes import Worker
 from harness.sut_boot import TITLE_ENV
 from harness.targets.drive import TargetDriver
+from shopops.approvals import ENV_SOCKET
 from shopops.checkpoint import CheckpointRow
 from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
@@ -50,7 +51,7 @@ class Workers:
     def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, timeout_s: float, extra_wait_s: float,
-                 data_dir: Path | None = None) -> None:
+                 data_dir: Path | None = None, approvals: str | None = None) -> None:
         self.s = scenario
         self.sut = sut
         self.workdir = workdir
@@ -59,12 +60,16 @@ class Workers:
         self.events = events
         self.gateway_url = gateway_url
         self.channel = channel
+        self.approvals = approvals
         self.timeout = timeout_s
         self.extra_wait_s = extra_wait_s
         # the databases the workers write, and their cwd: the sandbox of a sealed execution
         self.data_dir = data_dir or workdir
         self.ckpt_db = self.data_dir / "checkpoints.db"
-        self.appr_db = self.data_dir / "approvals.db"
+        # the approval records are the harness's (its approval service serves them to the
+        # workers); the path a worker is given is only used by one that keeps its own
+        self.appr_db = workdir / "approvals.db"
+        self.worker_appr_db = self.data_dir / "approvals.db"
         self.gw_db = workdir / "gateway.db"
         self.clock_offset_s = 0.0
         self.offered_ticket: str | None = None
@@ -89,7 +94,7 @@ class Workers:
         if role is WorkerRole.MIGRATE:
             return self.sut.argv("migrate", str(self.ckpt_db))
         argv = self.sut.argv(
-            "run", "--db", str(self.ckpt_db), "--approvals", str(self.appr_db),
+            "run", "--db", str(self.ckpt_db), "--approvals", str(self.worker_appr_db),
             "--gateway", self.gateway_url, "--case", s.case_id, "--order", s.order_id,
             "--run-id", RUN_ID, "--keys", "on" if s.idempotency_keys else "off",
             "--policy", s.policy)
@@ -104,11 +109,13 @@ class Workers:
         return argv
 
     def env(self) -> dict[str, str]:
-        """The worker's environment: ours without any ``SHOPOPS_*``, plus the channel and
-        the simulated clock."""
+        """The worker's environment: ours without any ``SHOPOPS_*``, plus the channel, the
+        approval service and the simulated clock."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
         env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
+        if self.approvals is not None:
+            env[ENV_SOCKET] = self.approvals
         env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
         if self.clock_offset_s:
             env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"

@@ -4,6 +4,8 @@ The chapter's usage calls ``run_loop(state)`` and ``grant_approval(state, ticket
 wiring, so a process-wide default is built on first use from these variables:
 
 - ``SHOPOPS_APPROVALS_DB``: the approval queue's SQLite file (``shopops-approvals.db``);
+- ``SHOPOPS_APPROVALS_SOCKET``: the harness's approval service (``@name`` or a socket path);
+  set, the queue's records live there instead (``shopops.approval_client``);
 - ``SHOPOPS_GATEWAY_URL``: base URL of the email gateway (none: a send fails);
 - ``SHOPOPS_IDEMPOTENCY_KEYS``: ``on`` (default) or ``off`` (exercise 3 demonstration);
 - ``SHOPOPS_POLICY``: ``deterministic`` (default) or ``varying``;
@@ -22,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shopops.approvals import ApprovalQueue
+from shopops.approvals import ENV_SOCKET, ApprovalQueue
 from shopops.errors import ConfigError
 from shopops.gateway_client import EmailGatewayClient
 from shopops.policy import Policy, make_policy
@@ -148,7 +150,8 @@ def services_from_env(env: dict[str, str] | None = None) -> Services:
                                  read_timeout_s=read_timeout) if url else None
     return Services(
         approvals=ApprovalQueue(env.get("SHOPOPS_APPROVALS_DB", "shopops-approvals.db"),
-                                clock=clock_from_env(env)),
+                                clock=clock_from_env(env),
+                                service=env.get(ENV_SOCKET) or None),
         gateway=gateway,
         policy=policy,
         records=Records.load(env.get("SHOPOPS_FIXTURES") or None),

@@ -392,6 +392,7 @@ def _clock_offset(text: str) -> float:
 #: A new variable is registered here (else ``check_environment`` refuses it as unknown).
 ENV_VARS: Mapping[str, Callable[[str], Any]] = {
     "SHOPOPS_APPROVALS_DB": file_path,
+    "SHOPOPS_APPROVALS_SOCKET": socket_path,  # the harness's approval service
     "SHOPOPS_GATEWAY_URL": url,
     "SHOPOPS_IDEMPOTENCY_KEYS": choice("on", "off"),
     "SHOPOPS_POLICY": choice("deterministic", "varying"),
@@ -408,6 +409,7 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
 #: Variables whose readers take an empty value as unset (``os.environ.get(...) or None``);
 #: for the others an empty value is refused, as their readers refuse it.
 _EMPTY_IS_UNSET = frozenset({"SHOPOPS_FAILPOINTS", "SHOPOPS_FAILPOINT_CHANNEL",
+                             "SHOPOPS_APPROVALS_SOCKET",
                              "SHOPOPS_FIXTURES", "SHOPOPS_GATEWAY_URL"})
 
 

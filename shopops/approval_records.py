@@ -1,0 +1,102 @@
+"""The approval queue's records: a request awaiting a human and a server-issued ticket.
+
+Plain frozen dataclasses shared by the queue's logic (``shopops.approvals``), its SQLite
+store (``shopops.approval_store``) and its client of a harness-owned approval service
+(``shopops.approval_client``); ``to_wire``/``from_wire`` are their JSON form on that
+service's socket (field name → value, the dataclass's own field names).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+#: A request's status: a human has not decided yet, approved it (a ticket exists) or
+#: rejected it.
+STATUSES = ("pending", "approved", "rejected")
+#: The gate of the O-1001 email; what a request or ticket without a gate is about.
+DEFAULT_GATE = "send_email"
+#: The order note on O-1001 saying the customer was emailed (the second gated action).
+NOTE_GATE = "add_order_note"
+#: Every gate the queue accepts.
+GATES: tuple[str, ...] = (DEFAULT_GATE, NOTE_GATE)
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """A proposed send awaiting a human: ``request_id``, ``case_id``, ``draft_digest`` (hex
+    SHA-256 of the draft), ``requested_at`` (ISO-8601 UTC), ``status`` (pending / approved /
+    rejected), the reviewer's ``feedback`` on a rejection (``None``: a plain rejection,
+    the case ends; a text: the loop drafts again answering it) and the ``gate`` (``GATES``)
+    the request is about; for ``add_order_note`` ``draft_digest`` is the note's digest."""
+
+    request_id: str
+    case_id: str
+    draft_digest: str
+    requested_at: str
+    status: str
+    feedback: str | None = None
+    gate: str = DEFAULT_GATE
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A server-issued approval: ``ticket_id`` (``"apr-desk-9"``), the ``request_id``,
+    ``case_id`` and ``draft_digest`` it is bound to, ``approver``, ``issued_at`` (ISO-8601
+    UTC) and ``issued_at_epoch`` (seconds), ``consumed_by_key`` (the idempotency key of
+    the send that used it, or ``None``), ``consumed_at`` and the ``gate`` it grants."""
+
+    ticket_id: str
+    request_id: str
+    case_id: str
+    draft_digest: str
+    approver: str
+    issued_at: str
+    issued_at_epoch: float
+    consumed_by_key: str | None
+    consumed_at: str | None
+    gate: str = DEFAULT_GATE
+
+
+R = TypeVar("R", ApprovalRequest, Ticket)
+
+
+def iso(epoch: float) -> str:
+    """``epoch`` seconds as ISO-8601 UTC with microseconds (``2026-12-01T10:00:00.000000Z``)."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def to_wire(record: ApprovalRequest | Ticket) -> dict[str, Any]:
+    """The record as a JSON object (its fields by name)."""
+    return dataclasses.asdict(record)
+
+
+def from_wire(cls: type[R], data: object) -> R:
+    """A record from its JSON object.
+
+    Raises:
+        ValueError: not an object, a field missing or unknown, or a value of the wrong
+            type (text fields must be strings; ``issued_at_epoch`` a finite number).
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {', '.join(unknown)}")
+    for name, field in fields.items():
+        if name not in data:
+            if field.default is dataclasses.MISSING:
+                raise ValueError(f"{cls.__name__}: field {name} missing")
+            continue
+        value = data[name]
+        if name == "issued_at_epoch":
+            ok = isinstance(value, int | float) and not isinstance(value, bool) \
+                and value == value and abs(value) < 1e11
+        else:
+            ok = isinstance(value, str) or (value is None and "None" in str(field.type))
+        if not ok:
+            raise ValueError(f"{cls.__name__}: field {name} has a bad value {value!r}")
+    return cls(**data)

@@ -1,0 +1,177 @@
+"""The harness-owned approval service (``harness.approval_service``) and the queue's client
+backend (``shopops.approval_client``): a worker's queue works as on its own file, the
+records are the harness's, and nothing a worker can ask for deletes, rewrites, approves or
+un-consumes them. Real Unix sockets and SQLite files, in process (each test well under a
+second)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from harness.approval_service import ApprovalService
+from harness.evidence import read_approvals
+from shopops.approvals import ENV_SOCKET, ApprovalQueue
+from shopops.errors import ApprovalRefused, ConfigError
+from shopops.runtime import services_from_env
+from shopops.validators import check_environment
+
+CASE, DIGEST = "case-O-1001", "ab" * 32
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[tuple[ApprovalService, list[str]]]:
+    tampering: list[str] = []
+    with ApprovalService(tmp_path / "approvals.db", on_tamper=tampering.append) as svc:
+        yield svc, tampering
+
+
+def _raw(address: str, *messages: object) -> list[dict[str, object]]:
+    """Send raw lines, as a hostile worker would; the replies."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect("\0" + address[1:])
+        reader = sock.makefile("rb")
+        replies = []
+        for m in messages:
+            sock.sendall((m if isinstance(m, bytes) else json.dumps(m).encode()) + b"\n")
+            replies.append(json.loads(reader.readline()))
+        return replies
+
+
+def test_a_worker_queue_on_the_service_keeps_its_records_in_the_harness_file(
+        service: tuple[ApprovalService, list[str]], tmp_path: Path) -> None:
+    svc, tampering = service
+    worker = ApprovalQueue(tmp_path / "never-created.db", service=svc.address)
+    human = ApprovalQueue(svc.db_path)  # the harness's own side, on its file
+    request_id = worker.request(CASE, DIGEST)
+    assert worker.request(CASE, DIGEST) == request_id  # idempotent, as on a file
+    assert worker.ticket_for(CASE, DIGEST) is None
+    ticket = human.approve(CASE, approver="maya")
+    assert worker.latest_request(CASE).status == "approved"  # type: ignore[union-attr]
+    assert worker.ticket_for(CASE, DIGEST) == ticket
+    assert worker.verify(ticket.ticket_id, CASE, DIGEST) == ticket
+    used = worker.consume(ticket.ticket_id, CASE, DIGEST, "key-1")
+    assert used.consumed_by_key == "key-1"
+    assert worker.consume(ticket.ticket_id, CASE, DIGEST, "key-1") == used  # same send
+    with pytest.raises(ApprovalRefused) as refused:
+        worker.consume(ticket.ticket_id, CASE, DIGEST, "key-2")
+    assert refused.value.reason == "consumed"
+    with pytest.raises(ApprovalRefused) as unknown:
+        worker.verify("apr-forged-1", CASE, DIGEST)
+    assert unknown.value.reason == "unknown_ticket"
+    assert "approval service" in str(unknown.value)
+    worker.close()
+    human.close()
+    requests, tickets, gap = read_approvals(svc.db_path, CASE)
+    assert gap is None and [r.request_id for r in requests] == [request_id]
+    assert [t.consumed_by_key for t in tickets] == ["key-1"]
+    assert not (tmp_path / "never-created.db").exists() and tampering == []
+
+
+def test_the_human_acts_are_not_a_workers(service: tuple[ApprovalService, list[str]],
+                                          tmp_path: Path) -> None:
+    svc, _ = service
+    worker = ApprovalQueue(tmp_path / "x.db", service=svc.address)
+    worker.request(CASE, DIGEST)
+    for act in (lambda: worker.approve(CASE, approver="me"),
+                lambda: worker.reject(CASE, approver="me")):
+        with pytest.raises(ApprovalRefused) as refused:
+            act()
+        assert refused.value.reason == "not_a_worker_operation"
+    assert worker.latest_request(CASE).status == "pending"  # type: ignore[union-attr]
+    worker.close()
+
+
+def test_asking_the_service_to_rewrite_or_approve_is_refused_and_reported(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    svc, tampering = service
+    human = ApprovalQueue(svc.db_path)
+    human.request(CASE, DIGEST)
+    human.reject(CASE, approver="maya")
+    replies = _raw(svc.address,
+                   {"op": "approve", "case_id": CASE, "approver": "me"},
+                   {"op": "delete_request", "request_id": f"req-{CASE}-{DIGEST[:12]}"},
+                   {"op": "add_request", "request": {  # the same id again, "pending"
+                       "request_id": f"req-{CASE}-{DIGEST[:12]}", "case_id": CASE,
+                       "draft_digest": DIGEST, "requested_at": "x", "status": "pending"}})
+    assert [r["ok"] for r in replies] == [False, False, True]
+    assert len(tampering) == 2 and "'approve'" in tampering[0]
+    assert "delete_request" in tampering[1] and f"pid {os.getpid()}" in tampering[1]
+    requests, tickets, _ = read_approvals(svc.db_path, CASE)
+    assert [r.status for r in requests] == ["rejected"] and tickets == ()
+    human.close()
+
+
+def test_a_consumed_ticket_cannot_be_unconsumed_or_rebound(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    svc, _ = service
+    human = ApprovalQueue(svc.db_path)
+    human.request(CASE, DIGEST)
+    ticket = human.approve(CASE, approver="maya")
+    human.consume(ticket.ticket_id, CASE, DIGEST, "key-1")
+    replies = _raw(svc.address,
+                   {"op": "mark_consumed", "ticket_id": ticket.ticket_id, "key": "key-2",
+                    "at": "now"},
+                   {"op": "mark_consumed", "ticket_id": ticket.ticket_id, "key": None,
+                    "at": "now"},
+                   {"op": "unconsume", "ticket_id": ticket.ticket_id})
+    assert [r["ok"] for r in replies] == [True, False, False]
+    human.close()
+    (kept,) = read_approvals(svc.db_path, CASE)[1]
+    assert kept.consumed_by_key == "key-1"
+
+
+def test_malformed_calls_get_an_error_naming_the_field(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    svc, tampering = service
+    replies = _raw(svc.address, b"not json", {"no": "op"},
+                   {"op": "add_request", "request": {"request_id": "r", "case_id": CASE}},
+                   {"op": "ticket", "ticket_id": "x" * 5000},
+                   {"op": "requests", "case_id": None})
+    assert [r["ok"] for r in replies] == [False, False, False, False, True]
+    assert "JSON" in str(replies[0]["error"]) and "draft_digest" in str(replies[2]["error"])
+    assert "1-1000" in str(replies[3]["error"]) and tampering == []
+
+
+def test_another_uid_is_refused_and_reported(tmp_path: Path) -> None:
+    tampering: list[str] = []
+    with ApprovalService(tmp_path / "a.db", allowed_uid=os.getuid() + 4170000,
+                         on_tamper=tampering.append) as svc:
+        (reply,) = _raw(svc.address, {"op": "requests", "case_id": CASE})
+        queue = ApprovalQueue(tmp_path / "b.db", service=svc.address)
+        with pytest.raises(ApprovalRefused) as refused:
+            queue.request(CASE, DIGEST)
+        queue.close()
+    assert reply["ok"] is False and refused.value.reason == "service_refused"
+    assert len(tampering) == 2 and f"uid {os.getuid()}" in tampering[0]
+    assert read_approvals(tmp_path / "a.db", CASE)[0] == ()
+
+
+def test_the_environment_selects_the_service_and_plain_runs_keep_the_file(
+        service: tuple[ApprovalService, list[str]], tmp_path: Path) -> None:
+    svc, _ = service
+    remote = services_from_env({ENV_SOCKET: svc.address,
+                                "SHOPOPS_APPROVALS_DB": str(tmp_path / "local.db")})
+    remote.approvals.request(CASE, DIGEST)
+    remote.approvals.close()
+    assert [r.case_id for r in read_approvals(svc.db_path, CASE)[0]] == [CASE]
+    assert not (tmp_path / "local.db").exists()
+    local = services_from_env({"SHOPOPS_APPROVALS_DB": str(tmp_path / "local.db")})
+    local.approvals.request(CASE, DIGEST)
+    local.approvals.close()
+    assert (tmp_path / "local.db").exists()
+    check_environment({ENV_SOCKET: svc.address})
+    with pytest.raises(ConfigError, match=ENV_SOCKET):
+        check_environment({ENV_SOCKET: "@" + "x" * 200})
+
+
+def test_a_service_that_is_gone_is_an_os_error(tmp_path: Path) -> None:
+    queue = ApprovalQueue(tmp_path / "a.db", service="@shopops-apr-nobody-listens")
+    with pytest.raises(OSError):
+        queue.request(CASE, DIGEST)
+    queue.close()
