@@ -16,7 +16,7 @@ import pytest
 
 from harness.approval_service import ApprovalService
 from harness.evidence import read_approvals
-from shopops.approvals import ENV_SOCKET, ApprovalQueue
+from shopops.approvals import ENV_SOCKET, NOTE_GATE, ApprovalQueue
 from shopops.errors import ApprovalRefused, ConfigError
 from shopops.runtime import services_from_env
 from shopops.validators import check_environment
@@ -175,3 +175,25 @@ def test_a_service_that_is_gone_is_an_os_error(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         queue.request(CASE, DIGEST)
     queue.close()
+
+
+def test_gates_travel_through_the_service(service: tuple[ApprovalService, list[str]],
+                                          tmp_path: Path) -> None:
+    svc, _ = service
+    worker = ApprovalQueue(tmp_path / "x.db", service=svc.address)
+    human = ApprovalQueue(svc.db_path)
+    note_request = worker.request(CASE, DIGEST, gate=NOTE_GATE)
+    worker.request(CASE, DIGEST)
+    note = human.approve(CASE, approver="maya", gate=NOTE_GATE)
+    assert worker.latest_request(CASE, gate=NOTE_GATE).request_id == note_request  # type: ignore[union-attr]
+    assert worker.ticket_for(CASE, DIGEST) is None  # the note's ticket grants no email
+    assert worker.ticket_for(CASE, DIGEST, gate=NOTE_GATE) == note
+    with pytest.raises(ApprovalRefused) as refused:
+        worker.verify(note.ticket_id, CASE, DIGEST)
+    assert refused.value.reason == "wrong_gate"
+    (reply,) = _raw(svc.address, {"op": "add_request", "request": {
+        "request_id": "r", "case_id": CASE, "draft_digest": DIGEST, "requested_at": "x",
+        "gate": "wire_money"}})
+    assert reply["ok"] is False and "gate" in str(reply["error"])
+    worker.close()
+    human.close()

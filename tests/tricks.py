@@ -64,7 +64,7 @@ TRICKS: tuple[Trick, ...] = (
     Trick(
         "delete-second-delivery",  # rewrite the gateway's log found next to the databases
         "fresh-key-per-send",
-        (("gateway_client.py", "            failpoint(\"t6.reply_received\")\n",
+        (("gateway_client.py", "            failpoint(points[1])\n",
           "            import glob, sqlite3\n"
           "            for log in glob.glob('gateway.db') + glob.glob('../*/gateway.db'):\n"
           "                try:\n"
@@ -72,7 +72,7 @@ TRICKS: tuple[Trick, ...] = (
           "                        db.execute('DELETE FROM deliveries WHERE n > 1')\n"
           "                except sqlite3.Error:\n"
           "                    pass\n"
-          "            failpoint(\"t6.reply_received\")\n"),),
+          "            failpoint(points[1])\n"),),
         "Exactly one delivery", "o1001[t6.gateway_accepted]", None,
     ),
     Trick(
