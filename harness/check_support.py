@@ -4,6 +4,8 @@ asked for). Pure functions; the check modules import this, never each other."""
 
 from __future__ import annotations
 
+import weakref
+
 from harness.model import CheckResult, Evidence
 from shopops.errors import ShopOpsError
 from shopops.state import Draft, State
@@ -11,16 +13,30 @@ from shopops.state import Draft, State
 __all__ = ["CheckResult", "draft_digest", "parsed_states", "redrafts_owed"]
 
 
+#: ``id(evidence)`` -> its parsed states, while that evidence lives: five checks read them,
+#: and parsing every row again was a tenth of an execution's harness-side time.
+_PARSED: dict[int, tuple[tuple[tuple[int, State], ...], tuple[str, ...]]] = {}
+
+
 def parsed_states(ev: Evidence) -> tuple[list[tuple[int, State]], list[str]]:
     """``([(seq, state)], [problem])`` for the rows the loop wrote, in ``seq`` order; a row
-    that does not parse is a problem line (checks never pass over an unreadable row)."""
-    parsed, problems = [], []
-    for row in ev.loop_checkpoints:
-        try:
-            parsed.append((row.seq, row.state()))
-        except ShopOpsError as exc:
-            problems.append(f"checkpoint seq {row.seq}: {exc}")
-    return parsed, problems
+    that does not parse is a problem line (checks never pass over an unreadable row).
+
+    Parsed once per evidence object (the lists are new on every call; the ``State``
+    objects are shared, and checks only read them)."""
+    key = id(ev)
+    memo = _PARSED.get(key)
+    if memo is None:
+        parsed, problems = [], []
+        for row in ev.loop_checkpoints:
+            try:
+                parsed.append((row.seq, row.state()))
+            except ShopOpsError as exc:
+                problems.append(f"checkpoint seq {row.seq}: {exc}")
+        memo = (tuple(parsed), tuple(problems))
+        _PARSED[key] = memo
+        weakref.finalize(ev, _PARSED.pop, key, None)
+    return list(memo[0]), list(memo[1])
 
 
 def draft_digest(to: str, subject: str, body: str) -> str:

@@ -42,6 +42,7 @@ from harness.model import (
     StoryRecord,
 )
 from harness.sandbox import Sandbox, available, install_code, install_fixtures
+from harness.scratch import in_scratch, move_home
 from harness.sealed_launcher import SealedLauncher
 from harness.spawn_launcher import SpawnLauncher
 from harness.storage_faults import migrations
@@ -69,13 +70,15 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         this returns or raises.
     """
     started = time.monotonic()
-    workdir = workdir.resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    final = workdir.resolve()
+    final.mkdir(parents=True, exist_ok=True)
+    workdir = in_scratch(final)
     events = EventLog()
     sandbox = Sandbox() if plan.sut.untrusted and available() else None
     try:
         if sandbox is not None:
             os.chmod(workdir, 0o700)
+            os.chmod(final, 0o700)
             assert plan.sut.path is not None
             server = launcher if getattr(launcher, "sealed", False) else None
             launcher = SealedLauncher(
@@ -92,12 +95,13 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
             for line in sandbox.sanitize():
                 events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
                            f"{line}")
-        evidence = collect(plan, record, controller, events)
+        evidence = collect(plan, record, controller, events, final)
         if sandbox is not None:
             _keep_databases(sandbox.path, workdir)
     finally:
         if sandbox is not None:
             sandbox.close()
+        move_home(workdir, final)
     checks = decide(evidence, (run_checks(evidence) if plan.scenario.target is None
                                else target_checks(evidence)), plan)
     verdict, reasons = judge(evidence, checks, plan)
@@ -147,11 +151,14 @@ def _keep_databases(sandbox: Path, workdir: Path) -> None:
 
 
 def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController,
-            events: EventLog) -> Evidence:
+            events: EventLog, home: Path | None = None) -> Evidence:
     """The evidence of one execution: the story's record, the harness's trace, and the
     checkpoint history, approval records and gateway log read back from the files (read
-    only; a file that cannot be read becomes a ``Gap``)."""
+    only; a file that cannot be read becomes a ``Gap``). ``home``: where the execution's
+    folder will be once moved out of the scratch area (``harness.scratch``); the evidence
+    names that folder, and a gap's reason names its files there."""
     s = plan.scenario
+    home = home or record.workdir
     target = s.target
     # a target keeps its own storage (read through its API by the story): no checkpoints
     checkpoints, g1 = (read_checkpoints(record.checkpoints_db, s.case_id) if target is None
@@ -166,8 +173,10 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
         checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
         unreached=tuple(controller.pending) + _unreached_points(controller),
-        errors=record.errors, gaps=tuple(g for g in (g1, g2, g3, g4) if g is not None),
-        workdir=str(record.workdir), expected_deliveries=s.expect_deliveries,
+        errors=record.errors,
+        gaps=tuple(Gap(g.source, g.reason.replace(str(record.workdir), str(home)))
+                   for g in (g1, g2, g3, g4) if g is not None),
+        workdir=str(home), expected_deliveries=s.expect_deliveries,
         injected=record.injected, v1_rows=record.v1_rows,
         migrations=migrations(record.checkpoints_db),
         max_attempts=s.max_attempts,

@@ -36,6 +36,8 @@ import threading
 import time
 from pathlib import Path
 
+from harness import scratch
+
 #: First uid/gid of the pool; ``POOL_SIZE`` consecutive ids, none of them in /etc/passwd.
 UID_BASE = 4_170_000
 POOL_SIZE = 512
@@ -54,13 +56,14 @@ def available() -> bool:
 
 
 def area() -> Path:
-    """This harness process's folder of sandboxes (``/tmp/shopops-sealed-XXXX``, mode 0711:
+    """This harness process's folder of sandboxes (``shopops-sealed-XXXX`` in the scratch
+    area of ``harness.scratch``, else in ``/tmp``; mode 0711:
     a worker can reach its own folder by its unguessable name, not list the others).
     Removed at interpreter exit."""
     global _area
     with _lock:
         if _area is None:
-            _area = Path(tempfile.mkdtemp(prefix="shopops-sealed-"))
+            _area = Path(tempfile.mkdtemp(prefix="shopops-sealed-", dir=scratch.area()))
             os.chmod(_area, 0o711)
             atexit.register(shutil.rmtree, _area, True)
         return _area

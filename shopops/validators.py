@@ -384,6 +384,16 @@ def _failpoints(text: str) -> str:
     return text
 
 
+def _scratch(text: str) -> str:
+    if text in ("auto", "off"):
+        return text
+    try:
+        existing_folder(text)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (allowed: auto, off, or an existing folder)") from None
+    return text
+
+
 def _clock_offset(text: str) -> float:
     return float(CLOCK_OFFSET_S.parse(text))
 
@@ -403,6 +413,7 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
     "SHOPOPS_READ_TIMEOUT_S": READ_TIMEOUT_S.parse,
     "SHOPOPS_SHARD": shard_spec,  # shopops-chaos run: harness.shard
     "SHOPOPS_MAX_ATTEMPTS": MAX_ATTEMPTS.parse,
+    "SHOPOPS_SCRATCH": _scratch,  # the harness: harness.scratch
 }
 
 

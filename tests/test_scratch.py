@@ -1,0 +1,102 @@
+"""The scratch area (``harness.scratch``): executions run on a RAM-backed folder and their
+files end up in the run's folder; nothing is left in the scratch area; areas of dead
+harness processes are pruned; ``SHOPOPS_SCRATCH`` is validated."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness import scratch
+from harness.execution import execute
+from harness.model import ExecutionPlan
+from harness.scenario import load_scenario
+from harness.schedule import CrashSchedule
+from shopops.errors import ConfigError
+from shopops.validators import check_environment
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def fresh_area(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """``SHOPOPS_SCRATCH`` set to a folder of the test's own, and no area yet."""
+    root = tmp_path / "scratch-root"
+    root.mkdir()
+    monkeypatch.setenv(scratch.ENV, str(root))
+    monkeypatch.setattr(scratch, "_area", None)
+    return root
+
+
+def test_in_scratch_gives_a_new_folder_and_move_home_brings_every_file(
+        fresh_area: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    work = scratch.in_scratch(home)
+    assert work != home and fresh_area in work.parents
+    (work / "a.db").write_bytes(b"x" * 10)
+    (work / "sub").mkdir()
+    (work / "sub" / "out.txt").write_text("hello")
+    scratch.move_home(work, home)
+    assert (home / "a.db").read_bytes() == b"x" * 10
+    assert (home / "sub" / "out.txt").read_text() == "hello"
+    assert not work.exists()
+
+
+def test_a_home_with_files_or_scratch_off_runs_in_place(
+        fresh_area: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "older.txt").write_text("kept")
+    assert scratch.in_scratch(home) == home
+    (home / "older.txt").unlink()
+    monkeypatch.setenv(scratch.ENV, "off")
+    monkeypatch.setattr(scratch, "_area", None)
+    assert scratch.area() is None
+    assert scratch.in_scratch(home) == home
+    scratch.move_home(home, home)  # the same folder: nothing moves, nothing is removed
+    assert home.is_dir()
+
+
+def test_a_bad_scratch_setting_is_refused_naming_the_variable(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    monkeypatch.setattr(scratch, "_area", None)
+    monkeypatch.setenv(scratch.ENV, str(missing))
+    with pytest.raises(ValueError, match="SHOPOPS_SCRATCH"):
+        scratch.area()
+    with pytest.raises(ConfigError, match="SHOPOPS_SCRATCH.*allowed: auto, off"):
+        check_environment({scratch.ENV: str(missing)})
+    for good in ("auto", "off", str(tmp_path)):
+        check_environment({scratch.ENV: good})
+
+
+def test_areas_of_dead_harness_processes_are_pruned(fresh_area: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    stale = fresh_area / f"shopops-scratch-{int(dead.stdout)}-abc123"
+    stale.mkdir()
+    (stale / "left.db").write_text("from a harness killed with SIGKILL")
+    other = fresh_area / "somebody-elses"
+    other.mkdir()
+    mine = scratch.area()
+    assert mine is not None and mine.is_dir() and mine.parent == fresh_area
+    assert not stale.exists()
+    assert other.is_dir()  # not ours: left alone
+
+
+def test_an_execution_runs_in_scratch_and_its_evidence_names_the_run_folder(
+        fresh_area: Path, tmp_path: Path) -> None:
+    plan = ExecutionPlan(load_scenario(ROOT / "scenarios" / "o1001.toml"),
+                         CrashSchedule.parse("t6.gateway_accepted"))
+    home = tmp_path / "run" / "e1"
+    result = execute(plan, home)
+    assert result.verdict == "pass", result.reasons
+    assert result.evidence.workdir == str(home.resolve())
+    names = {p.name for p in home.iterdir()}
+    assert {"checkpoints.db", "approvals.db", "gateway.db"} <= names, names
+    area = scratch.area()
+    assert area is not None and list(area.iterdir()) == []  # nothing left behind
