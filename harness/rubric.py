@@ -1,5 +1,5 @@
 """The default rubric as data: ``RubricItem`` and ``DEFAULT_RUBRIC`` (what ``harness.grading``
-scores; a rubric TOML file replaces it, ``harness.grading.load_rubric``). Each item names
+scores; a rubric TOML file replaces it, ``harness.rubric_file.load_rubric``). Each item names
 the scenarios whose executions count and the checks (``harness.checks``) it is about.
 """
 
