@@ -25,7 +25,6 @@ refused with ``ValueError`` saying why.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shutil
 import signal
@@ -39,6 +38,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from harness.fork_conn import Conn, ForkServerError
+from harness.fork_packages import package_root as _package_root
+from harness.fork_packages import shadowing_copy as _shadowing_copy
 from harness.forkserver import kill_worker
 from harness.processes import REGISTRY, STOPPING, HarnessStopping, Worker
 from harness.spawn_launcher import SpawnLauncher
@@ -49,80 +51,6 @@ _SRC = str(Path(__file__).resolve().parent.parent)
 _DEFAULT: Any = object()
 
 
-def _holds(folder: str, package: str) -> bool:
-    return (os.path.isfile(os.path.join(folder, package, "__init__.py"))
-            or os.path.isfile(os.path.join(folder, package + ".py")))
-
-
-def _package_root(package: str, candidates: Sequence[str | None]) -> str | None:
-    """The first of ``candidates`` that holds ``package`` (real path), else ``None``."""
-    for folder in candidates:
-        if folder and _holds(folder, package):
-            return os.path.realpath(folder)
-    return None
-
-
-def _shadowing_copy(module: str, env: dict[str, str], cwd: str,
-                    root: str | None) -> str | None:
-    """The folder a fresh ``python -m`` would import the preloaded package ``module`` from
-    (``cwd``, then ``PYTHONPATH``) when it is not ``root``, the server's; ``None``
-    otherwise. Only packages the server imported itself (``shopops``) can be shadowed."""
-    top = module.split(".")[0]
-    if top != "shopops":
-        return None
-    for entry in [cwd, *env.get("PYTHONPATH", "").split(os.pathsep)]:
-        if entry and _holds(os.path.join(cwd, entry), top):
-            return None if os.path.realpath(os.path.join(cwd, entry)) == root else entry
-    return None
-
-
-class ForkServerError(OSError):
-    """The fork server could not be started, refused a request, or went away (then the
-    worker's exit status is unknown; its process group was SIGKILLed)."""
-
-
-class _Conn:
-    """A blocking JSON-lines connection to the server, with its own read buffer (a
-    ``makefile`` reader is unusable after a timeout)."""
-
-    def __init__(self, path: str) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
-        self.buf = bytearray()
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.sock.settimeout(30.0)
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-
-    def read(self, timeout_s: float | None) -> dict[str, Any] | None:
-        """The next message; ``None`` at end of file. Raises ``TimeoutError``."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while b"\n" not in self.buf:
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("no message from the fork server")
-                self.sock.settimeout(remaining)
-            else:
-                self.sock.settimeout(None)
-            data = self.sock.recv(65536)
-            if not data:
-                return None
-            self.buf += data
-        line, _, rest = bytes(self.buf).partition(b"\n")
-        self.buf = bytearray(rest)
-        message = json.loads(line)
-        assert isinstance(message, dict)
-        return message
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 class ForkWorker(Worker):
     """A worker forked by the fork server; its exit status arrives on ``conn``.
 
@@ -131,7 +59,7 @@ class ForkWorker(Worker):
     controller first, then releases it.
     """
 
-    def __init__(self, pid: int, index: int, conn: _Conn, *, held: bool = False) -> None:
+    def __init__(self, pid: int, index: int, conn: Conn, *, held: bool = False) -> None:
         super().__init__(pid, index)
         self._conn = conn
         self._read_lock = threading.Lock()
@@ -216,7 +144,7 @@ class _Server:
         finally:
             listener.close()
         try:
-            self.control = _Conn(self.path)
+            self.control = Conn(self.path)
             self.control.send({"op": "hello"})
             reply = self.control.read(timeout_s)
             if reply is None or reply.get("op") != "ready":
@@ -367,7 +295,7 @@ class ForkLauncher:
     def _request(self, what: dict[str, Any], *, env: dict[str, str], cwd: str, stdout: str,
                  stderr: str, index: int, worker: type[ForkWorker] | None = None
                  ) -> ForkWorker:
-        conn = _Conn(self._ensure_server().path)
+        conn = Conn(self._ensure_server().path)
         try:
             conn.send({"op": "start", **what,
                        "env": dict(env), "cwd": os.path.abspath(cwd), "hold": self.hold,

@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import gc
-import importlib
 import json
 import os
 import selectors
@@ -58,47 +56,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness import sealed_fork
+from harness.fork_worker import preload, run_module, shopops_root
 from harness.sut_boot import name_process
 
-#: What ``python -m shopops run`` imports, before or while it runs (``netrc`` and ``shlex``
-#: are imported lazily by requests at the first request).
-PRELOAD = (
-    "argparse", "json", "sqlite3", "hashlib", "secrets", "netrc", "shlex", "runpy",
-    "traceback", "requests", "shopops", "shopops.cli", "shopops.failpoints",
-    "shopops.runtime", "shopops.worker", "shopops.loop", "shopops.checkpoint",
-    "shopops.approvals", "shopops.gateway_client", "shopops.tools", "shopops.records",
-    "shopops.policy", "shopops.labels", "shopops.state", "shopops.phases", "shopops.errors",
-    "shopops.grant",
-)
 #: Seconds the server waits for its control connection before it gives up and exits.
 HELLO_TIMEOUT_S = 60.0
 _KILL_WAIT_S = 10.0
-
-
-def preload() -> None:
-    """Import ``PRELOAD`` and disarm failpoints in the server itself (its environment may
-    still name a channel), then freeze the heap so children copy fewer pages on write."""
-    for name in PRELOAD:
-        importlib.import_module(name)
-    from shopops import failpoints, runtime
-
-    failpoints.configure(None, None)
-    runtime.set_default_services(None)
-    _warm_up()
-    gc.collect()
-    gc.freeze()
-
-
-def _warm_up() -> None:
-    """Build and use ``shopops``'s argument parser once: its regular expressions are then
-    compiled in the server (``re``'s cache), not again in every child (~10 ms each)."""
-    from shopops import cli
-
-    parser = cli.build_parser()
-    for command in ("run", "resume"):
-        parser.parse_args([command, "--db", "c.db", "--approvals", "a.db", "--gateway",
-                           "http://127.0.0.1:1", "--case", "case-O-1", "--order", "O-1",
-                           "--run-id", "run-1", "--keys", "on", "--policy", "deterministic"])
 
 
 class _Conn:
@@ -222,7 +185,7 @@ class ForkServer:
             if op == "hello":
                 conn.control = self.controlled = True
                 conn.send({"op": "ready", "pid": os.getpid(),
-                           "root": None if self.sealed else _shopops_root()})
+                           "root": None if self.sealed else shopops_root()})
             elif op == "start":
                 self._start(conn, message)
             elif op == "go":
@@ -372,70 +335,6 @@ class ForkServer:
         if seal is not None:
             os._exit(sealed_fork.run(seal, module, args, env, cwd))
         os._exit(run_module(module, args, env, cwd))
-
-
-def run_module(module: str, args: Sequence[str], env: dict[str, str], cwd: str) -> int:
-    """Run ``python -m module args...`` in this (forked) process; returns the exit status.
-
-    Everything process-wide a worker reads is reset from ``env`` first: the environment,
-    the failpoints (``shopops.failpoints.configure_from_env``) and the default services
-    (``shopops.runtime.set_default_services(None)``).
-    """
-    import runpy
-    import traceback
-
-    from shopops import failpoints, runtime
-
-    os.chdir(cwd)
-    os.environ.clear()
-    os.environ.update(env)
-    time.tzset()
-    extra = [cwd] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[:0] = [p for p in dict.fromkeys(extra) if p not in sys.path]
-    sys.argv = ["-m", *args]
-    try:
-        failpoints.configure_from_env()
-        runtime.set_default_services(None)
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        status = 0
-    except SystemExit as exc:
-        status = _exit_status(exc.code)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        _flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        status = 130
-    except BaseException:
-        traceback.print_exc()
-        status = 1
-    _flush()
-    return status
-
-
-def _shopops_root() -> str:
-    """The folder holding the ``shopops`` package this server preloaded."""
-    import shopops
-
-    return os.path.dirname(os.path.dirname(os.path.realpath(shopops.__file__)))
-
-
-def _exit_status(code: object) -> int:
-    """What the interpreter makes of ``sys.exit(code)``."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
 
 
 def kill_worker(pid: int) -> None:

@@ -108,7 +108,7 @@ def area() -> Path | None:
 
 def in_scratch(home: Path) -> Path:
     """The folder an execution whose files belong in ``home`` (an existing folder) runs
-    in: a new folder in the scratch ``area()``, or ``home`` itself when there is no area
+    in: a new folder of the same name in the scratch ``area()``, or ``home`` itself when there is no area
     or ``home`` already holds files (an execution never mixes its files with older ones
     somewhere else).
 
@@ -118,12 +118,14 @@ def in_scratch(home: Path) -> Path:
     where = area()
     if where is None or any(home.iterdir()):
         return home
-    return Path(tempfile.mkdtemp(prefix=home.name[:48] + "-", dir=where))
+    work = Path(tempfile.mkdtemp(prefix="e", dir=where)) / home.name  # the same name: the
+    work.mkdir()  # workers' titles and messages name the execution as the report does
+    return work
 
 
 def move_home(work: Path, home: Path) -> None:
     """Move everything in ``work`` (from ``in_scratch(home)``) into ``home`` and remove
-    ``work``; nothing when they are the same folder. Files keep their modes; a move across
+    ``work`` and its parent; nothing when they are the same folder. Files keep their modes; a move across
     filesystems copies (``shutil.move``)."""
     if work == home:
         return
@@ -131,4 +133,4 @@ def move_home(work: Path, home: Path) -> None:
         for entry in sorted(work.iterdir()):
             shutil.move(str(entry), str(home / entry.name))
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work.parent, ignore_errors=True)

@@ -36,14 +36,14 @@ def test_in_scratch_gives_a_new_folder_and_move_home_brings_every_file(
     home = tmp_path / "home"
     home.mkdir()
     work = scratch.in_scratch(home)
-    assert work != home and fresh_area in work.parents
+    assert work != home and fresh_area in work.parents and work.name == home.name
     (work / "a.db").write_bytes(b"x" * 10)
     (work / "sub").mkdir()
     (work / "sub" / "out.txt").write_text("hello")
     scratch.move_home(work, home)
     assert (home / "a.db").read_bytes() == b"x" * 10
     assert (home / "sub" / "out.txt").read_text() == "hello"
-    assert not work.exists()
+    assert not work.exists() and list(fresh_area.glob("*/*")) == []
 
 
 def test_a_home_with_files_or_scratch_off_runs_in_place(
