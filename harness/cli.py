@@ -47,10 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "merge":
             return _merge(args)
         if args.command == "gateway":
-            from harness.mock_gateway import serve
+            from harness.mock_gateway import serve_command
 
-            serve(args.db, port=args.port)
-            return 0
+            return serve_command(args.db, port=args.port)
         return _run(args)
     except BrokenPipeError:  # a write outside the console (argparse, a library)
         quiet_closed_stdout()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
+from shopops.checkpoint_file import OurSchema
 
 _REQUESTS = """(
     seq INTEGER PRIMARY KEY AUTOINCREMENT, received_at TEXT NOT NULL,
@@ -43,6 +44,9 @@ CREATE TABLE IF NOT EXISTS notes (
     idempotency_key TEXT UNIQUE, body_sha256 TEXT NOT NULL, case_id TEXT NOT NULL,
     order_id TEXT NOT NULL, body TEXT NOT NULL, delivered_at TEXT NOT NULL);
 """
+#: The gateway log as ``shopops.checkpoint_file.inspect`` accepts it (fail closed on the
+#: file); a log from before the order service lacks its tables (created on open).
+GATEWAY_LOG = OurSchema("gateway log", SCHEMA, "requests")
 
 
 @dataclass(frozen=True)

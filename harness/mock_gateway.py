@@ -51,6 +51,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import sys
 import tempfile
 import threading
 import time
@@ -69,11 +70,13 @@ from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRe
 from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
 from harness.peers import tcp_peer
 from harness.serving import ServerThread
+from shopops.checkpoint_file import inspect
+from shopops.errors import NotOurDatabase
 
 _log = logging.getLogger(__name__)
 
 __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
-           "GatewayLog", "MockGateway", "RequestRecord", "read_log", "serve"]
+           "GatewayLog", "MockGateway", "RequestRecord", "read_log", "serve", "serve_command"]
 
 MESSAGE_FIELDS = EMAIL.fields
 
@@ -88,7 +91,9 @@ class MockGateway:
 
     Args:
         db_path: its own SQLite file (WAL, ``synchronous=FULL``); reused if it exists, so
-            keys seen before a restart still dedupe.
+            keys seen before a restart still dedupe. A file that is not a gateway log
+            (another application's tables, a checkpoint database, not SQLite ...) raises
+            ``shopops.errors.NotOurDatabase`` before anything writes to it.
         on_request: called in the request thread with every request's ``RequestRecord``
             once it is logged (before ``on_accepted``): the harness puts each request into
             its trace, so a request after the case was done shows even when deduplicated.
@@ -128,6 +133,7 @@ class MockGateway:
         self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
         self._server: BaseWSGIServer | None = None
         self._serving: ServerThread | None = None
+        inspect(self.db_path, ledgers.GATEWAY_LOG, create=True)  # fail closed: adopt no file
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(ledgers.SCHEMA)
@@ -358,6 +364,32 @@ def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> None:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def serve_command(db_path: str, port: int) -> int:
+    """``shopops-chaos gateway serve``: ``serve`` and its exit status — 0 once stopped, 2
+    when ``db_path`` is not a gateway log (refused read-only, unchanged; one error line)."""
+    try:
+        serve(db_path, port=port)
+    except NotOurDatabase as exc:
+        print(f"shopops-chaos gateway serve: error: argument --db: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _parse_message(raw: bytes) -> tuple[dict[str, str] | None, tuple[str, str] | None]:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None, ("body", "request body must be a JSON object")
+    if not isinstance(data, dict):
+        return None, ("body", "request body must be a JSON object")
+    for field in MESSAGE_FIELDS:
+        if field not in data:
+            return None, (field, "missing")
+        if not isinstance(data[field], str):
+            return None, (field, f"must be a string, got {type(data[field]).__name__}")
+    return {field: data[field] for field in MESSAGE_FIELDS}, None
 
 
 def _drop_connection(environ: dict[str, Any]) -> Response:

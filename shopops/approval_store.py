@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 
+from shopops import checkpoint_file
 from shopops.approval_records import DEFAULT_GATE, ApprovalRequest, Ticket
 from shopops.errors import ApprovalRefused
 
@@ -40,6 +41,13 @@ CREATE TABLE IF NOT EXISTS tickets (
 );
 """
 
+#: Columns added after a queue's first version (``ALTER TABLE ... ADD COLUMN`` on open):
+#: an older queue of ours may lack them. Add a new column here as well as to ``_SCHEMA``.
+_ADDED_COLUMNS = frozenset({"feedback", "gate"})
+#: The approval queue as ``checkpoint_file.inspect`` accepts it (fail closed on the file).
+APPROVAL_QUEUE = checkpoint_file.OurSchema("approval queue", _SCHEMA, "approval_requests",
+                                           _ADDED_COLUMNS)
+
 _REQUEST_COLUMNS = "request_id, case_id, draft_digest, requested_at, status, feedback, gate"
 _TICKET_COLUMNS = ("ticket_id, request_id, case_id, draft_digest, approver, issued_at, "
                    "issued_at_epoch, consumed_by_key, consumed_at, gate")
@@ -52,10 +60,18 @@ class SqliteStore:
     Args:
         path: the database file.
         busy_timeout_s: seconds a writer waits for a lock before failing.
+        create: a missing or empty file becomes a new queue; without it, it is refused.
+
+    Raises:
+        NotOurDatabase: ``path`` is not an approval queue of ours; decided read-only
+            (``checkpoint_file.inspect``) before any connection that can write.
+        DatabaseNotFound: no file and not ``create``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 5.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 5.0, *,
+                 create: bool = True) -> None:
         self.path = os.fspath(path)
+        checkpoint_file.inspect(self.path, APPROVAL_QUEUE, create=create)
         self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")

@@ -54,6 +54,15 @@ class ApprovalQueue:
         service: the address of a harness-owned approval service (``@name`` or a socket
             path; ``SHOPOPS_APPROVALS_SOCKET`` under the harness): the records live there
             and ``approve``/``reject`` are refused (the human's acts are the harness's).
+        create: a missing or empty file becomes a new queue (the worker's side); without it
+            (``shopops approve``/``reject``: nothing to decide without a request) such a
+            file is refused and nothing is created.
+
+    Raises:
+        NotOurDatabase: ``path`` is not an approval queue (another application's tables, a
+            checkpoint database, a folder, not SQLite ...): refused read-only before any
+            connection that can write (``SqliteStore``), the file unchanged.
+        DatabaseNotFound: no file and not ``create``.
     """
 
     def __init__(
@@ -63,11 +72,13 @@ class ApprovalQueue:
         busy_timeout_s: float = 5.0,
         clock: Callable[[], float] = time.time,
         service: str | None = None,
+        create: bool = True,
     ) -> None:
         self.path = os.fspath(path)
         self.clock = clock
         self._store: SqliteStore | RemoteStore = (
-            RemoteStore(service) if service else SqliteStore(self.path, busy_timeout_s))
+            RemoteStore(service) if service else SqliteStore(self.path, busy_timeout_s,
+                                                             create=create))
 
     def close(self) -> None:
         """Close the store's connection."""

@@ -32,7 +32,7 @@ from shopops.checkpoint_rows import (
     _utc_iso,
 )
 from shopops.checkpoint_rows import read_history as _read_rows
-from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
+from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld, NotACheckpointDatabase
 from shopops.failpoints import failpoint
 from shopops.state import SCHEMA_VERSION, State
 
@@ -59,7 +59,10 @@ _SCHEMA = (
     " checkpoints(seq), case_id TEXT NOT NULL, run_id TEXT NOT NULL, attempts INTEGER NOT NULL,"
     " last_phase TEXT NOT NULL, reason TEXT NOT NULL, created_at TEXT NOT NULL)",
 )
-_OPTIONAL = frozenset(name for name, _ in _ADDED_COLUMNS)
+#: The checkpoint database as ``checkpoint_file.inspect`` accepts it (fail closed on the file).
+CHECKPOINT_DB = checkpoint_file.OurSchema(
+    "checkpoint database", _SCHEMA, "checkpoints",
+    frozenset(name for name, _ in _ADDED_COLUMNS), NotACheckpointDatabase, CheckpointNotFound)
 @dataclass(frozen=True)
 class Lease:
     """A worker's claim on a case (Chapter 8 exercise 4, Chapter 32).
@@ -85,7 +88,7 @@ def read_history(path: str | os.PathLike[str], case_id: str,
             (``checkpoint_file.inspect``): nothing is read from it.
     """
     if os.path.lexists(path):
-        checkpoint_file.inspect(path, _SCHEMA, create=False, optional_columns=_OPTIONAL)
+        checkpoint_file.inspect(path, CHECKPOINT_DB, create=False)
     return _read_rows(path, case_id, run_id)
 
 
@@ -117,8 +120,7 @@ class CheckpointStore:
                  clock: Callable[[], float] = time.time, create: bool = True) -> None:
         self.path = os.fspath(path)
         self._clock = clock
-        found = checkpoint_file.inspect(self.path, _SCHEMA, create=create,
-                                        optional_columns=_OPTIONAL)
+        found = checkpoint_file.inspect(self.path, CHECKPOINT_DB, create=create)
         self._ready = False
         self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
         try:

@@ -1,10 +1,12 @@
-"""Is this file a checkpoint database? Decided read-only, before anything writes to it.
+"""Is this file a database of ours, of the kind expected? Decided read-only, before anything
+writes to it: checkpoint databases, approval queues and gateway logs alike (``OurSchema``).
 
 Chapter 8: "Corrupt / unsupported schema versions raise — do not silently guess." That holds
 for the file as much as for a row (issue 14): a store never adopts a file that is not ours
-(another application's tables, our table with other columns, a folder, a symlink loop, a
-file that is not SQLite, a damaged SQLite file). It raises ``NotACheckpointDatabase`` naming
-the file and what was found, and the file is left byte for byte as it was — no schema
+(another application's tables, another of our databases, our table with other columns, a
+folder, a symlink loop, a file that is not SQLite, a damaged SQLite file). It raises the
+kind's ``NotOurDatabase`` (``NotACheckpointDatabase`` for the checkpoint store) naming the
+file and what was found, and the file is left byte for byte as it was — no schema
 created, no column added, no WAL or shared-memory file left behind.
 
 Reading without leaving anything behind (SQLite docs, "URI filenames": ``mode=ro``,
@@ -22,21 +24,51 @@ import os
 import sqlite3
 import stat
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 
-from shopops.errors import CheckpointNotFound, NotACheckpointDatabase
+from shopops.errors import DatabaseNotFound, NotOurDatabase, ShopOpsError
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class FileState(Enum):
     """What ``inspect`` found: ``NEW`` (missing, empty, or a SQLite file with no tables: a
-    store creates its schema) or ``CHECKPOINTS`` (a checkpoint database of ours)."""
+    store creates its schema) or ``OURS`` (a database of the expected kind;
+    ``CHECKPOINTS`` is the same member, its older name)."""
 
     NEW = "new"
-    CHECKPOINTS = "checkpoints"
+    OURS = "ours"
+    CHECKPOINTS = "ours"
+
+
+@dataclass(frozen=True)
+class OurSchema:
+    """One kind of SQLite database of ours, as ``inspect`` accepts it.
+
+    Attributes:
+        kind: what it is called in messages (``"checkpoint database"``, ``"approval
+            queue"``, ``"gateway log"``).
+        schema: its ``CREATE ... IF NOT EXISTS`` statements (a tuple of statements or one
+            script); the tables, their columns and the other objects they create are what
+            is accepted (derived by running them in ``:memory:``, so a table or column
+            added there is accepted at once).
+        anchor: the table that makes a file this kind (``checkpoints``); the schema's other
+            tables may be missing (created at the first write).
+        optional_columns: columns added in later versions (``ALTER TABLE ... ADD COLUMN``
+            at the first write) that an older database of ours may still lack.
+        error: raised for a file that is not this kind (a ``NotOurDatabase``).
+        missing: raised for a missing file where the command needs an existing one.
+    """
+
+    kind: str
+    schema: tuple[str, ...] | str
+    anchor: str
+    optional_columns: frozenset[str] = frozenset()
+    error: type[NotOurDatabase] = NotOurDatabase
+    missing: type[ShopOpsError] = DatabaseNotFound
 
 
 def open_readonly(path: str | os.PathLike[str], timeout_s: float = 30.0) -> sqlite3.Connection:
@@ -52,11 +84,12 @@ def open_readonly(path: str | os.PathLike[str], timeout_s: float = 30.0) -> sqli
 
 
 @lru_cache(maxsize=8)
-def _layout_of(schema: tuple[str, ...]) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+def _layout_of(schema: tuple[str, ...] | str
+               ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
     """Tables → columns, and every schema object's name, that ``schema`` creates."""
     with contextlib.closing(sqlite3.connect(":memory:")) as conn:
-        for statement in schema:
-            conn.execute(statement)
+        for statement in (schema,) if isinstance(schema, str) else schema:
+            conn.executescript(statement)
         return _read_layout(conn)
 
 
@@ -70,104 +103,118 @@ def _read_layout(conn: sqlite3.Connection
              for t in tables}, names)
 
 
-def _refuse(path: str, found: str) -> NotACheckpointDatabase:
-    return NotACheckpointDatabase(
-        f"{path} is not a checkpoint database: {found}; refused, the file was not modified "
-        "(fail closed, Chapter 8)", path=path, found=found)
+def _a(kind: str) -> str:
+    return f"{'an' if kind[:1] in 'aeiou' else 'a'} {kind}"
 
 
-def _stat(path: str) -> os.stat_result | None:
+def _refuse(path: str, ours: OurSchema, found: str) -> NotOurDatabase:
+    return ours.error(
+        f"{path} is not {_a(ours.kind)}: {found}; refused, the file was not modified "
+        "(fail closed, Chapter 8)", path=path, kind=ours.kind, found=found)
+
+
+def _stat(path: str, ours: OurSchema) -> os.stat_result | None:
     try:
         return os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise _refuse(path, f"a symlink to nothing ({os.readlink(path)!r})") from None
+            raise _refuse(path, ours, f"a symlink to nothing ({os.readlink(path)!r})"
+                          ) from None
         return None
     except OSError as exc:
         found = {errno.ELOOP: "a symlink loop",
                  errno.ENOTDIR: "a path through a file, not a folder",
                  errno.ENAMETOOLONG: "a name too long for the file system"}.get(
             exc.errno or 0, f"a file that cannot be examined ({exc.strerror})")
-        raise _refuse(path, found) from None
+        raise _refuse(path, ours, found) from None
 
 
 def _names(items: Iterable[str]) -> str:
     return ", ".join(sorted(items)) or "none"
 
 
-def inspect(path: str | os.PathLike[str], schema: Iterable[str], *, create: bool,
-            optional_columns: Collection[str] = ()) -> FileState:
-    """Decide, read-only, whether ``path`` is a checkpoint database created by ``schema``.
+def _columns_fit(have: tuple[str, ...], want: tuple[str, ...],
+                 optional: Collection[str]) -> bool:
+    """``have`` is ``want`` in order, less some of its ``optional`` columns."""
+    return have == tuple(c for c in want if c in have) and set(want) - set(have) <= set(
+        optional)
+
+
+def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> FileState:
+    """Decide, read-only, whether ``path`` is a database of the kind ``ours`` describes.
+
+    The one inspector of every database file of ours (issue 14): the checkpoint store
+    (``shopops.checkpoint``), the approval queue (``shopops.approvals``) and the harness's
+    gateway log (``harness.mock_gateway``) each call it before opening a connection that can
+    write.
 
     Args:
         path: the database file.
-        schema: the ``CREATE ... IF NOT EXISTS`` statements of a checkpoint database; its
-            tables, their columns and its other objects are what is accepted.
-        create: the command creates a database by design (``shopops run``): a missing or
-            empty file is ``NEW``. Otherwise (``resume``, ``migrate``, ``history``) it is
+        ours: the kind of database expected (its schema, anchor table, optional columns).
+        create: the command creates a database by design (``shopops run``, the worker's
+            approval queue, ``gateway serve``): a missing or empty file is ``NEW``.
+            Otherwise (``resume``, ``migrate``, ``history``, ``approve``, ``reject``) it is
             refused.
-        optional_columns: trailing columns added in later versions that an older database
-            of ours may still lack (added at its first write).
 
     Returns:
-        ``FileState.NEW`` or ``FileState.CHECKPOINTS``; missing tables of the schema other
-        than ``checkpoints`` are allowed (created at the first write).
+        ``FileState.NEW`` or ``FileState.OURS``.
 
     Raises:
-        CheckpointNotFound: no file and not ``create``.
-        NotACheckpointDatabase: naming the file and what was found: a folder, a symlink
-            loop or dangling symlink, a device/FIFO/socket, an empty file (not ``create``),
-            not SQLite (its first bytes), a damaged or unreadable SQLite file, another
-            application's tables or objects, ``checkpoints`` (or another table of ours) with
-            other columns.
+        ours.missing (``CheckpointNotFound``, ``DatabaseNotFound``): no file and not
+            ``create``.
+        ours.error (a ``NotOurDatabase``, e.g. ``NotACheckpointDatabase``): naming the file,
+            the kind expected and what was found: a folder, a symlink loop or dangling
+            symlink, a device/FIFO/socket, an empty file (not ``create``), not SQLite (its
+            first bytes), a damaged or unreadable SQLite file, no ``anchor`` table (another
+            application's or another of our databases), tables or objects not in the
+            schema, a table of ours with other columns.
     """
     where = os.fspath(path)
-    st = _stat(where)
+    st = _stat(where, ours)
     if st is None:
         if create:
             return FileState.NEW
-        raise CheckpointNotFound(f"no checkpoint database {where}", path=where, case_id=None,
-                                 run_id=None, seq=None)
+        raise ours.missing(f"no {ours.kind} {where}", path=where, kind=ours.kind)
     if stat.S_ISDIR(st.st_mode):
-        raise _refuse(where, "a folder")
+        raise _refuse(where, ours, "a folder")
     if not stat.S_ISREG(st.st_mode):
-        raise _refuse(where, "not a regular file (a device, FIFO or socket)")
+        raise _refuse(where, ours, "not a regular file (a device, FIFO or socket)")
     wal = Path(f"{where}-wal")
     if st.st_size == 0 and not (wal.exists() and wal.stat().st_size > 0):
         if create:
             return FileState.NEW
-        raise _refuse(where, "an empty file (no schema)")
+        raise _refuse(where, ours, "an empty file (no schema)")
     if st.st_size > 0:
         with open(where, "rb") as f:
             head = f.read(len(SQLITE_HEADER))
         if head != SQLITE_HEADER:
-            raise _refuse(where, f"not a SQLite file (it begins {head!r})")
+            raise _refuse(where, ours, f"not a SQLite file (it begins {head!r})")
     try:
         with contextlib.closing(open_readonly(where)) as conn:
             check = conn.execute("PRAGMA quick_check(1)").fetchone()
             tables, names = _read_layout(conn)
     except sqlite3.Error as exc:
-        raise _refuse(where, f"an unreadable SQLite file ({exc})") from None
+        raise _refuse(where, ours, f"an unreadable SQLite file ({exc})") from None
     if check is None or check[0] != "ok":
-        raise _refuse(where, f"a damaged SQLite file (quick_check: {check})")
+        raise _refuse(where, ours, f"a damaged SQLite file (quick_check: {check})")
     if not tables:
         if create and not names:
             return FileState.NEW
-        raise _refuse(where, "a SQLite file without tables")
-    expected, expected_names = _layout_of(tuple(schema))
+        raise _refuse(where, ours, "a SQLite file without tables")
+    expected, expected_names = _layout_of(ours.schema)
     foreign = set(tables) - set(expected)
-    if "checkpoints" not in tables:
-        raise _refuse(where, f"no checkpoints table; tables of another application: "
-                             f"{_names(tables)}")
+    if ours.anchor not in tables:
+        raise _refuse(where, ours, f"no {ours.anchor} table; tables of another application "
+                                   f"or another of our databases: {_names(tables)}")
     if foreign:
-        raise _refuse(where, f"tables that are not ours: {_names(foreign)}")
+        raise _refuse(where, ours, f"tables that are not ours: {_names(foreign)}")
     others = names - set(tables) - expected_names
     if others:
-        raise _refuse(where, f"indexes, triggers or views that are not ours: {_names(others)}")
+        raise _refuse(where, ours,
+                      f"indexes, triggers or views that are not ours: {_names(others)}")
     for table, columns in tables.items():
         want = expected[table]
-        legacy = tuple(c for c in want if c not in optional_columns)
-        if columns not in (want, legacy):
-            raise _refuse(where, f"table {table} has columns ({', '.join(columns)}); a "
-                                 f"checkpoint database has ({', '.join(want)})")
-    return FileState.CHECKPOINTS
+        if not _columns_fit(columns, want, ours.optional_columns):
+            raise _refuse(where, ours, f"table {table} has columns ({', '.join(columns)}); "
+                                       f"{_a(ours.kind)} has ({', '.join(want)})")
+    return FileState.OURS

@@ -1,10 +1,11 @@
 """``shopops``: run, approve, reject, resume and inspect ShopOps cases.
 
 Exit status: 0 success; 1 the system refused (bad ticket, lease held, corrupt or
-unsupported checkpoint, a file that is not a checkpoint database, gateway error) or a bad
-``SHOPOPS_*`` variable (``ConfigError``); 2 bad usage (an option argparse refuses, with the
-bounds of ``shopops.validators``). Errors go to stderr, one line, naming the file and field.
-Everything is checked before any file is created.
+unsupported checkpoint, a file that is not a database of ours of the kind expected, a
+missing queue for approve/reject, gateway error) or a bad ``SHOPOPS_*`` variable
+(``ConfigError``); 2 bad usage (an option argparse refuses, with the bounds of
+``shopops.validators``, or an ``--order`` that is not in the fixtures). Errors go to stderr,
+one line, naming the file and field. Everything is checked before any file is created.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from shopops import validators as v
-from shopops.errors import ShopOpsError
+from shopops.errors import ConfigError, InputError, ShopOpsError
 
 _DB = v.argtype(v.file_path, "path")
 _ID = v.IDENT
@@ -117,6 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         v.check_environment()  # every SHOPOPS_* variable, before any file or process
         return _dispatch(args)
+    except InputError as exc:
+        if isinstance(exc, ConfigError):
+            print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+        print(f"shopops {args.command}: error: {exc}", file=sys.stderr)  # as argparse does
+        return 2
     except ShopOpsError as exc:
         print(f"shopops: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -137,7 +144,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command in ("run", "resume"):
         return _work(args, approvals)
     if args.command == "approve":
-        with ApprovalQueue(approvals) as queue:
+        with ApprovalQueue(approvals, create=False) as queue:
             t = queue.approve(args.case, approver=args.approver, ticket_id=args.ticket,
                               gate=args.gate)
         print(json.dumps({"ticket_id": t.ticket_id, "case_id": t.case_id,
@@ -145,7 +152,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                           "gate": t.gate}))
         return 0
     if args.command == "reject":
-        with ApprovalQueue(approvals) as queue:
+        with ApprovalQueue(approvals, create=False) as queue:
             r = queue.reject(args.case, approver=args.approver, feedback=args.feedback,
                              gate=args.gate)
         print(json.dumps({"request_id": r.request_id, "status": r.status,
@@ -191,8 +198,10 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
         raise CheckpointNotFound(f"no checkpoint database {args.db}: nothing to resume for "
                                  f"case_id={args.case!r} run_id={args.run_id!r}",
                                  path=args.db, case_id=args.case, run_id=args.run_id)
-    # Fail closed first (issue 14): the file must be ours (only `run` creates one) and the
-    # latest checkpoint must load, before the approval queue or anything else is opened.
+    # Fail closed first (issue 14): both files must be ours (only `run` creates a checkpoint
+    # database; the worker creates its queue) and a new case's order must exist, before any
+    # file is created; the latest checkpoint must load before the queue is opened.
+    _preflight(args, approvals, order, env)
     with CheckpointStore(args.db, clock=clock_from_env(env),
                          create=args.command == "run") as store:
         (store.load if args.command == "resume" else store.find)(args.case, args.run_id)
@@ -209,6 +218,39 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
                       **({"note_sent": s.note_sent, "note_id": s.note_delivery_id}
                          if s.order_note else {})}))
     return 0
+
+
+def _preflight(args: argparse.Namespace, approvals: str, order: str,
+               env: dict[str, str]) -> None:
+    """Refuse, read-only, what ``run``/``resume`` would otherwise find only after creating a
+    file: an approval queue that is not ours, and (``run`` of a case with no checkpoint
+    yet: the only time the order is read) an order not in the fixtures.
+
+    Raises:
+        NotOurDatabase, NotACheckpointDatabase: ``checkpoint_file.inspect``.
+        InputError: the order (``--order``, or the one ``--case`` names) is unknown.
+    """
+    from shopops.approval_store import APPROVAL_QUEUE
+    from shopops.approvals import ENV_SOCKET
+    from shopops.checkpoint import CHECKPOINT_DB, read_history
+    from shopops.checkpoint_file import FileState, inspect
+    from shopops.records import Records
+
+    if not env.get(ENV_SOCKET):  # with the harness's approval service the file is unused
+        inspect(approvals, APPROVAL_QUEUE, create=True)
+    if args.command != "run":
+        return
+    if inspect(args.db, CHECKPOINT_DB, create=True) is FileState.OURS and read_history(
+            args.db, args.case, args.run_id):
+        return
+    records = Records.load(env.get("SHOPOPS_FIXTURES") or None)
+    if order not in records.orders:
+        flag = "--order" if args.order else "--case"
+        given = args.order or args.case
+        raise InputError(f"argument {flag}: {given!r}: no order {order!r} in "
+                         f"{records.source}/orders.json; allowed: "
+                         f"{', '.join(sorted(records.orders))}",
+                         input=flag, value=given, allowed=sorted(records.orders))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -82,11 +82,23 @@ class LeaseHeld(CheckpointError):
     ``holder``, ``expires_at`` in epoch seconds). Chapter 8 exercise 4 / Chapter 32."""
 
 
-class NotACheckpointDatabase(CheckpointError):
-    """A file that is not a checkpoint database of ours (fields: ``path``, ``found`` — what
-    was found instead: a folder, a symlink loop, another file type, another application's
-    tables, wrong columns, an unreadable SQLite file). Refused before anything is written:
-    the file is left exactly as it was (Chapter 8: fail closed)."""
+class NotOurDatabase(ShopOpsError):
+    """A file that is not a database of ours of the kind expected (fields: ``path``,
+    ``kind`` — ``"checkpoint database"``, ``"approval queue"``, ``"gateway log"`` — and
+    ``found``: what was found instead: a folder, a symlink loop, another file type, another
+    application's tables or another of our databases, wrong columns, an unreadable SQLite
+    file). Refused before anything is written: the file is left exactly as it was
+    (Chapter 8: fail closed; ``shopops.checkpoint_file.inspect``)."""
+
+
+class DatabaseNotFound(ShopOpsError, LookupError):
+    """No database file where a command needs an existing one (fields: ``path``, ``kind``):
+    e.g. ``shopops approve`` on a queue file that does not exist. Nothing is created."""
+
+
+class NotACheckpointDatabase(NotOurDatabase, CheckpointError):
+    """A file that is not a checkpoint database of ours (``NotOurDatabase`` with ``kind``
+    ``"checkpoint database"``)."""
 
 
 class FencedOff(CheckpointError):
