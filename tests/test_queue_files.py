@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from input_helpers import assert_refused, call, tree
 
-from harness.mock_gateway import GATEWAY_LOG, MockGateway
+from harness.gateway_ledger import GATEWAY_LOG
+from harness.mock_gateway import MockGateway
 from shopops.approval_store import APPROVAL_QUEUE
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore
