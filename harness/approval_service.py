@@ -23,6 +23,7 @@ failpoint channel (``harness.channel``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import socketserver
@@ -36,7 +37,7 @@ from typing import Any
 from harness.channel import peer_credentials
 from harness.serving import ServerThread
 from shopops.approval_records import DEFAULT_GATE, GATES, ApprovalRequest, iso, to_wire
-from shopops.approval_store import SqliteStore
+from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.errors import ShopOpsError
 
 __all__ = ["MAX_FIELD", "WORKER_OPS", "ApprovalService"]
@@ -53,6 +54,11 @@ CREATE TABLE IF NOT EXISTS service_calls (
     worker_uid INTEGER, op TEXT, case_id TEXT, ticket_id TEXT, ok INTEGER NOT NULL,
     detail TEXT);
 """
+
+#: The service's file as ``checkpoint_file.inspect`` accepts it: an approval queue plus the
+#: service's call log. The harness opens its queue file with it (``kind=SERVICE_QUEUE``).
+SERVICE_QUEUE = dataclasses.replace(APPROVAL_QUEUE,
+                                    schema=(APPROVAL_QUEUE.schema, _LOG_SCHEMA))
 
 
 class _Refused(Exception):
@@ -112,7 +118,8 @@ class _Handler(socketserver.StreamRequestHandler):
     def _serve_worker(self) -> None:
         pid, uid, _ = peer_credentials(self.request)
         service = self.server.service
-        with contextlib.closing(SqliteStore(service.db_path, busy_timeout_s=30.0)) as store, \
+        with contextlib.closing(SqliteStore(service.db_path, busy_timeout_s=30.0,
+                                            kind=SERVICE_QUEUE)) as store, \
                 contextlib.closing(sqlite3.connect(service.db_path, timeout=30,
                                                    isolation_level=None)) as log:
             while line := self.rfile.readline(_MAX_LINE):
@@ -149,7 +156,8 @@ class ApprovalService:
         self.db_path = Path(db_path)
         self.allowed_uid = allowed_uid
         self.on_tamper = on_tamper or (lambda line: None)
-        SqliteStore(self.db_path).close()  # the schema exists before any worker asks
+        # the schema exists before any worker asks
+        SqliteStore(self.db_path, kind=SERVICE_QUEUE).close()
         with contextlib.closing(sqlite3.connect(self.db_path, isolation_level=None)) as conn:
             conn.executescript(_LOG_SCHEMA)
         self.address = f"@shopops-apr-{os.getpid()}-{uuid.uuid4().hex[:16]}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.approval_service import SERVICE_QUEUE
 from harness.controller import HOLD_LIMIT_S, Hold, KillController
 from harness.evidence import EventLog, read_checkpoints
 from harness.launcher import Launcher
@@ -261,7 +262,8 @@ class _Engine:
         rows, _ = read_checkpoints(self.w.ckpt_db, self.s.case_id)
         seq_now = rows[-1].seq if rows else 0
         try:
-            with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600)) as queue:
+            with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600),
+                               kind=SERVICE_QUEUE) as queue:
                 ticket = queue.approve(self.s.case_id, approver=APPROVER)
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"{ticket.ticket_id} by {APPROVER}"
@@ -281,7 +283,7 @@ class _Engine:
 
     def _as_queue(self, act: Callable[[ApprovalQueue], object], what: str) -> None:
         try:
-            with ApprovalQueue(self.w.appr_db) as queue:
+            with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
                 result = act(queue)
             self.events.add(EventKind.HUMAN, None, None, None, f"{what}: {result}")
         except ShopOpsError as exc:
@@ -292,7 +294,7 @@ class _Engine:
     def _bad_ticket(self, kind: TicketKind) -> None:
         """Hand the next workers a ticket the queue must refuse."""
         case = self.s.case_id
-        with ApprovalQueue(self.w.appr_db) as queue:
+        with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
             elif kind is TicketKind.FORGED_IN_STATE:
@@ -366,5 +368,5 @@ class _Engine:
             self.w.errors.append(f"the migrated checkpoint cannot be read: {exc}")
             return
         if draft is not None:
-            with ApprovalQueue(self.w.appr_db) as queue:
+            with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
                 queue.request(self.s.case_id, draft.digest())

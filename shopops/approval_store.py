@@ -61,6 +61,8 @@ class SqliteStore:
         path: the database file.
         busy_timeout_s: seconds a writer waits for a lock before failing.
         create: a missing or empty file becomes a new queue; without it, it is refused.
+        kind: the file's schema as accepted (default ``APPROVAL_QUEUE``; the harness's
+            approval service adds its call log: ``harness.approval_service.SERVICE_QUEUE``).
 
     Raises:
         NotOurDatabase: ``path`` is not an approval queue of ours; decided read-only
@@ -69,9 +71,10 @@ class SqliteStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 5.0, *,
-                 create: bool = True) -> None:
+                 create: bool = True, kind: checkpoint_file.OurSchema = APPROVAL_QUEUE
+                 ) -> None:
         self.path = os.fspath(path)
-        checkpoint_file.inspect(self.path, APPROVAL_QUEUE, create=create)
+        checkpoint_file.inspect(self.path, kind, create=create)
         self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")

@@ -35,7 +35,8 @@ from shopops.approval_records import (
     Ticket,
     iso,
 )
-from shopops.approval_store import SqliteStore
+from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
+from shopops.checkpoint_file import OurSchema
 from shopops.errors import ApprovalRefused
 
 __all__ = ["DEFAULT_GATE", "ENV_SOCKET", "GATES", "NOTE_GATE", "ApprovalQueue",
@@ -57,6 +58,7 @@ class ApprovalQueue:
         create: a missing or empty file becomes a new queue (the worker's side); without it
             (``shopops approve``/``reject``: nothing to decide without a request) such a
             file is refused and nothing is created.
+        kind: the file's schema as accepted (``approval_store.SqliteStore``).
 
     Raises:
         NotOurDatabase: ``path`` is not an approval queue (another application's tables, a
@@ -73,12 +75,13 @@ class ApprovalQueue:
         clock: Callable[[], float] = time.time,
         service: str | None = None,
         create: bool = True,
+        kind: OurSchema = APPROVAL_QUEUE,
     ) -> None:
         self.path = os.fspath(path)
         self.clock = clock
         self._store: SqliteStore | RemoteStore = (
             RemoteStore(service) if service else SqliteStore(self.path, busy_timeout_s,
-                                                             create=create))
+                                                             create=create, kind=kind))
 
     def close(self) -> None:
         """Close the store's connection."""

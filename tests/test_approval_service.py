@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.approval_service import ApprovalService
+from harness.approval_service import SERVICE_QUEUE, ApprovalService
 from harness.evidence import read_approvals
 from shopops.approvals import ENV_SOCKET, NOTE_GATE, ApprovalQueue
 from shopops.errors import ApprovalRefused, ConfigError
@@ -47,7 +47,7 @@ def test_a_worker_queue_on_the_service_keeps_its_records_in_the_harness_file(
         service: tuple[ApprovalService, list[str]], tmp_path: Path) -> None:
     svc, tampering = service
     worker = ApprovalQueue(tmp_path / "never-created.db", service=svc.address)
-    human = ApprovalQueue(svc.db_path)  # the harness's own side, on its file
+    human = ApprovalQueue(svc.db_path, kind=SERVICE_QUEUE)  # the harness's own side, on its file
     request_id = worker.request(CASE, DIGEST)
     assert worker.request(CASE, DIGEST) == request_id  # idempotent, as on a file
     assert worker.ticket_for(CASE, DIGEST) is None
@@ -90,7 +90,7 @@ def test_the_human_acts_are_not_a_workers(service: tuple[ApprovalService, list[s
 def test_asking_the_service_to_rewrite_or_approve_is_refused_and_reported(
         service: tuple[ApprovalService, list[str]]) -> None:
     svc, tampering = service
-    human = ApprovalQueue(svc.db_path)
+    human = ApprovalQueue(svc.db_path, kind=SERVICE_QUEUE)
     human.request(CASE, DIGEST)
     human.reject(CASE, approver="maya")
     replies = _raw(svc.address,
@@ -110,7 +110,7 @@ def test_asking_the_service_to_rewrite_or_approve_is_refused_and_reported(
 def test_a_consumed_ticket_cannot_be_unconsumed_or_rebound(
         service: tuple[ApprovalService, list[str]]) -> None:
     svc, _ = service
-    human = ApprovalQueue(svc.db_path)
+    human = ApprovalQueue(svc.db_path, kind=SERVICE_QUEUE)
     human.request(CASE, DIGEST)
     ticket = human.approve(CASE, approver="maya")
     human.consume(ticket.ticket_id, CASE, DIGEST, "key-1")
@@ -181,7 +181,7 @@ def test_gates_travel_through_the_service(service: tuple[ApprovalService, list[s
                                           tmp_path: Path) -> None:
     svc, _ = service
     worker = ApprovalQueue(tmp_path / "x.db", service=svc.address)
-    human = ApprovalQueue(svc.db_path)
+    human = ApprovalQueue(svc.db_path, kind=SERVICE_QUEUE)
     note_request = worker.request(CASE, DIGEST, gate=NOTE_GATE)
     worker.request(CASE, DIGEST)
     note = human.approve(CASE, approver="maya", gate=NOTE_GATE)
