@@ -152,7 +152,8 @@ def test_reports_explore_plugin_and_plan_do_not_import_the_runner(module: str) -
 
 @pytest.mark.parametrize("module", ["harness.launcher", "harness.spawn_launcher",
                                     "harness.fork_launcher", "harness.forkserver",
-                                    "harness.processes", "harness.channel", "harness.serving"])
+                                    "harness.processes", "harness.channel", "harness.serving",
+                                    "harness.approval_service"])
 def test_plumbing_knows_no_story_and_no_verdict(module: str) -> None:
     forbidden = {"harness.story", "harness.verdict", "harness.checks", "harness.execution"}
     assert closure(EDGES, module) & forbidden == set()
