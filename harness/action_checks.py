@@ -5,9 +5,12 @@ when rejected; the body sent is the body approved").
 A gated action is a side effect a human approves through the approval queue before it may
 happen. ``ACTIONS`` lists them as data: the gate's name, and how to read from the evidence
 the deliveries the harness-owned mock service made for it and the digest each delivery's
-content has (the digest approvals bind to). Today the reference loop has one gated action,
-``send_email`` (the O-1001 email, delivered by the mock gateway); a second action (an order
-note, issue 9 part B) adds one entry here with its own ledger, nothing else.
+content has (the digest approvals bind to). The reference loop has two: ``send_email`` (the
+O-1001 email, delivered by the mock gateway) and, with ``sut.order_note``,
+``add_order_note`` (an order note saying the customer was emailed, added by the harness's
+mock order service, read from that service's own ledger). The approval records of each
+action are those of its gate (``Ticket.gate``, ``ApprovalRequest.gate``): an approval of
+one action never makes content of the other approved.
 
 The rules, per action, from the evidence the harness gathered itself (the gateway's ledger,
 the approval queue's records, the checkpoint rows it read):
@@ -18,17 +21,21 @@ the approval queue's records, the checkpoint rows it read):
   to the exact content approved);
 - no delivery of content a human rejected, and none at all for a case that ended
   ``rejected``;
-- exactly one delivery when the case completed (an approved action that the final
-  checkpoint calls done was really done once).
+- exactly one delivery when the case completed, for every action the case has
+  (``Evidence.gates``: an approved action that the final checkpoint calls done was really
+  done once); an action the case does not have is never approved, so any delivery of it
+  fails the rule above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from harness.check_support import draft_digest, parsed_states
-from harness.model import CheckResult, Delivery, Evidence
+from harness.model import DEFAULT_GATE, NOTE_GATE, CheckResult, Delivery, Evidence, NoteDelivery
+from shopops.state import note_digest
 
 CHECK_ID = "per_action"
 
@@ -38,32 +45,39 @@ class GatedAction:
     """One gated side effect, as the checks read it.
 
     Attributes:
-        gate: the approval gate's name (``"send_email"``).
-        deliveries: the evidence's deliveries of this action for the case, ledger order.
+        gate: the approval gate's name (``"send_email"``, ``"add_order_note"``).
+        deliveries: the evidence's deliveries of this action for the case, from the
+            action's own ledger, in ledger order.
         digest: the SHA-256 hex digest of a delivery's content, computed the way the
             approval queue's ``draft_digest`` is (so sent and approved content compare).
     """
 
     gate: str
-    deliveries: Callable[[Evidence], tuple[Delivery, ...]]
-    digest: Callable[[Delivery], str]
+    deliveries: Callable[[Evidence], tuple[Any, ...]]
+    digest: Callable[[Any], str]
 
 
 def _emails(ev: Evidence) -> tuple[Delivery, ...]:
     return tuple(ev.gateway.deliveries_for(ev.case_id))
 
 
+def _notes(ev: Evidence) -> tuple[NoteDelivery, ...]:
+    return tuple(ev.gateway.notes_for(ev.case_id))
+
+
 #: The gated actions of the O-1001 story. ``send_email`` is the default gate.
 ACTIONS: tuple[GatedAction, ...] = (
-    GatedAction("send_email", _emails, lambda d: draft_digest(d.to, d.subject, d.body)),
+    GatedAction(DEFAULT_GATE, _emails, lambda d: draft_digest(d.to, d.subject, d.body)),
+    GatedAction(NOTE_GATE, _notes, lambda n: note_digest(n.order_id, n.body)),
 )
 
 
 def _judge_action(ev: Evidence, action: GatedAction, final_phase: str | None
                   ) -> tuple[list[str], list[str]]:
     """``(lines, problems)`` for one action."""
-    approved = {t.draft_digest for t in ev.tickets}
-    rejected = {r.draft_digest for r in ev.approval_requests if r.status == "rejected"}
+    approved = {t.draft_digest for t in ev.tickets if t.gate == action.gate}
+    rejected = {r.draft_digest for r in ev.approval_requests
+                if r.status == "rejected" and r.gate == action.gate}
     sent = action.deliveries(ev)
     lines = [f"{action.gate}: {len(sent)} delivery(ies); {len(approved)} approved and "
              f"{len(rejected)} rejected digest(s); final phase {final_phase or 'none'}"]
@@ -85,15 +99,16 @@ def _judge_action(ev: Evidence, action: GatedAction, final_phase: str | None
     if final_phase == "rejected" and sent:
         problems.append(f"{action.gate}: the case ended rejected but "
                         f"{len(sent)} delivery(ies) were made")
-    if final_phase == "completed" and not sent:
+    if final_phase == "completed" and not sent and action.gate in ev.gates:
         problems.append(f"{action.gate}: the case completed with no delivery")
     return lines, problems
 
 
 def per_action(ev: Evidence) -> CheckResult:
     """Per gated action (``ACTIONS``): at most one delivery, exactly one when the case
-    completed, none of rejected content nor for a rejected case, and the content sent is
-    content a human approved (by digest).
+    completed (for each action the case has, ``Evidence.gates``), none of rejected content
+    nor for a rejected case, and the content sent is content a human approved on that
+    action's gate (by digest).
 
     Args:
         ev: the execution's evidence (reads the checkpoints, approval records, gateway).
@@ -108,6 +123,8 @@ def per_action(ev: Evidence) -> CheckResult:
     lines: list[str] = []
     problems: list[str] = []
     for action in ACTIONS:
+        if action.gate not in ev.gates and not action.deliveries(ev):
+            continue  # an action the case does not have, and that did not happen
         got_lines, got_problems = _judge_action(ev, action, final_phase)
         lines += got_lines
         problems += got_problems
@@ -116,7 +133,7 @@ def per_action(ev: Evidence) -> CheckResult:
     if problems:
         return CheckResult(CHECK_ID, False, problems[0], tuple(lines + problems))
     return CheckResult(CHECK_ID, True,
-                       f"{len(ACTIONS)} gated action(s), each delivered as approved",
+                       f"{len(ev.gates)} gated action(s), each delivered as approved",
                        tuple(lines))
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import weakref
 
-from harness.model import CheckResult, Evidence
+from harness.model import DEFAULT_GATE, CheckResult, Evidence
+from shopops.approvals import Ticket
 from shopops.errors import ShopOpsError
 from shopops.state import Draft, State
 
-__all__ = ["CheckResult", "draft_digest", "parsed_states", "redrafts_owed"]
+__all__ = ["CheckResult", "absent", "draft_digest", "gate_tickets", "parsed_states",
+           "redrafts_owed"]
 
 
 #: ``id(evidence)`` -> its parsed states, while that evidence lives: five checks read them,
@@ -46,5 +48,21 @@ def draft_digest(to: str, subject: str, body: str) -> str:
 
 def redrafts_owed(ev: Evidence) -> set[str]:
     """Digests of drafts a human rejected WITH feedback: the loop must replace each once."""
-    return {r.draft_digest for r in ev.approval_requests
-            if r.status == "rejected" and getattr(r, "feedback", None)}
+    return {r.draft_digest for r in ev.approval_requests if r.status == "rejected"
+            and getattr(r, "feedback", None) and r.gate == DEFAULT_GATE}
+
+
+def gate_tickets(ev: Evidence, gate: str = DEFAULT_GATE) -> tuple[Ticket, ...]:
+    """The tickets the queue issued on ``gate`` (default the email's), in issue order: a
+    check about the email never takes an order note's approval for the email's."""
+    return tuple(t for t in ev.tickets if t.gate == gate)
+
+
+def absent(ev: Evidence, result: CheckResult) -> CheckResult:
+    """A failure that says something did *not* happen proves nothing when the story was cut
+    short (``Evidence.cut_short``): it may simply not have had the chance. Then the check is
+    undecided (``docs/design.md``, "Verdict precedence")."""
+    if not ev.cut_short:
+        return result
+    return CheckResult(result.check_id, False, result.detail, result.evidence,
+                       undecided=f"the story was cut short ({ev.errors[0]}): {result.detail}")

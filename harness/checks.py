@@ -1,393 +1,48 @@
-"""The kill-resume checklist as pure functions over ``Evidence``.
+"""The kill-resume checklist as pure functions over ``Evidence``: the registry.
 
-The first five are Chapter 8's "Kill-resume checklist for O-1001"; the rest are the
-design's "beyond the five" (``docs/design.md``). Each returns a ``CheckResult`` with the
-evidence lines a human needs to see why. None of them reads a file or asks the loop
-anything; ``NEEDS`` says which files' evidence each one reads.
+The first five are Chapter 8's "Kill-resume checklist for O-1001" and two delivery rules
+(``harness/checklist.py``); the rest are the design's "beyond the five"
+(``harness/safety_checks.py``), the checks over the whole history
+(``harness/history_checks.py``) and the per-action check (``harness/action_checks.py``).
+Each returns a ``CheckResult`` with the evidence lines a human needs to see why. None of
+them reads a file or asks the loop anything; ``NEEDS`` says which files' evidence each
+one reads. Every check is importable from here.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from harness.action_checks import ACTION_CHECKS
-from harness.check_support import draft_digest as _digest
-from harness.check_support import parsed_states as _states
-from harness.check_support import redrafts_owed as _redrafts_owed
+from harness.check_support import absent as _absent
+from harness.checklist import (
+    draft_identical,
+    exactly_one_delivery,
+    not_sent_before_approval,
+    parked_until_approval,
+    same_key_one_delivery,
+    step_continues,
+    ticket_server_issued,
+)
 from harness.history_checks import HISTORY_CHECKS
 from harness.model import CheckResult, Evidence, EvidenceSource
-from shopops import labels
-from shopops.phases import PRE_APPROVAL, Phase
+from harness.safety_checks import (
+    intake_not_repeated,
+    no_process_left,
+    no_tampering,
+    storage_safe,
+)
 
-__all__ = ["CHECKS", "CHECK_IDS", "NEEDS", "CheckFailed", "CheckResult", "run_checks"]
+__all__ = ["CHECKS", "CHECK_IDS", "NEEDS", "CheckFailed", "CheckResult", "_absent",
+           "draft_identical", "exactly_one_delivery", "intake_not_repeated",
+           "no_process_left", "no_tampering", "not_sent_before_approval",
+           "parked_until_approval", "run_checks", "same_key_one_delivery", "step_continues",
+           "storage_safe", "ticket_server_issued"]
 
 
 class CheckFailed(AssertionError):
     """Raised by the pytest plugin for a failing execution (an ``AssertionError``, so pytest
     shows a failure, not an error)."""
-
-
-def _absent(ev: Evidence, result: CheckResult) -> CheckResult:
-    """A failure that says something did *not* happen proves nothing when the story was cut
-    short (``Evidence.cut_short``): it may simply not have had the chance. Then the check is
-    undecided (``docs/design.md``, "Verdict precedence")."""
-    if not ev.cut_short:
-        return result
-    return CheckResult(result.check_id, False, result.detail, result.evidence,
-                       undecided=f"the story was cut short ({ev.errors[0]}): {result.detail}")
-
-
-def draft_identical(ev: Evidence) -> CheckResult:
-    """1. The draft after resume is identical to the pre-crash (checkpointed) draft, to the
-    draft of the ticket the loop used (held in a checkpoint or consumed by a send), and to
-    what the gateway delivered. The one exception is a redraft after a human rejected the
-    draft with feedback: then the rejected draft may give way (once) to a new one, and the
-    newest draft is the one that must be approved and delivered."""
-    states, problems = _states(ev)
-    drafts = [(seq, s.draft) for seq, s in states if s.draft is not None]
-    lines = [f"checkpoint seq {seq}: draft {d.digest()[:12]}" for seq, d in drafts]
-    owed = _redrafts_owed(ev)
-    lines += [f"draft {d[:12]} rejected with feedback: a redraft is owed" for d in sorted(owed)]
-    held = {s.approval_ticket for _, s in states if s.approval_ticket}
-    used = [t for t in ev.tickets if t.ticket_id in held or t.consumed_by_key is not None]
-    lines += [f"ticket {t.ticket_id}: approved draft {t.draft_digest[:12]}" for t in used]
-    delivered = [(d.delivery_id, _digest(d.to, d.subject, d.body))
-                 for d in ev.gateway.deliveries_for(ev.case_id)]
-    lines += [f"delivery {i}: body+subject+to {g[:12]}" for i, g in delivered]
-    digests = {d.digest() for _, d in drafts}
-    runs = [d.digest() for i, (_, d) in enumerate(drafts)
-            if i == 0 or d.digest() != drafts[i - 1][1].digest()]  # each draft in turn
-    unowed = [d for d in runs[:-1] if d not in owed] + [d for d in set(runs)
-                                                       if runs.count(d) > 1]
-    lost = []
-    for seq, s in states:
-        before = [d for sq, d in drafts if sq < seq]
-        if s.draft is None and before and before[-1].digest() not in owed:
-            lost.append(seq)
-    lines += [f"checkpoint seq {seq}: the draft is gone" for seq in lost]
-    if problems:
-        return CheckResult("draft_identical", False, problems[0], tuple(lines + problems))
-    if lost:
-        return CheckResult("draft_identical", False,
-                           f"a checkpoint after the draft has no draft (seq {lost[0]})",
-                           tuple(lines))
-    if unowed:
-        return CheckResult("draft_identical", False,
-                           f"the checkpointed draft changed ({len(digests)} different drafts) "
-                           "without a rejection with feedback asking for it", tuple(lines))
-    expected = set(runs[-1:]) | {t.draft_digest for t in used} | {g for _, g in delivered}
-    if len(expected) > 1:
-        return CheckResult("draft_identical", False,
-                           "approved or delivered text differs from the checkpointed draft",
-                           tuple(lines))
-    return CheckResult("draft_identical", True,
-                       "one draft throughout" if len(digests) == 1 else
-                       f"{len(runs)} drafts, each after a rejection with feedback" if digests
-                       else "no draft was checkpointed", tuple(lines))
-
-
-def parked_until_approval(ev: Evidence) -> CheckResult:
-    """2. Phase stays ``awaiting_approval`` until ``grant_approval``: no checkpoint saved
-    before the human approved is past approval, and a resume without approval parks again
-    and sends nothing."""
-    states, problems = _states(ev)
-    cut = ev.checkpoint_seq_at_approval
-    lines = [f"human approved at trace seq {ev.approval_event}; checkpoints up to seq {cut} "
-             "were saved before"] if ev.approval_event is not None else ["no approval happened"]
-    bad = [(seq, s.phase) for seq, s in states
-           if (cut is None or seq <= cut) and Phase(s.phase) not in PRE_APPROVAL]
-    lines += [f"checkpoint seq {seq}: phase {p} before the approval" for seq, p in bad]
-    def approved_while_running(index: int) -> bool:
-        span = [e.seq for e in ev.events if e.worker == index
-                and e.kind in ("worker_start", "worker_exit")]
-        return (ev.approval_event is not None and len(span) == 2
-                and span[0] < ev.approval_event < span[1])
-
-    rechecks = [w for w in ev.workers if w.role == "recheck" and not w.killed_by_harness
-                and not approved_while_running(w.index)]
-    for w in rechecks:
-        parked = w.phase_after == Phase.AWAITING_APPROVAL
-        sent = [e for e in ev.events if e.kind == "delivery" and e.worker == w.index]
-        lines.append(f"worker {w.index} resumed without approval: latest checkpoint "
-                     f"{w.phase_after}, {len(sent)} delivery(ies) while it ran")
-        if not parked or sent:
-            bad.append((-1, "resume without approval did not park"))
-    if problems:
-        return CheckResult("parked_until_approval", False, problems[0], tuple(lines + problems))
-    if bad:
-        return CheckResult("parked_until_approval", False,
-                           f"{len(bad)} checkpoint(s)/resume(s) moved past awaiting_approval "
-                           "before a human approved", tuple(lines))
-    return CheckResult("parked_until_approval", True,
-                       f"{len(rechecks)} resume(s) without approval parked again", tuple(lines))
-
-
-def not_sent_before_approval(ev: Evidence) -> CheckResult:
-    """3. ``email_sent`` is false until the post-approval send, and nothing is delivered
-    before the ticket exists (trace order), and no checkpoint claims a send the gateway did
-    not make."""
-    states, problems = _states(ev)
-    lines: list[str] = []
-    approval = ev.approval_event
-    early = [e for e in ev.events if e.kind == "delivery"
-             and (approval is None or e.seq < approval)]
-    lines += [f"trace seq {e.seq}: delivery {e.detail} before the approval" for e in early]
-    cut = ev.checkpoint_seq_at_approval
-    flagged = [seq for seq, s in states if s.email_sent and (cut is None or seq <= cut)]
-    lines += [f"checkpoint seq {seq}: email_sent true before the approval" for seq in flagged]
-    ids = {d.delivery_id for d in ev.gateway.deliveries_for(ev.case_id)}
-    phantom = [(seq, s.delivery_id) for seq, s in states if s.email_sent
-               and s.delivery_id not in ids]
-    lines += [f"checkpoint seq {seq}: email_sent with delivery {d} the gateway never made"
-              for seq, d in phantom]
-    if problems:
-        return CheckResult("not_sent_before_approval", False, problems[0],
-                           tuple(lines + problems))
-    if early or flagged or phantom:
-        return CheckResult("not_sent_before_approval", False,
-                           "a send was recorded or made before the approval", tuple(lines))
-    return CheckResult("not_sent_before_approval", True,
-                       "nothing sent and email_sent false until after the approval",
-                       tuple(lines))
-
-
-def step_continues(ev: Evidence) -> CheckResult:
-    """4. ``step`` continues across resume: never decreases over the run's checkpoints."""
-    states, problems = _states(ev)
-    lines = [f"checkpoint seq {seq}: step {s.step} phase {s.phase}" for seq, s in states]
-    pairs = zip(states, states[1:], strict=False)
-    drops = [(a, b) for (a, sa), (b, sb) in pairs if sb.step < sa.step]
-    if problems:
-        return CheckResult("step_continues", False, problems[0], tuple(lines + problems))
-    if drops:
-        a, b = drops[0]
-        return CheckResult("step_continues", False,
-                           f"step went down between checkpoint seq {a} and {b}", tuple(lines))
-    return CheckResult("step_continues", True, "step never reset", tuple(lines))
-
-
-def same_key_one_delivery(ev: Evidence) -> CheckResult:
-    """5. Side-effect tools reuse the same idempotency key before and after the crash, and
-    the gateway delivers exactly one email for it."""
-    states, problems = _states(ev)
-    durable = {s.send_idempotency_key for _, s in states if s.send_idempotency_key}
-    sends = [r for r in ev.gateway.requests if r.case_id == ev.case_id]
-    keys = {r.idempotency_key for r in sends}
-    lines = [f"gateway request {r.seq}: key {r.idempotency_key} -> {r.status}"
-             f"{' duplicate' if r.duplicate else ''}{' fault ' + r.fault if r.fault else ''}"
-             for r in sends]
-    lines += [f"checkpointed key {k}" for k in sorted(durable)]
-    if problems:  # an unreadable checkpoint may hold another key: never a pass
-        return CheckResult("same_key_one_delivery", False, problems[0], tuple(lines + problems))
-    if not sends and ev.expected_deliveries == 0:
-        return CheckResult("same_key_one_delivery", True, "nothing was sent, as expected",
-                           tuple(lines))
-    if not sends:
-        return _absent(ev, CheckResult("same_key_one_delivery", False,
-                                       "no send reached the gateway", tuple(lines)))
-    if None in keys:
-        return CheckResult("same_key_one_delivery", False,
-                           f"{sum(r.idempotency_key is None for r in sends)} send(s) carried "
-                           f"no Idempotency-Key; {ev.deliveries} delivered", tuple(lines))
-    if len(keys) > 1 or len(durable) > 1 or (durable and keys != durable):
-        changed = sorted(k for k in keys | durable if k is not None)
-        return CheckResult("same_key_one_delivery", False,
-                           f"the send used different keys: {changed}",
-                           tuple(lines))
-    if ev.deliveries != 1:
-        return CheckResult("same_key_one_delivery", False,
-                           f"one key but {ev.deliveries} deliveries", tuple(lines))
-    return CheckResult("same_key_one_delivery", True,
-                       f"{len(sends)} request(s), one key, one delivery", tuple(lines))
-
-
-def exactly_one_delivery(ev: Evidence) -> CheckResult:
-    """Beyond the five: the case completes with exactly one delivery (not zero, not two),
-    and the final checkpoint records that delivery. Where the scenario expects no delivery
-    (a rejection, a refused ticket, a checkpoint that must fail closed), the gateway must
-    have delivered nothing and no checkpoint may claim a send."""
-    states, problems = _states(ev)
-    deliveries = ev.gateway.deliveries_for(ev.case_id)
-    lines = [f"delivery {d.delivery_id} at {d.delivered_at} key {d.idempotency_key}"
-             for d in deliveries]
-    final = states[-1][1] if states else None
-    lines.append(f"final checkpoint: {final.phase if final else 'none'}"
-                 f"{' email_sent' if final and final.email_sent else ''}")
-    if problems:
-        return CheckResult("exactly_one_delivery", False, problems[0], tuple(lines + problems))
-    if ev.expected_deliveries == 0:
-        claimed = [seq for seq, s in states if s.email_sent or s.phase == Phase.COMPLETED]
-        if deliveries or claimed:
-            return CheckResult("exactly_one_delivery", False,
-                               f"expected no delivery: {len(deliveries)} delivered, "
-                               f"{len(claimed)} checkpoint(s) claim a send", tuple(lines))
-        return CheckResult("exactly_one_delivery", True, "nothing delivered, as expected",
-                           tuple(lines))
-    if len(deliveries) != 1:
-        result = CheckResult("exactly_one_delivery", False,
-                             f"{len(deliveries)} deliveries for {ev.case_id}", tuple(lines))
-        return _absent(ev, result) if not deliveries else result
-    if final is None or final.phase != Phase.COMPLETED or not final.email_sent:
-        return _absent(ev, CheckResult("exactly_one_delivery", False,
-                                       "delivered, but the case did not complete",
-                                       tuple(lines)))
-    if final.delivery_id != deliveries[0].delivery_id:
-        return CheckResult("exactly_one_delivery", False,
-                           f"final checkpoint names delivery {final.delivery_id}, the gateway "
-                           f"made {deliveries[0].delivery_id}", tuple(lines))
-    return CheckResult("exactly_one_delivery", True, "completed with one delivery",
-                       tuple(lines))
-
-
-def ticket_server_issued(ev: Evidence) -> CheckResult:
-    """Beyond the five: no send without a server-issued ticket — every checkpointed ticket
-    was issued by the queue for this case, and every delivery's key consumed such a ticket
-    for the delivered draft."""
-    states, problems = _states(ev)
-    issued = {t.ticket_id: t for t in ev.tickets}
-    lines = [f"ticket {t.ticket_id} issued to {t.approver} at {t.issued_at}, consumed by "
-             f"{t.consumed_by_key}" for t in ev.tickets]
-    forged = sorted({s.approval_ticket for _, s in states
-                     if s.approval_ticket and s.approval_ticket not in issued})
-    lines += [f"checkpointed ticket {t} was never issued by the queue" for t in forged]
-    unbacked = []
-    for d in ev.gateway.deliveries_for(ev.case_id):
-        digest = _digest(d.to, d.subject, d.body)
-        # Without a key (keys off) the gateway cannot tie a delivery to a send; the draft
-        # digest still ties it to the ticket the human approved.
-        ok = any(t.consumed_by_key is not None and t.draft_digest == digest
-                 and d.idempotency_key in (None, t.consumed_by_key) for t in ev.tickets)
-        if not ok:
-            unbacked.append(d.delivery_id)
-            lines.append(f"delivery {d.delivery_id} (key {d.idempotency_key}) has no consumed "
-                         "ticket for its key and draft")
-    if problems:  # an unreadable checkpoint may hold a forged ticket
-        return CheckResult("ticket_server_issued", False, problems[0], tuple(lines + problems))
-    if forged or unbacked:
-        return CheckResult("ticket_server_issued", False,
-                           f"{len(forged)} forged ticket(s), {len(unbacked)} delivery(ies) "
-                           "without a server-issued ticket", tuple(lines))
-    return CheckResult("ticket_server_issued", True, "every send backed by an issued ticket",
-                       tuple(lines))
-
-
-_INTAKE_DURABLE = frozenset(p.value for p in Phase) - {Phase.INTAKE.value}
-_DRAFT_DURABLE = frozenset({Phase.AWAITING_APPROVAL.value, Phase.APPROVED.value,
-                            Phase.SENDING.value, Phase.COMPLETED.value})
-
-
-def intake_not_repeated(ev: Evidence) -> CheckResult:
-    """Beyond the five: Intake reads are not repeated, and the draft is not rewritten,
-    once checkpointed — a worker that starts from a checkpoint past ``intake`` must not hit
-    ``t1.get_customer``/``t1.get_order``, and one past the park must not hit
-    ``t1.draft_email`` (Chapter 8: "A later worker loads those facts — it does not ask the
-    model to rediscover them"), unless a human rejected the draft with feedback (one redraft
-    per such rejection). Uses the phase the harness read before each worker started,
-    and the labelled points the worker reported; a loop without labels passes vacuously."""
-    lines, repeats = [], []
-    owed = len(_redrafts_owed(ev))  # a redraft after a rejection with feedback is due
-    for w in ev.workers:
-        hits = [e.label for e in ev.events if e.kind == "hit" and e.worker == w.index]
-        redo = [lab for lab in hits if (lab in labels.INTAKE_READS
-                                        and w.phase_before in _INTAKE_DURABLE)
-                or (lab in labels.DRAFTING and w.phase_before in _DRAFT_DURABLE)]
-        for lab in [lab for lab in redo if lab in labels.DRAFTING]:
-            if owed:
-                owed -= 1
-                redo.remove(lab)
-        lines.append(f"worker {w.index} ({w.role}) started from {w.phase_before or 'nothing'}"
-                     + (f": repeated {', '.join(redo)}" if redo else ""))
-        repeats += redo
-    if repeats:
-        return CheckResult("intake_not_repeated", False,
-                           f"{len(repeats)} read(s)/draft(s) repeated after they were "
-                           "checkpointed", tuple(lines))
-    return CheckResult("intake_not_repeated", True, "no checkpointed work was redone",
-                       tuple(lines))
-
-
-def storage_safe(ev: Evidence) -> CheckResult:
-    """Beyond the five: a corrupt or unsupported checkpoint fails closed — the row the
-    harness injected is byte-for-byte untouched at the end, nothing was written after it and
-    the case was never started over (no ``t0.case_started`` after it); a v1 history was
-    migrated explicitly, exactly once, every row. Passes when no storage fault was injected.
-    """
-    lines: list[str] = []
-    bad: list[str] = []
-    final = {r.seq: r for r in ev.checkpoints}
-    for row in ev.injected:
-        now = final.get(row.seq)
-        if now is None or (now.state_json, now.schema_version) != (row.state_json,
-                                                                   row.schema_version):
-            bad.append(f"injected row seq {row.seq} was changed or deleted")
-        later = [seq for seq in final if seq > row.seq]
-        if later:
-            bad.append(f"rows {later} were written after the injected row seq {row.seq}")
-        inject_at = next((e.seq for e in ev.events if e.kind == "inject"
-                          and e.ref == str(row.seq)), 0)
-        restarts = [e.seq for e in ev.events if e.label == labels.CASE_STARTED
-                    and e.kind == "hit" and e.seq > inject_at]
-        if restarts:
-            bad.append(f"the case was started over after the injection (trace {restarts})")
-        lines.append(f"injected row seq {row.seq} (schema {row.schema_version}): "
-                     f"{'untouched' if now is not None else 'gone'}")
-    if ev.v1_rows:
-        done = dict(ev.migrations)
-        migrated = sum(done.values())
-        lines.append(f"{ev.v1_rows} v1 row(s) installed; migrations recorded: {done}")
-        v1_left = [r.seq for r in ev.checkpoints if r.schema_version == 1]
-        if v1_left:
-            bad.append(f"rows {v1_left} are still schema v1")
-        if migrated != ev.v1_rows:
-            bad.append(f"{migrated} row(s) recorded as migrated, expected {ev.v1_rows}")
-        for r in ev.checkpoints[:ev.v1_rows]:  # the fixture's rows come first
-            try:
-                channel = json.loads(r.state_json or b"{}").get("preferred_channel")
-            except ValueError:
-                channel = None
-            if channel != "email":
-                bad.append(f"migrated row seq {r.seq}: preferred_channel is {channel!r}, "
-                           "expected 'email' (exercise 2)")
-    lines += bad
-    if bad:
-        return CheckResult("storage_safe", False, bad[0], tuple(lines))
-    return CheckResult("storage_safe", True,
-                       "no storage fault injected" if not (ev.injected or ev.v1_rows)
-                       else "failed closed / migrated once", tuple(lines))
-
-
-def no_process_left(ev: Evidence) -> CheckResult:
-    """Beyond the five: no process of the execution is left alive after it — in a worker's
-    process group, or (a sealed execution) anywhere under the execution's uid, such as a
-    double-forked, re-sessioned daemon (``leftover`` events; ``harness.sandbox``)."""
-    left = [(w.index, pid) for w in ev.workers for pid in w.leftovers]
-    lines = [f"worker {i}: pid {pid} was still alive after it (killed)" for i, pid in left]
-    late = [e for e in ev.events if e.kind == "leftover"]
-    lines += [f"pid {e.pid}: {e.detail}" for e in late]
-    left += [(-1, e.pid or 0) for e in late]
-    if left:
-        return CheckResult("no_process_left", False, f"{len(left)} process(es) left alive",
-                           tuple(lines))
-    return CheckResult("no_process_left", True,
-                       f"{len(ev.workers)} worker process group(s), all gone", tuple(lines))
-
-
-def no_tampering(ev: Evidence) -> CheckResult:
-    """Beyond the five: the implementation did not try to change the evidence or the
-    kills — no failpoint hit in another process's name or from another execution's user
-    (refused by the controller: ``tampering`` events), no gateway request whose
-    ``X-ShopOps-Worker-Pid`` names another process than the connection's owner (the kernel's
-    answer, ``harness.peers``), nothing planted in the sandbox to redirect the harness's
-    writes. Chapter 8's rule that the verdict comes only from evidence the harness holds,
-    made checkable."""
-    lines = [f"event {e.seq}: {e.detail}" for e in ev.events if e.kind == "tampering"]
-    lines += [f"gateway request {r.seq}: header X-ShopOps-Worker-Pid {r.claimed_pid}, but "
-              f"the connection is pid {r.worker_pid}'s" for r in ev.gateway.requests
-              if r.forged]
-    if lines:
-        return CheckResult("no_tampering", False, lines[0], tuple(lines))
-    return CheckResult("no_tampering", True, "no forged hit, header or planted file")
 
 
 CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (

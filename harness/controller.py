@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from harness.channel import Hit
 from harness.evidence import EventLog
-from harness.model import Delivery, EventKind, HitCounter, KillPoint
+from harness.model import Delivery, EventKind, HitCounter, KillPoint, NoteDelivery
 from harness.processes import Worker
 from shopops import labels
 
@@ -132,24 +132,28 @@ class KillController:
                     f"({self.allowed_uid}): refused")
         return None
 
-    def on_gateway_accepted(self, delivery: Delivery, sender_pid: int | None = None) -> None:
+    def on_gateway_accepted(self, delivery: Delivery | NoteDelivery,
+                            sender_pid: int | None = None,
+                            label: str = labels.GATEWAY_ACCEPTED) -> None:
         """Mock-gateway callback, after a new delivery is committed, before the reply.
 
         Args:
-            delivery: the new delivery.
+            delivery: the new delivery (an email, or an order note).
             sender_pid: the pid the request came from, if known; a pid that is not one of
                 this execution's workers is ignored and the current worker is the sender.
+            label: the gateway-side point reached: ``t6.gateway_accepted`` for an email,
+                ``t6.note_accepted`` (``labels.NOTE_ACCEPTED``) for an order note.
         """
         with self._lock:
             worker = self.by_pid.get(sender_pid) if sender_pid is not None else None
             worker = worker or self.current
             pid, index = (worker.pid, worker.index) if worker else (None, None)
-            self.events.add(EventKind.DELIVERY, labels.GATEWAY_ACCEPTED, pid, index,
+            self.events.add(EventKind.DELIVERY, label, pid, index,
                             f"{delivery.delivery_id} key {delivery.idempotency_key}",
                             ref=delivery.delivery_id)
-            self.totals.hit(labels.GATEWAY_ACCEPTED)
+            self.totals.hit(label)
             if worker is not None:
-                self._maybe_kill(labels.GATEWAY_ACCEPTED, worker)
+                self._maybe_kill(label, worker)
 
     def _maybe_kill(self, label: str, worker: Worker) -> bool:
         point = self.since_kill.hit(label)

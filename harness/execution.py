@@ -32,6 +32,8 @@ from harness.evidence import EventLog, read_approvals, read_checkpoints, read_ga
 from harness.launcher import Launcher
 from harness.mock_gateway import Delivery, MockGateway
 from harness.model import (
+    DEFAULT_GATE,
+    NOTE_GATE,
     EventKind,
     Evidence,
     EvidenceSource,
@@ -39,6 +41,8 @@ from harness.model import (
     ExecutionResult,
     Gap,
     KillPoint,
+    NoteDelivery,
+    RequestRecord,
     StoryRecord,
 )
 from harness.sandbox import Sandbox, available, install_code, install_fixtures
@@ -49,6 +53,7 @@ from harness.storage_faults import migrations
 from harness.story import drive
 from harness.target_checks import target_checks
 from harness.verdict import decide, judge
+from shopops import labels
 from shopops.records import DEFAULT_FIXTURES
 
 __all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
@@ -119,10 +124,16 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
                           candidates=lambda: list(controller.by_pid))
     gateway.on_accepted = lambda delivery: controller.on_gateway_accepted(
-        delivery, _sender_pid(gateway, delivery))
+        delivery, _sender_pid(gateway.log().requests, delivery))
+    gateway.on_note_accepted = lambda note: controller.on_gateway_accepted(
+        note, _sender_pid(gateway.log().note_requests, note), labels.NOTE_ACCEPTED)
     gateway.on_request = lambda r: events.add(
         EventKind.REQUEST, None, r.worker_pid, None,
         f"status {r.status}" + (" duplicate" if r.duplicate else ""), ref=str(r.seq))
+    gateway.on_note_request = lambda r: events.add(  # ref "note:<seq>": the note ledger's
+        EventKind.REQUEST, None, r.worker_pid, None,
+        f"order note: status {r.status}" + (" duplicate" if r.duplicate else ""),
+        ref=f"note:{r.seq}")
     gateway.set_faults(plan.scenario.gateway_faults)
     with FailpointChannel(controller.on_hit) as channel, gateway, ApprovalService(
             workdir / "approvals.db", allowed_uid=uid, on_tamper=lambda line: events.add(
@@ -180,15 +191,18 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         injected=record.injected, v1_rows=record.v1_rows,
         migrations=migrations(record.checkpoints_db),
         max_attempts=s.max_attempts,
+        gates=(DEFAULT_GATE, NOTE_GATE) if s.order_note else (DEFAULT_GATE,),
         target="reference" if target is None else target.name,
         target_states=record.target_states,
         target_exposes=frozenset() if target is None else target.exposes,
     )
 
 
-def _sender_pid(gateway: MockGateway, delivery: Delivery) -> int | None:
-    """The worker pid the gateway logged for the request that made ``delivery``."""
-    record = next((r for r in gateway.log().requests if r.seq == delivery.request_seq), None)
+def _sender_pid(requests: tuple[RequestRecord, ...],
+                delivery: Delivery | NoteDelivery) -> int | None:
+    """The worker pid the gateway logged (in ``requests``, the delivery's own ledger's
+    request log) for the request that made ``delivery``."""
+    record = next((r for r in requests if r.seq == delivery.request_seq), None)
     return record.worker_pid if record is not None else None
 
 

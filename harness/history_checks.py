@@ -60,13 +60,18 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
     send is acknowledged by a checkpoint: a worker that started from such a checkpoint
     (phase read by the harness before it started) makes none, and no request reaches the
     gateway after a worker reported ``t7.completed_saved`` (trace order: the gateway
-    reports each request into the trace as it receives it). A deduplicated repeat is still
-    a bug: it bets the customer's inbox on the gateway's memory (Chapter 8, "Checkpoints
-    do not give exactly-once side effects")."""
+    reports each request into the trace as it receives it). The same for the order note's
+    requests (its own ledger, ``note:<seq>`` in the trace), and for the email once its own
+    acknowledgment is durable: no email request after a worker reported
+    ``t6.email_sent_saved`` (a case with the order note checkpoints the sent email before
+    the note leaves). A deduplicated repeat is still a bug: it bets the customer's inbox on
+    the gateway's memory (Chapter 8, "Checkpoints do not give exactly-once side
+    effects")."""
     states, problems = parsed_states(ev)
     acked_before = {w.index for w in ev.workers if w.phase_before in TERMINAL}
     lines, bad = [], []
-    for r in _requests(ev):
+    notes = [r for r in ev.gateway.note_requests if r.case_id == ev.case_id]
+    for r in _requests(ev) + notes:
         who = next((w for w in ev.workers if w.pid == r.worker_pid), None)
         if who is not None and who.index in acked_before:
             bad.append(f"gateway request {r.seq} (status {r.status}) by worker {who.index}, "
@@ -77,9 +82,18 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
         bad += [f"trace seq {e.seq}: gateway request {e.ref} from {_worker_of(ev, e.pid)} "
                 f"after the completed checkpoint (trace seq {done_at[0]})" for e in late]
         lines.append(f"trace seq {done_at[0]}: completed checkpoint committed")
+    acked_at = [e.seq for e in ev.events if e.kind == "hit" and e.label == "t6.email_sent_saved"]
+    if acked_at:
+        late = [e for e in ev.events if e.kind == "request" and e.seq > acked_at[0]
+                and not (e.ref or "").startswith("note:")
+                and not (done_at and e.seq > done_at[0])]  # those are counted above
+        bad += [f"trace seq {e.seq}: email request {e.ref} from {_worker_of(ev, e.pid)} after "
+                f"the checkpoint acknowledging the email (trace seq {acked_at[0]})"
+                for e in late]
     sent = [seq for seq, s in states if s.email_sent]
     lines.append(f"checkpoints acknowledging the send: {sent or 'none'}; "
-                 f"{len(_requests(ev))} gateway request(s) for the case")
+                 f"{len(_requests(ev))} gateway request(s) for the case"
+                 + (f", {len(notes)} order-note request(s)" if notes else ""))
     lines += bad
     if problems:
         return CheckResult("no_request_after_done", False, problems[0], tuple(lines + problems))

@@ -74,7 +74,7 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                explain="Leases with an owner and an expiry; fence a taken-over worker."),
     RubricItem("History: nothing is sent or written once the case is done", 10,
                ("o1001", "lease-takeover", "lease-same-owner", "two-resumers", "rejection",
-                "dead-letter"), ("no_request_after_done", "phase_path"),
+                "dead-letter", "order-note"), ("no_request_after_done", "phase_path"),
                explain="No gateway call after completion, even a deduplicated one; phases "
                        "follow the FSM and stop at a terminal one."),
     RubricItem("Leases: one writer at a time, fences only rise", 10,
@@ -88,6 +88,7 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                ("dead-letter", "o1001"), ("attempts_bounded",),
                explain="Count every pick-up in flight durably; stop retrying at the maximum."),
     RubricItem("Per action: each gated side effect at most once, exactly as approved", 10,
-               ("o1001", "rejection", "reject-twice-then-approve"), ("per_action",),
+               ("o1001", "rejection", "reject-twice-then-approve", "order-note"),
+               ("per_action",),
                explain="Send what the human approved, byte for byte, once; nothing rejected."),
 )

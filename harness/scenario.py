@@ -16,6 +16,8 @@ from typing import Any
 
 from harness.checks import CHECK_IDS
 from harness.model import (
+    DEFAULT_GATE,
+    NOTE_GATE,
     CrashSchedule,
     FaultSpec,
     HumanAction,
@@ -76,7 +78,7 @@ _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "": {"name": str, "description": str},
     "case": {"case_id": str, "order_id": str},
     "sut": {"policy": str, "idempotency_keys": bool, "read_timeout_s": _NUM,
-            "max_attempts": int},
+            "max_attempts": int, "order_note": bool},
     "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool},
     "human": {"action": str, "approve_at": str, "delay_hours": _NUM, "twice": bool,
               "ticket": str, "feedback": str},
@@ -282,7 +284,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
         order_id=case.get("order_id", "O-1001"), policy=policy,
         idempotency_keys=sut.get("idempotency_keys", True), read_timeout_s=read_timeout,
-        max_attempts=max_attempts, points=points,
+        max_attempts=max_attempts, order_note=sut.get("order_note", False), points=points,
         schedules=schedules, baseline=crash.get("baseline", True),
         double=crash.get("double", False), human_action=action, reject_feedback=feedback,
         approve_at=point(human, "human.approve_at"),
@@ -320,6 +322,13 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
         problems.append(("story", "a \"decide\" worker delivers the human's decision to a "
                                   "[target] with a decide function; the reference loop has "
                                   "none"))
+    if s.order_note and s.target is not None:
+        problems.append(("sut.order_note", "the order note is the reference loop's second "
+                                           "gated action; a [target] has none"))
+    if not s.order_note and any(getattr(st, "gate", DEFAULT_GATE) == NOTE_GATE
+                                for st in s.story):
+        problems.append(("story", f"a decision on gate {NOTE_GATE} needs sut.order_note = "
+                                  "true (the case has no order note otherwise)"))
     if s.human_action == "reject" and (s.approve_at or s.approve_twice or s.ticket != "issued"):
         problems.append(("human.action", "a rejected case has no approval: approve_at, twice "
                                          "and ticket need action = \"approve\""))

@@ -44,6 +44,8 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
         lines.append(f"read_timeout_s = {float(s.read_timeout_s)!r}")
     if s.max_attempts is not None:
         lines.append(f"max_attempts = {s.max_attempts}")
+    if s.order_note:
+        lines.append("order_note = true")
     lines += ["",
               "[crash]",
               f"points = {_list(s.points) if s.points is not None else _q('all')}",

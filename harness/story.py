@@ -22,6 +22,7 @@ from harness.controller import HOLD_LIMIT_S, Hold, KillController
 from harness.evidence import EventLog, read_checkpoints
 from harness.launcher import Launcher
 from harness.model import (
+    DEFAULT_GATE,
     PAST_LEASE,
     ClockStep,
     DurableState,
@@ -247,29 +248,33 @@ class _Engine:
         case = self.s.case_id
         if step.action is HumanAction.REJECT:
             extra = {"feedback": step.feedback} if step.feedback is not None else {}
+            if step.gate != DEFAULT_GATE:
+                extra["gate"] = step.gate
             self._as_queue(lambda q: q.reject(case, approver=APPROVER, **extra),
                            f"{step.gate} rejected" if extra else "rejected")
         elif step.ticket is TicketKind.ISSUED:
-            self._approve(step.delay_hours)
+            self._approve(step.delay_hours, step.gate)
             if step.twice:
-                self._as_queue(lambda q: q.approve(case, approver=APPROVER),
+                self._as_queue(lambda q: q.approve(case, approver=APPROVER, gate=step.gate),
                                "second approval")
         else:
             self._bad_ticket(step.ticket)
 
-    def _approve(self, hours: float) -> None:
-        """The human approves the case's pending send: the queue issues the ticket (t5)."""
+    def _approve(self, hours: float, gate: str = DEFAULT_GATE) -> None:
+        """The human approves the case's pending request on ``gate``: the queue issues the
+        ticket (t5). The first approval of the story is the one the checks date from."""
         rows, _ = read_checkpoints(self.w.ckpt_db, self.s.case_id)
         seq_now = rows[-1].seq if rows else 0
         try:
             with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600),
                                kind=SERVICE_QUEUE) as queue:
-                ticket = queue.approve(self.s.case_id, approver=APPROVER)
+                ticket = queue.approve(self.s.case_id, approver=APPROVER, gate=gate)
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"{ticket.ticket_id} by {APPROVER}"
+                                    + (f" on gate {gate}" if gate != DEFAULT_GATE else "")
                                     + (f", {hours:g} h after the park" if hours else ""),
                                     ref=ticket.ticket_id)
-            if self.w.target is not None:  # handed to the target's later workers
+            if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
                 self.w.target.ticket = ticket.ticket_id
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,

@@ -15,6 +15,7 @@ from harness.model import (
     DEFAULT_GATE,
     DEFAULT_OWNER,
     NO_RECOVERY,
+    NOTE_GATE,
     PAST_LEASE,
     ClockStep,
     HoldStep,
@@ -38,7 +39,7 @@ from shopops.validators import DELAY_HOURS, FREE_TEXT, LOCK_MS
 __all__ = ["GATES", "STEP_FIELDS", "parse_story"]
 
 #: The named gates a human decision can be about (the loop's gated actions).
-GATES = (DEFAULT_GATE,)
+GATES = (DEFAULT_GATE, NOTE_GATE)
 #: The fields each step kind allows (besides ``step`` and ``when``), with their types.
 _NUM = (int, float)
 STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
@@ -225,6 +226,9 @@ def _human(table: dict[str, Any], when: When, at: KillPoint | None,
     if ticket is not TicketKind.ISSUED and (twice or "delay_hours" in table):
         raise bad("ticket", "a bad ticket is offered instead of an approval: twice and "
                   "delay_hours need ticket = \"issued\"")
+    if ticket is not TicketKind.ISSUED and gate != DEFAULT_GATE:
+        raise bad("ticket", f"a bad ticket is offered for the email: gate {gate!r} takes "
+                  "ticket = \"issued\" only")
     if at is not None:
         if action is HumanAction.APPROVE and (ticket is not TicketKind.ISSUED or twice):
             raise bad("at", "an approval at a point issues the ticket itself: ticket and twice "

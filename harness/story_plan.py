@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from harness.model import (
+    NOTE_GATE,
     ClockStep,
     HoldStep,
     HumanAction,
@@ -84,6 +85,8 @@ def _expand(s: Scenario) -> list[Step]:
             steps.append(HumanStep(HumanAction.REJECT))
         elif s.ticket is TicketKind.ISSUED:
             steps.append(HumanStep(delay_hours=s.approve_delay_h, twice=s.approve_twice))
+            if s.order_note:  # the case's second gate: approved right after the email's
+                steps.append(HumanStep(gate=NOTE_GATE))
             if s.target is not None and s.target.has(TargetRole.DECIDE):
                 # a target told the decision by a worker of its own (a DBOS message)
                 steps.append(WorkersStep(WorkerRole.DECIDE, recover=WorkerRole.DECIDE))

@@ -102,6 +102,8 @@ class Workers:
             argv += ["--read-timeout", f"{s.read_timeout_s:g}"]
         if s.max_attempts is not None:
             argv += ["--max-attempts", str(s.max_attempts)]
+        if s.order_note:
+            argv.append("--order-note")
         if s.leases:
             argv += ["--owner", owner.format(index=index), "--lease-ttl", f"{s.lease_ttl_s:g}"]
         if self.offered_ticket is not None:

@@ -35,7 +35,8 @@ def test_the_check_is_registered_with_what_it_reads() -> None:
     assert CHECK_ID in CHECK_IDS
     assert NEEDS[CHECK_ID] == {EvidenceSource.CHECKPOINTS, EvidenceSource.APPROVALS,
                                EvidenceSource.GATEWAY}
-    assert [a.gate for a in ACTIONS] == ["send_email"]  # send_email is the default gate
+    # send_email is the default gate; the order note is the second gated action
+    assert [a.gate for a in ACTIONS] == ["send_email", "add_order_note"]
 
 
 def test_the_good_story_passes() -> None:

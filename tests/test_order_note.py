@@ -207,3 +207,71 @@ def test_note_invariants(store: CheckpointStore, svc: Services, change: dict[str
     with pytest.raises(StateInvalid) as info:
         State.from_dict(data)
     assert info.value.fields["field"] == field
+
+
+# -- the scenario side: sut.order_note, the gate in [[story]] ---------------------------------
+
+def _write(folder: Path, text: str) -> Path:
+    path = folder / "x.toml"
+    path.write_text('name = "x"\n' + text, encoding="utf-8")
+    return path
+
+
+_NOTE_STORY = """
+[[story]]
+step = "workers"
+role = "start"
+
+[[story]]
+step = "human"
+action = "approve"
+gate = "add_order_note"
+"""
+
+
+def test_the_shipped_order_note_scenario_has_both_gates() -> None:
+    from scenario_helpers import ROOT
+
+    from harness.scenario import load_scenario
+
+    s = load_scenario(ROOT / "scenarios" / "order-note.toml")
+    assert s.order_note and s.points is None  # every point the trace run reaches
+    assert [getattr(st, "gate", None) for st in s.story if st.kind == "human"] == [
+        "send_email", NOTE_GATE]
+
+
+def test_a_note_gate_needs_the_order_note(tmp_path: Path) -> None:
+    from scenario_helpers import refused
+
+    err = refused(_write(tmp_path, _NOTE_STORY))
+    assert err.field == "story" and "sut.order_note = true" in str(err)
+    from harness.scenario import load_scenario
+
+    assert load_scenario(_write(tmp_path, "[sut]\norder_note = true\n" + _NOTE_STORY)).order_note
+
+
+@pytest.mark.parametrize(("text", "field", "says"), [
+    ('[sut]\norder_note = "yes"\n', "sut.order_note", "true or false"),
+    ('[sut]\norder_note = true\n[[story]]\nstep = "human"\ngate = "refund"\n', "gate",
+     "allowed: send_email, add_order_note"),
+    ('[sut]\norder_note = true\n[[story]]\nstep = "human"\ngate = "add_order_note"\n'
+     'ticket = "forged"\n', "ticket", "gate 'add_order_note' takes ticket = \"issued\""),
+    ('[sut]\norder_note = true\n[target]\nkind = "dbos"\n', "sut.order_note",
+     "a [target] has none"),
+])
+def test_bad_order_note_fields_are_refused(tmp_path: Path, text: str, field: str,
+                                           says: str) -> None:
+    from scenario_helpers import refused
+
+    err = refused(_write(tmp_path, text))
+    assert field in str(err) and says in str(err), str(err)
+
+
+def test_the_order_note_reaches_the_worker_and_the_shorthand_approves_both() -> None:
+    from harness.model import HumanStep, Scenario
+    from harness.story_plan import expand
+
+    steps = expand(Scenario(name="x", order_note=True))
+    assert [s.gate for s in steps if isinstance(s, HumanStep)] == ["send_email", NOTE_GATE]
+    assert [s.gate for s in expand(Scenario(name="x")) if isinstance(s, HumanStep)] == [
+        "send_email"]

@@ -190,6 +190,9 @@ class Evidence:
         migrations: ``schema_migrations`` records ``(name, rows)`` read afterwards.
         max_attempts: the recovery attempts the scenario allows the SUT before it must
             dead-letter the case (``None``: not set, the SUT's own default).
+        gates: the gated actions the case has (the scenario says: ``send_email``, and
+            ``add_order_note`` with ``sut.order_note``); an action not listed must not
+            happen at all, one listed must happen once when the case completes.
         target: the loop under test: ``reference`` or a target's name (``python``,
             ``langgraph``, ``dbos``).
         target_states: a target's durable state read at the end through its own API
@@ -217,6 +220,7 @@ class Evidence:
     v1_rows: int = 0
     migrations: tuple[tuple[str, int], ...] = ()
     max_attempts: int | None = None
+    gates: tuple[str, ...] = ("send_email",)
     target: str = "reference"
     target_states: tuple[DurableState, ...] = ()
     target_exposes: frozenset[StateField] = frozenset()

@@ -97,6 +97,9 @@ class Scenario:
             a reply per attempt (``None``: the SUT's default, 5 s for the reference).
         max_attempts: SUT option ``--max-attempts``: recovery attempts before the case is
             dead-lettered (``None``: the SUT's default, 5 for the reference).
+        order_note: SUT option ``--order-note``: the case has a second gated side effect,
+            an order note (gate ``add_order_note``, the harness's mock order service); the
+            ``[human]`` shorthand's approval then approves both gates.
         points: kill points for single-kill executions; ``None``: every point the trace
             run reaches.
         schedules: extra multi-kill schedules.
@@ -132,6 +135,7 @@ class Scenario:
     idempotency_keys: bool = True
     read_timeout_s: float | None = None
     max_attempts: int | None = None
+    order_note: bool = False
     points: tuple[KillPoint, ...] | None = None
     schedules: tuple[CrashSchedule, ...] = ()
     baseline: bool = True
