@@ -16,8 +16,6 @@ from typing import Any
 
 from harness.checks import CHECK_IDS
 from harness.model import (
-    DEFAULT_GATE,
-    NOTE_GATE,
     CrashSchedule,
     FaultSpec,
     HumanAction,
@@ -278,7 +276,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
                 dotted = table if keys is None else f"{table}.{given[0]}"
                 raise fail(dotted, f"[[{STORY}]] tells the story: write this as a step "
                            "instead (scenarios/README.md, \"The story as steps\")")
-        story = parse_story(data[STORY], text, leases=conc.get("leases", False), fail=fail_at)
+        story = parse_story(data[STORY], text, leases=conc.get("leases", False), fail=fail_at,
+                            order_note=sut.get("order_note", False))
     scenario = Scenario(
         name=name, path=path, description=data.get("description", ""),
         case_id=case.get("case_id", f"case-{case.get('order_id', 'O-1001')}"),
@@ -325,10 +324,6 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
     if s.order_note and s.target is not None:
         problems.append(("sut.order_note", "the order note is the reference loop's second "
                                            "gated action; a [target] has none"))
-    if not s.order_note and any(getattr(st, "gate", DEFAULT_GATE) == NOTE_GATE
-                                for st in s.story):
-        problems.append(("story", f"a decision on gate {NOTE_GATE} needs sut.order_note = "
-                                  "true (the case has no order note otherwise)"))
     if s.human_action == "reject" and (s.approve_at or s.approve_twice or s.ticket != "issued"):
         problems.append(("human.action", "a rejected case has no approval: approve_at, twice "
                                          "and ticket need action = \"approve\""))

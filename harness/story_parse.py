@@ -63,13 +63,16 @@ _OWNER = re.compile(r"[A-Za-z0-9_.-]*(\{index\})?[A-Za-z0-9_.-]*")
 Fail = Callable[[str, str, int | None], Exception]
 
 
-def parse_story(raw: Any, text: str, *, leases: bool, fail: Fail) -> tuple[Step, ...]:
+def parse_story(raw: Any, text: str, *, leases: bool, fail: Fail,
+                order_note: bool = False) -> tuple[Step, ...]:
     """The steps of a ``[[story]]`` value.
 
     Args:
         raw: the parsed TOML value of ``story``.
         text: the file's text (to find each step's line).
         leases: the scenario's workers take leases (``concurrency.leases``).
+        order_note: the case has the order note (``sut.order_note``): its gate
+            ``add_order_note`` is allowed in ``human`` steps.
         fail: builds the error to raise from ``(field, reason, line)``.
 
     Raises:
@@ -83,12 +86,13 @@ def parse_story(raw: Any, text: str, *, leases: bool, fail: Fail) -> tuple[Step,
         raise fail("story", "needs at least one step", None)
     steps: list[Step] = []
     for i, table in enumerate(raw):
-        steps.append(_step(i, table, text, leases, fail))
+        steps.append(_step(i, table, text, leases, fail, order_note))
     _order(steps, text, fail)
     return tuple(steps)
 
 
-def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail) -> Step:
+def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail,
+          order_note: bool = False) -> Step:
     def bad(key: str, reason: str) -> Exception:
         return fail(f"story[{i}].{key}" if key else f"story[{i}]", reason,
                     _field_line(text, i, key))
@@ -129,7 +133,7 @@ def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail) ->
     if kind is StepKind.WORKERS:
         return _workers(table, when, leases, bad)
     if kind is StepKind.HUMAN:
-        return _human(table, when, point("at", False), bad)
+        return _human(table, when, point("at", False), bad, order_note)
     if kind is StepKind.HOLD:
         return HoldStep(point("at", True), ms("ms", 0), when)  # type: ignore[arg-type]
     if kind is StepKind.RELEASE:
@@ -199,11 +203,14 @@ def _workers(table: dict[str, Any], when: When, leases: bool,
 
 
 def _human(table: dict[str, Any], when: When, at: KillPoint | None,
-           bad: Callable[[str, str], Exception]) -> HumanStep:
+           bad: Callable[[str, str], Exception], order_note: bool = False) -> HumanStep:
     action = _choice(table, "action", HumanAction.APPROVE, HumanAction, bad)
     gate = table.get("gate", DEFAULT_GATE)
     if gate not in GATES:
         raise bad("gate", f"{gate!r}; allowed: {', '.join(GATES)}")
+    if gate == NOTE_GATE and not order_note:
+        raise bad("gate", f"{gate!r} needs sut.order_note = true (the case has no order note "
+                  "otherwise)")
     ticket = _choice(table, "ticket", TicketKind.ISSUED, TicketKind, bad)
     hours = table.get("delay_hours", 0)
     try:

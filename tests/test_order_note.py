@@ -244,7 +244,8 @@ def test_a_note_gate_needs_the_order_note(tmp_path: Path) -> None:
     from scenario_helpers import refused
 
     err = refused(_write(tmp_path, _NOTE_STORY))
-    assert err.field == "story" and "sut.order_note = true" in str(err)
+    assert err.field == "story[1].gate" and "sut.order_note = true" in str(err)
+    assert err.line == 10
     from harness.scenario import load_scenario
 
     assert load_scenario(_write(tmp_path, "[sut]\norder_note = true\n" + _NOTE_STORY)).order_note
