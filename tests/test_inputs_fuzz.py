@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from input_helpers import assert_refused, call
 
 from shopops import labels
+from shopops.records import Records
 from shopops.validators import ENV_VARS, NAME
 
 DEFAULT_EXAMPLES = 25
@@ -253,6 +254,16 @@ OPTIONS: list[tuple[str, tuple[str, ...], str, st.SearchStrategy[str]]] = [
     ("shopops", ("run",), "--db", st.sampled_from(["folder", "nowhere/x.db", "x" * 256, ""])),
     ("shopops", ("run",), "--gateway", st.text(TEXT, max_size=30).filter(
         lambda s: not s.startswith(("http://", "https://")))),
+    ("shopops", ("run",), "--max-attempts", out_of(1, 1000, True)),
+    # an order the fixtures do not hold: refused before any database is created
+    ("shopops", ("run",), "--order", st.text(TEXT, min_size=1, max_size=30).filter(
+        lambda s: s not in Records.load().orders)),
+    ("shopops", ("reject",), "--feedback", st.one_of(
+        st.text(TEXT, min_size=2001, max_size=2100),
+        st.text(st.sampled_from("ab\n\t\x1b"), min_size=1, max_size=6).filter(
+            lambda s: not s.isprintable()))),
+    ("shopops-chaos", ("run", "x.toml"), "--keep-runs", out_of(1, 10_000, True)),
+    ("shopops-chaos", ("gateway", "serve"), "--port", out_of(0, 65_535, True)),
 ]
 
 
