@@ -276,3 +276,33 @@ def test_the_order_note_reaches_the_worker_and_the_shorthand_approves_both() -> 
     assert [s.gate for s in steps if isinstance(s, HumanStep)] == ["send_email", NOTE_GATE]
     assert [s.gate for s in expand(Scenario(name="x")) if isinstance(s, HumanStep)] == [
         "send_email"]
+
+
+def test_a_story_that_rejects_the_note_ends_rejected_with_nothing_sent(tmp_path: Path) -> None:
+    """End to end, one execution: start, approve the email, reject the note on its gate,
+    resume: the case ends rejected, neither ledger has a delivery, every check passes."""
+    from harness.execution import execute
+    from harness.model import (
+        CrashSchedule,
+        ExecutionPlan,
+        HumanAction,
+        HumanStep,
+        Scenario,
+        WorkerRole,
+        WorkersStep,
+    )
+    from harness.spawn_launcher import SpawnLauncher
+    from harness.sut import Sut
+
+    story = (WorkersStep(WorkerRole.START), HumanStep(),
+             HumanStep(HumanAction.REJECT, gate=NOTE_GATE), WorkersStep(WorkerRole.RESUME))
+    scenario = Scenario(name="note-rejected", order_note=True, story=story,
+                        expect_deliveries=0)
+    result = execute(ExecutionPlan(scenario, CrashSchedule(), Sut()), tmp_path / "exe",
+                     launcher=SpawnLauncher())
+    ev = result.evidence
+    assert result.verdict == "pass", (result.reasons, [c for c in result.checks if not c.passed])
+    assert ev.gateway.requests == () and ev.gateway.note_requests == ()
+    assert {(r.gate, r.status) for r in ev.approval_requests} == {
+        ("send_email", "approved"), (NOTE_GATE, "rejected")}
+    assert ev.workers[-1].phase_after == "rejected"
