@@ -284,19 +284,19 @@ MUTANTS: tuple[Mutant, ...] = (
         (("tools.py", "idempotency_key=state.note_idempotency_key, before_attempt=guard)",
           "idempotency_key=__import__('uuid').uuid4().hex, before_attempt=guard)"),),
         ("Per action",),
-        "order-note[t6.note_accepted]",
+        "order-note-send[t6.note_accepted]",
     ),
     Mutant(  # the note added is not the note approved on its gate
         "note-changed-at-send",
         (("tools.py", "case_id=state.case_id, order_id=state.order_id, body=body,",
           "case_id=state.case_id, order_id=state.order_id, body=body + \" (ShopOps)\","),),
         ("Per action",),
-        "order-note[no-kill]",
+        "order-note-send[no-kill]",
     ),
     Mutant(  # a resumed worker sends the email again though a checkpoint acknowledged it
         "email-resent-after-ack",
         (("loop.py", "            if not state.email_sent:\n", "            if True:\n"),),
         ("History",),
-        "order-note[t6.email_sent_saved]",
+        "order-note-send[t6.email_sent_saved]",
     ),
 )

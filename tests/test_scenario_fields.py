@@ -478,6 +478,7 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
                                               "next order."},
     "dead-letter": {"max_attempts": 2, "baseline": False, "expect_deliveries": 0},
     "order-note": {"order_note": True, "points": None, "expect_deliveries": 1},
+    "order-note-send": {"order_note": True, "expect_deliveries": 1},
     "lease-same-owner": {"same_owner": True, "leases": True,
                          "takeover_at": KillPoint("t6.request_leaving"),
                          "expect_worker_error": "FencedOff"},
