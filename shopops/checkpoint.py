@@ -32,37 +32,17 @@ from shopops.checkpoint_rows import (
     _utc_iso,
 )
 from shopops.checkpoint_rows import read_history as _read_rows
-from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld, NotACheckpointDatabase
+from shopops.checkpoint_schema import CHECKPOINT_DB as CHECKPOINT_DB
+from shopops.checkpoint_schema import NO_UPDATE, SCHEMA, Transaction
+from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
 from shopops.failpoints import failpoint
 from shopops.state import SCHEMA_VERSION, State
 
 __all__ = ["CheckpointRow", "CheckpointStore", "DeadLetter", "Lease", "read_history"]
 
 MIGRATION_V1_V2 = "v1_to_v2_preferred_channel"
-_NO_UPDATE = (
-    "CREATE TRIGGER IF NOT EXISTS checkpoints_no_update BEFORE UPDATE ON checkpoints "
-    "BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only: UPDATE refused'); END"
-)
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS checkpoints(seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " case_id TEXT NOT NULL, run_id TEXT NOT NULL, schema_version INTEGER, state_json TEXT,"
-    " created_at TEXT NOT NULL, lease_owner TEXT, fence INTEGER, writer_pid INTEGER)",
-    "CREATE INDEX IF NOT EXISTS checkpoints_case_run ON checkpoints(case_id, run_id, seq)",
-    _NO_UPDATE,
-    "CREATE TRIGGER IF NOT EXISTS checkpoints_no_delete BEFORE DELETE ON checkpoints "
-    "BEGIN SELECT RAISE(ABORT, 'checkpoints are append-only: DELETE refused'); END",
-    "CREATE TABLE IF NOT EXISTS leases(case_id TEXT PRIMARY KEY, owner TEXT, fence INTEGER,"
-    " expires_at REAL)",
-    "CREATE TABLE IF NOT EXISTS schema_migrations(name TEXT PRIMARY KEY, applied_at TEXT,"
-    ' "rows" INTEGER)',
-    "CREATE TABLE IF NOT EXISTS dead_letters(seq INTEGER PRIMARY KEY REFERENCES"
-    " checkpoints(seq), case_id TEXT NOT NULL, run_id TEXT NOT NULL, attempts INTEGER NOT NULL,"
-    " last_phase TEXT NOT NULL, reason TEXT NOT NULL, created_at TEXT NOT NULL)",
-)
-#: The checkpoint database as ``checkpoint_file.inspect`` accepts it (fail closed on the file).
-CHECKPOINT_DB = checkpoint_file.OurSchema(
-    "checkpoint database", _SCHEMA, "checkpoints",
-    frozenset(name for name, _ in _ADDED_COLUMNS), NotACheckpointDatabase, CheckpointNotFound)
+
+
 @dataclass(frozen=True)
 class Lease:
     """A worker's claim on a case (Chapter 8 exercise 4, Chapter 32).
@@ -136,8 +116,8 @@ class CheckpointStore:
         """WAL mode, the schema's missing objects and added columns: at creation, or at the
         first write to an existing database (never on open: fail closed)."""
         self._conn.execute("PRAGMA journal_mode = WAL")
-        with _Transaction(self._conn):
-            for statement in _SCHEMA:
+        with Transaction(self._conn):
+            for statement in SCHEMA:
                 self._conn.execute(statement)
             have = {r[1] for r in self._conn.execute("PRAGMA table_info(checkpoints)")}
             for name, sql_type in _ADDED_COLUMNS:
@@ -155,10 +135,10 @@ class CheckpointStore:
         """Close the connection (idempotent)."""
         self._conn.close()
 
-    def _write(self) -> _Transaction:
+    def _write(self) -> Transaction:
         if not self._ready:
             self._prepare()
-        return _Transaction(self._conn)
+        return Transaction(self._conn)
 
     def save(self, state: State, run_id: str, created_at: str | None = None, *,
              lease: Lease | None = None) -> int:
@@ -286,7 +266,7 @@ class CheckpointStore:
                     "UPDATE checkpoints SET schema_version = ?, state_json = ? WHERE seq = ?",
                     (SCHEMA_VERSION, _upgrade_v1_state(row), row.seq),
                 )
-            self._conn.execute(_NO_UPDATE)
+            self._conn.execute(NO_UPDATE)
             self._conn.execute(
                 'INSERT INTO schema_migrations(name, applied_at, "rows") VALUES (?, ?, ?) ON '
                 'CONFLICT(name) DO UPDATE SET "rows" = "rows" + excluded."rows" '
@@ -396,27 +376,3 @@ class CheckpointStore:
                 path=self.path, case_id=case_id, run_id=run_id, seq=None, owner=lease.owner,
                 fence=lease.fence, current_fence=current.fence if current else None,
             )
-
-
-class _Transaction:
-    """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` on any exception."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._conn = conn
-
-    def __enter__(self) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        if exc_type is None:
-            try:
-                self._conn.execute("COMMIT")
-                return
-            except BaseException:
-                self._rollback()
-                raise
-        self._rollback()
-
-    def _rollback(self) -> None:
-        if self._conn.in_transaction:
-            self._conn.execute("ROLLBACK")

@@ -16,7 +16,8 @@ Each validator is a small frozen object with three faces:
   (argparse docs, "type").
 
 ``check_environment`` validates every ``SHOPOPS_*`` variable the loop or the harness reads
-(and refuses a name nobody reads: a typo would otherwise be silently ignored).
+(and refuses a name nobody reads: a typo would otherwise be silently ignored). The path,
+URL and socket validators live in ``shopops.path_checks`` and are re-exported here.
 
 The bounds are the domain's, not the machine's: a worker timeout between a millisecond
 and a day, jobs up to four per core, names short enough to be a file name, ports 0–65535,
@@ -27,18 +28,27 @@ finite (``nan`` and ``inf`` are refused everywhere).
 from __future__ import annotations
 
 import argparse
-import errno
 import math
 import os
 import re
-import stat
-import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from shopops.bounds import DAY_S, MAX_OCCURRENCE, MAX_SLEEP_MS
 from shopops.errors import ConfigError, ShopOpsError
+from shopops.path_checks import MAX_SOCKET_PATH as MAX_SOCKET_PATH
+from shopops.path_checks import NAME_MAX as NAME_MAX
+from shopops.path_checks import PATH_MAX as PATH_MAX
+from shopops.path_checks import existing_file as existing_file
+from shopops.path_checks import existing_folder as existing_folder
+from shopops.path_checks import existing_path as existing_path
+from shopops.path_checks import file_path as file_path
+from shopops.path_checks import folder_path as folder_path
+from shopops.path_checks import output_file as output_file
+from shopops.path_checks import show as _show
+from shopops.path_checks import socket_path as socket_path
+from shopops.path_checks import url as url
 
 #: Simulated clock offsets (SHOPOPS_CLOCK_OFFSET_S) up to ten years either way.
 MAX_CLOCK_OFFSET_S = 10 * 366 * DAY_S
@@ -50,11 +60,6 @@ MAX_NAME = 64
 #: Longest id (case, run, owner, ticket, approver) and free text such as a description.
 MAX_ID = 200
 MAX_TEXT = 2000
-#: Linux limits: one path component (NAME_MAX) and a whole path (PATH_MAX), in bytes.
-NAME_MAX = 255
-PATH_MAX = 4096
-#: ``sockaddr_un.sun_path`` holds 108 bytes, the last a NUL.
-MAX_SOCKET_PATH = 107
 
 
 def max_jobs() -> int:
@@ -180,12 +185,6 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
-def _show(value: object, limit: int = 60) -> str:
-    """``repr(value)``, shortened so a 5000-character value still gives one short line."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 15]}...({len(text)} chars)"
-
-
 # ----------------------------------------------------------------------------- numbers
 WORKER_TIMEOUT_S = Number(0.001, DAY_S, "seconds")
 LEASE_TTL_S = Number(0.001, DAY_S, "seconds")
@@ -229,103 +228,6 @@ MODULE = Text(100, r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
               "a Python module name")
 
 
-# ----------------------------------------------------------------------------- paths
-def _path_text(text: str) -> str:
-    if not isinstance(text, str) or not text or "\0" in text:
-        raise ValueError(f"{_show(text)}: must be a non-empty path without NUL bytes")
-    raw = os.fsencode(text)
-    if len(raw) > PATH_MAX or any(len(part) > NAME_MAX for part in raw.split(b"/")):
-        raise ValueError(f"{_show(text)}: too long for the file system (a path of at most "
-                         f"{PATH_MAX} bytes, each name at most {NAME_MAX})")
-    return text
-
-
-def _lstat_chain(text: str) -> os.stat_result | None:
-    """``os.stat(text)`` or ``None`` if nothing is there; ``ValueError`` for a symlink loop,
-    a dangling symlink or a path through a file."""
-    try:
-        return os.stat(text)
-    except FileNotFoundError:
-        if os.path.islink(text):
-            raise ValueError(f"{_show(text)}: a symlink to nothing "
-                             f"({os.readlink(text)!r})") from None
-        return None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ValueError(f"{_show(text)}: a symlink loop") from None
-        if exc.errno == errno.ENOTDIR:
-            raise ValueError(f"{_show(text)}: a part of the path is a file, not a folder"
-                             ) from None
-        raise ValueError(f"{_show(text)}: cannot be examined ({exc.strerror})") from None
-
-
-def file_path(text: str) -> str:
-    """A path for a file (a database, a log, results.json): not a folder, not a symlink
-    loop, not a device or FIFO; if it does not exist yet, its folder must. Returns it.
-
-    Raises:
-        ValueError: naming the path and what was found.
-    """
-    _path_text(text)
-    st = _lstat_chain(text)
-    if st is None:
-        parent = os.path.dirname(text) or "."
-        pst = _lstat_chain(parent)
-        if pst is None or not stat.S_ISDIR(pst.st_mode):
-            raise ValueError(f"{_show(text)}: its folder {_show(parent)} does not exist")
-        return text
-    if stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"{_show(text)}: is a folder, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{_show(text)}: is not a regular file (a device, FIFO or socket)")
-    return text
-
-
-def output_file(text: str) -> str:
-    """A file the command writes (its folder may be created): not a folder, not a symlink
-    loop, not a device or FIFO."""
-    _path_text(text)
-    st = _lstat_chain(text)
-    if st is not None and stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"{_show(text)}: is a folder, not a file")
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{_show(text)}: is not a regular file (a device, FIFO or socket)")
-    return text
-
-
-def existing_file(text: str) -> str:
-    """``file_path`` that must exist."""
-    file_path(text)
-    if not os.path.exists(text):
-        raise ValueError(f"{_show(text)}: no such file")
-    return text
-
-
-def folder_path(text: str) -> str:
-    """A folder that may not exist yet (it is created): not a file, no symlink loop."""
-    _path_text(text)
-    st = _lstat_chain(text)
-    if st is not None and not stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"{_show(text)}: is a file, not a folder")
-    return text
-
-
-def existing_folder(text: str) -> str:
-    """``folder_path`` that must exist."""
-    folder_path(text)
-    if not os.path.isdir(text):
-        raise ValueError(f"{_show(text)}: no such folder")
-    return text
-
-
-def existing_path(text: str) -> str:
-    """An existing regular file or folder (e.g. a summary.json or its run folder)."""
-    _path_text(text)
-    if os.path.isdir(text):
-        return text
-    return existing_file(text)
-
-
 MAX_SHARDS = 1000
 _SHARD = re.compile(r"\s*(\d{1,4})\s*/\s*(\d{1,4})\s*")
 
@@ -338,31 +240,6 @@ def shard_spec(text: str) -> tuple[int, int]:
         return int(match[1]), int(match[2])
     raise ValueError(f"{_show(text)}: allowed I/N, e.g. 2/4 (1 <= I <= N <= {MAX_SHARDS})"
                      ", or 'auto' (from CI variables) for --shard")
-
-
-def url(text: str) -> str:
-    """An ``http://`` or ``https://`` URL with a host and, if given, a port 0–65535."""
-    if not isinstance(text, str) or len(text) > PATH_MAX or not text.isprintable():
-        raise ValueError(f"{_show(text)}: must be an http:// or https:// URL")
-    parts = urllib.parse.urlsplit(text)
-    try:
-        port_ok = parts.port is None or 0 <= parts.port <= 65535
-    except ValueError:
-        port_ok = False
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise ValueError(f"{_show(text)}: must be an http:// or https:// URL with a host "
-                         "(and a port 0-65535)")
-    return text
-
-
-def socket_path(text: str) -> str:
-    """A Unix socket address: a path, or ``@name`` (Linux abstract namespace), at most
-    107 bytes (``sun_path``)."""
-    if not isinstance(text, str) or not text or "\0" in text or not text.isprintable():
-        raise ValueError(f"{_show(text)}: must be a socket path or @name")
-    if len(os.fsencode(text)) > MAX_SOCKET_PATH:
-        raise ValueError(f"{_show(text)}: longer than {MAX_SOCKET_PATH} bytes (sun_path)")
-    return text
 
 
 def choice(*allowed: str) -> Callable[[str], str]:
