@@ -65,7 +65,7 @@ class HookedConnection(sqlite3.Connection):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:  # type: ignore[override]
         if exc_type is None and self.in_transaction:
             self.commit()
-        return super().__exit__(exc_type, exc, tb)  # type: ignore[no-any-return]
+        return super().__exit__(exc_type, exc, tb)  # type: ignore[no-any-return,unused-ignore]
 
     def execute(self, sql: str, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
         """As ``sqlite3.Connection.execute``; a ``COMMIT``/``END`` statement is a commit."""
@@ -118,7 +118,7 @@ def _install_urllib() -> None:
     import urllib.request
 
     opener = urllib.request.OpenerDirector
-    opener.open = _around_request(
+    opener.open = _around_request(  # type: ignore[method-assign]
         opener.open, lambda r: r if isinstance(r, str) else r.full_url)
 
 
@@ -127,7 +127,7 @@ def _install_langgraph(context: Any) -> None:
 
     from langchain_core.callbacks import BaseCallbackHandler
 
-    class NodeBoundaries(BaseCallbackHandler):  # type: ignore[misc]
+    class NodeBoundaries(BaseCallbackHandler):  # type: ignore[misc,unused-ignore]
         """Passes ``b.langgraph.node_*`` around every graph node's run."""
 
         run_inline = True  # called in the node's own thread, before/after it runs

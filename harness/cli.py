@@ -18,8 +18,10 @@ from pathlib import Path
 
 from harness.cli_args import DEFAULT_EXPLORE, DEFAULT_SCENARIOS, build_parser
 from harness.console import ProgressLine, console, quiet_closed_stdout
+from harness.model import PythonTarget
 from harness.reports.view import kind_of
 from harness.scenario import ScenarioError
+from harness.target_grading import all_on, from_cli
 from shopops import validators as v
 from shopops.errors import ShopOpsError
 
@@ -93,12 +95,11 @@ def _grade(args: argparse.Namespace) -> int:
 
     try:
         rubric = load_rubric(args.rubric) if args.rubric else DEFAULT_RUBRIC
-        if args.sut is not None and not Path(args.sut, args.module).is_dir():
-            raise ValueError(f"--sut {args.sut}: no package folder {args.module}/ in it")
+        target = _check_options(args)
     except (RubricError, ValueError) as exc:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
-    sut = Sut(path=Path(args.sut) if args.sut else None, module=args.module)
+    sut = Sut(path=Path(args.sut) if args.sut and not target else None, module=args.module)
     out = Path(args.out) if args.out else Path("reports") / f"grade-{new_run_id()}"
     results = Path(args.results) if args.results else None
     try:
@@ -107,7 +108,7 @@ def _grade(args: argparse.Namespace) -> int:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
     result = grade(sut, out, rubric=rubric, jobs=args.jobs, worker_timeout_s=args.timeout,
-                   results_path=results, say=say)
+                   results_path=results, say=say, target=target)
     say(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)")
     say(f"  results.json {result.results_path}\n  report.md    {result.report_path}\n"
         f"  report.html  {result.page_path}")
@@ -123,14 +124,17 @@ def _points() -> int:
     return 0
 
 
-def _check_options(args: argparse.Namespace) -> None:
-    """Refuse option values that cannot mean anything (before anything runs).
+def _check_options(args: argparse.Namespace) -> PythonTarget | None:
+    """Refuse option values that cannot mean anything (before anything runs); return the
+    target ``--sut DIR --target KIND`` names (``harness.target_grading``), or ``None``.
 
     Raises:
         ValueError: naming the option and what is allowed.
     """
-    if args.sut is not None and not Path(args.sut, args.module).is_dir():
+    target = from_cli(args.target, args.sut, args.module)
+    if target is None and args.sut is not None and not Path(args.sut, args.module).is_dir():
         raise ValueError(f"--sut {args.sut}: no package folder {args.module}/ in it")
+    return target
 
 
 def _default_paths() -> list[Path]:
@@ -150,8 +154,8 @@ def _run(args: argparse.Namespace) -> int:
 
     paths = args.paths or _default_paths()
     try:
-        _check_options(args)
-        scenarios = load_scenarios(paths)
+        target = _check_options(args)
+        scenarios = all_on(load_scenarios(paths), target)
         schedule = CrashSchedule.parse(args.schedule) if args.schedule is not None else None
         shard = resolve_shard(args.shard, os.environ)
         durations = earlier_durations(Path(args.durations)) \
@@ -186,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
         if args.repeat > 1:
             say(f"-- repeat {rep}/{args.repeat}")
 
-    sut = Sut(path=Path(args.sut), module=args.module) if args.sut else REFERENCE
+    sut = Sut(path=Path(args.sut), module=args.module) if args.sut and not target else REFERENCE
     keep = {"keep_runs": args.keep_runs, "keep_all": args.keep_all}
     try:
         with reaping_on_signals():

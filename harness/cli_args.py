@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from harness.schedule import CrashSchedule
+from harness.target_grading import GRADE_KINDS, TARGET_HELP
 from shopops import validators as v
 
 __all__ = ["DEFAULT_EXPLORE", "DEFAULT_SCENARIOS", "build_parser"]
@@ -61,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "it runs under limits, with fresh interpreters")
     p.add_argument("--module", default="shopops", type=v.MODULE,
                    help="its package name (python -m MODULE)")
+    p.add_argument("--target", default=None, choices=GRADE_KINDS, help=TARGET_HELP)
     p.add_argument("--shard", default=None, metavar="I/N|auto", type=_SHARD,
                    help="run only part I of N (1-based) of the matrix, cut by expected cost "
                         "the same way on every machine; 'auto' reads SHOPOPS_SHARD, GitLab "
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder holding the implementation's package (default: the reference)")
     g.add_argument("--module", default="shopops", type=v.MODULE,
                    help="its package name (python -m MODULE)")
+    g.add_argument("--target", default=None, choices=GRADE_KINDS, help=TARGET_HELP)
     g.add_argument("--rubric", default=None, type=v.argtype(v.existing_file, "file"),
                    help="rubric TOML file (default: built in)")
     g.add_argument("--out", default=None, type=_FOLDER,

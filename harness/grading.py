@@ -36,7 +36,7 @@ from harness.console import ProgressLine
 from harness.execution import execute
 from harness.grading_io import check_outputs, write_sealed
 from harness.launcher import Launcher, make_launcher
-from harness.model import SRC, CrashSchedule, ExecutionResult, Sut
+from harness.model import SRC, CrashSchedule, ExecutionResult, PythonTarget, Sut
 from harness.retry import retry_unknowns
 from harness.rubric import DEFAULT_RUBRIC, RubricItem
 from harness.rubric_file import (  # the rubric file's names, re-exported
@@ -89,6 +89,9 @@ def replay_command(r: ExecutionResult) -> str:
     sut = f" --sut {_rel(plan.sut.path)}" if plan.sut.path else ""
     if plan.sut.path and plan.sut.module != "shopops":
         sut += f" --module {plan.sut.module}"
+    target = plan.scenario.target
+    if target is not None and target.source is not None:
+        sut += f" --sut {_rel(target.source)} --target {target.name}"
     return f"shopops-chaos run {scenario} --schedule '{plan.schedule.id}'{sut}"
 
 
@@ -249,7 +252,8 @@ def _launcher(sut: Sut, name: str | None) -> Launcher:
 def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUBRIC,
           results_path: Path | None = None, jobs: int | None = None,
           worker_timeout_s: float = 30.0, launcher: str | None = None,
-          say: Say | None = None, schedule: CrashSchedule | None = None) -> Grade:
+          say: Say | None = None, schedule: CrashSchedule | None = None,
+          target: PythonTarget | None = None) -> Grade:
     """Grade ``sut``: run the rubric's scenarios, score, write ``results.json``,
     ``report.md`` and the student-facing ``report.html``. Never raises for the
     implementation's faults, nor for the harness's own: ``results.json`` is written in
@@ -269,6 +273,9 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
             zero, its one-line reason and replay command (``None``: silent).
         schedule: grade only this crash schedule of every scenario (a quick re-check of
             one execution; no trace runs). Default: the whole kill matrix.
+        target: grade this target (``harness.target_grading.load_target_dir``) instead of
+            a package: every scenario runs on it, items it cannot be graded on are not
+            applicable (0 of 0 points, with why); ``sut`` is then the reference.
 
     Raises:
         OutputPathError: ``out_dir`` or ``results_path`` cannot be used (before anything
@@ -294,7 +301,7 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
         try:
             tests, output = _run_and_score(sut, out_dir, rubric, jobs, worker_timeout_s,
                                            launcher, say, schedule, run, write_reports,
-                                           load_scenarios)
+                                           load_scenarios, target)
         except Exception as exc:  # the harness erred: say so, score nothing
             tests = [GradedTest(i.name, 0.0, i.points, f"harness error: {exc}",
                                 i.visibility) for i in rubric]
@@ -310,9 +317,18 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
 def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: int | None,
                    worker_timeout_s: float, launcher: str | None, say: Say,
                    schedule: CrashSchedule | None, run: Any,
-                   write_reports: Any, load_scenarios: Any) -> tuple[list[GradedTest], str]:
+                   write_reports: Any, load_scenarios: Any, target: PythonTarget | None = None
+                   ) -> tuple[list[GradedTest], str]:
     names = dict.fromkeys(n for item in rubric for n in item.scenarios)
     scenarios = load_scenarios([SCENARIOS_DIR / f"{n}.toml" for n in names])
+    na: list[GradedTest] = []
+    if target is not None:
+        from harness.target_grading import adapt_rubric, on_target
+
+        scenarios, _ = on_target(scenarios, target)
+        rubric, dropped = adapt_rubric(rubric, {s.name for s in scenarios}, target)
+        na = [GradedTest(i.name, 0.0, 0.0, f"Not applicable to a {target.name} target: "
+                         f"{why}.", i.visibility) for i, why in dropped]
     run_dir = out_dir / "run"
     run_dir.mkdir(mode=0o700, exist_ok=True)
     os.chmod(run_dir, 0o700)  # nothing of the run is for a worker's eyes
@@ -349,6 +365,9 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
                 r, reason = broken
                 say(f"        why: {r.plan.id}: {reason.splitlines()[0][:160]}")
                 say(f"        replay: {replay_command(r)}")
+    for t in na:
+        say(f"{t.score:5g} / {t.max_score:<4g} {t.name} (not applicable)")
+    tests += na
     counts = {v: sum(r.verdict == v for r in results) for v in ("pass", "fail", "unknown")}
     lines = [f"{len(results)} executions of {len(scenarios)} scenarios; verdicts pass "
              f"{counts['pass']}, fail {counts['fail']}, unknown {counts['unknown']}. "
@@ -356,7 +375,9 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
     lines.append("Sealed: every worker ran as a user of its own that could write only its "
                  "sandbox." if sealed(sut) else "Not sealed: " + (
                      "the harness is not root, so workers ran as the harness's user."
-                     if sut.untrusted else "our own code (the reference or a variant)."))
+                     if sut.untrusted else "our own code (the reference or a variant)."
+                     if target is None else f"a {target.name} target's workers run as the "
+                     "harness's user (harness.target_grading)."))
     if retried:
         lines.append(f"Run again (unknown for a reason outside the implementation): "
                      f"{len(retried)} execution(s):")

@@ -65,8 +65,8 @@ def code_digest(*folders: Path) -> str:
 
 def plan_key(scenario: Scenario) -> str:
     """The cache key of a scenario's plan: its file's bytes (or its fields, for one built in
-    code), the implementation's code (``sut.path`` or the reference ``shopops/``), the
-    harness's own code and the fixtures."""
+    code), the implementation's code (``sut.path`` or the reference ``shopops/``), a
+    ``[target]``'s folder, the harness's own code and the fixtures."""
     import harness
     import shopops
 
@@ -77,6 +77,9 @@ def plan_key(scenario: Scenario) -> str:
         h.update(repr(scenario).encode())
     h.update(code_digest(Path(shopops.__file__).parent, Path(harness.__file__).parent,
                          ROOT / "fixtures").encode())
+    if scenario.target is not None:  # its code decides which points a trace run reaches
+        h.update(repr(scenario.target).encode())
+        h.update(code_digest(scenario.target.folder).encode())
     return h.hexdigest()
 
 

@@ -38,7 +38,7 @@ def load(folder: str, ref: str) -> Callable[[TargetContext], Any]:
     function = getattr(importlib.import_module(module), name)
     if not callable(function):
         raise ValueError(f"{ref!r}: {name} is not callable")
-    return function  # type: ignore[no-any-return]
+    return function  # type: ignore[no-any-return,unused-ignore]
 
 
 def main(argv: list[str]) -> int:

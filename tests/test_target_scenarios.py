@@ -266,8 +266,16 @@ EXPECTED: dict[str, Verdict] = {
 }
 
 
-def test_every_target_scenario_has_an_expected_verdict() -> None:
+def test_every_target_scenario_has_an_expected_verdict_and_a_readme_row() -> None:
     assert {p.stem for p in TARGET_SCENARIOS} == set(EXPECTED)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [line for line in readme.splitlines() if line.startswith("| ")]
+    for name, verdict in EXPECTED.items():
+        row = next((r for r in rows if f"`{name}.toml`" in r), None)
+        assert row is not None, f"no README row names {name}.toml"
+        keys_off = name.endswith("-keys-off")
+        cell = row.split(" | ")[1 if keys_off else 2]
+        assert f"**{verdict}**" in cell, (name, cell)
 
 
 @pytest.mark.slow
@@ -281,3 +289,102 @@ def test_a_target_scenario_ends_with_the_verdict_the_readme_reports(tmp_path, na
                            "240", "--report-dir", str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=3600)
     assert done.returncode == EXPECTED[name].exit_status, done.stdout[-4000:] + done.stderr
+
+
+# -- grading and running through a target (--sut DIR --target KIND) --------------------------
+
+def test_a_target_folder_is_read_from_its_target_toml(tmp_path) -> None:
+    from harness.target_grading import load_target_dir
+
+    t = load_target_dir("python", STARTER_DIR)
+    assert t.source == STARTER_DIR.resolve() and t.has(TargetRole.HISTORY)
+    (tmp_path / "target.toml").write_text('[target]\nstart = "loop:start"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"target\.toml: field 'target.resume': required"):
+        load_target_dir("python", tmp_path)
+    (tmp_path / "target.toml").write_text('[target]\nkind = "dbos"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="given on the command line"):
+        load_target_dir("python", tmp_path)
+    with pytest.raises(ValueError, match=r"cannot read the target file"):
+        load_target_dir("python", tmp_path / "nowhere")
+
+
+def test_the_rubric_keeps_what_a_target_can_be_graded_on() -> None:
+    from harness.rubric import DEFAULT_RUBRIC
+    from harness.scenario import load_scenarios
+    from harness.target_grading import adapt_rubric, load_target_dir, on_target
+
+    t = load_target_dir("python", STARTER_DIR)
+    names = dict.fromkeys(n for i in DEFAULT_RUBRIC for n in i.scenarios)
+    kept, refused = on_target(load_scenarios([ROOT / "scenarios" / f"{n}.toml"
+                                              for n in names]), t)
+    assert "o1001" in {s.name for s in kept} and "forged-ticket" in refused
+    items, dropped = adapt_rubric(DEFAULT_RUBRIC, {s.name for s in kept}, t)
+    assert any(i.checks == ("exactly_one_delivery",) for i in items)
+    assert all(set(i.checks) <= set(TARGET_CHECKS_IDS) for i in items)
+    assert any("server-issued ticket" in i.name for i, _ in dropped)
+
+
+TARGET_CHECKS_IDS = ("draft_identical", "not_sent_before_approval", "step_continues",
+                     "same_key_one_delivery", "exactly_one_delivery", "no_process_left",
+                     "no_tampering")
+
+
+def test_grade_through_a_target_scores_it_and_replays_on_it(tmp_path) -> None:
+    from harness.grading import grade, replay_command
+    from harness.model import REFERENCE
+    from harness.rubric import RubricItem
+    from harness.target_grading import load_target_dir
+
+    t = load_target_dir("python", STARTER_DIR)
+    rubric = (RubricItem("one delivery", 10, ("o1001",), ("exactly_one_delivery",)),
+              RubricItem("tickets", 10, ("forged-ticket",), ("ticket_server_issued",)))
+    kill = CrashSchedule((KillPoint("t6.gateway_accepted", 1),))
+    g = grade(REFERENCE, tmp_path / "g", rubric=rubric, target=t, schedule=kill,
+              jobs=1, worker_timeout_s=120)
+    tests = {x.name: x for x in g.tests}
+    assert (tests["one delivery"].score, tests["one delivery"].max_score) == (10, 10), \
+        tests["one delivery"].output
+    assert (tests["tickets"].score, tests["tickets"].max_score) == (0, 0)
+    assert "Not applicable to a python target" in tests["tickets"].output
+    results = json.loads((tmp_path / "g" / "results.json").read_text())
+    assert results["score"] == 10
+    plan = ExecutionPlan(Scenario("o1001", path=ROOT / "scenarios" / "o1001.toml", target=t),
+                         kill)
+    assert plan.replay.endswith(f"--sut {STARTER_DIR.resolve()} --target python")
+    r = ExecutionResult(plan, _evidence(frozenset(), ()), (), Verdict.PASS, (), 0.0)
+    assert "--target python" in replay_command(r)
+
+
+def test_run_refuses_a_target_without_its_folder_or_a_scenario_it_cannot_follow(
+        tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+
+    def chaos(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "harness", "run", *args,
+                               "--report-dir", str(tmp_path)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    no_sut = chaos(str(ROOT / "scenarios" / "o1001.toml"), "--target", "python")
+    assert no_sut.returncode == 2 and "--target python: needs --sut DIR" in no_sut.stderr
+    ticket = chaos(str(ROOT / "scenarios" / "forged-ticket.toml"), "--target", "python",
+                   "--sut", str(STARTER_DIR))
+    assert ticket.returncode == 2
+    assert "scenario 'forged-ticket' cannot run on a target: human.ticket" in ticket.stderr
+    assert not list(tmp_path.glob("*/executions"))  # nothing ran
+
+
+@NEEDS_LANGGRAPH
+@pytest.mark.slow
+def test_a_langgraph_skeleton_is_graded_through_its_target_toml(tmp_path) -> None:
+    from harness.grading import grade
+    from harness.model import REFERENCE
+    from harness.rubric import RubricItem
+    from harness.target_grading import load_target_dir
+
+    t = load_target_dir("langgraph", ROOT / "examples" / "langgraph_o1001")
+    assert t.extra == "langgraph" and t.options == {"durability": "sync"}
+    rubric = (RubricItem("one delivery", 10, ("o1001",), ("exactly_one_delivery",)),)
+    g = grade(REFERENCE, tmp_path / "g", rubric=rubric, target=t, jobs=1,
+              schedule=CrashSchedule((KillPoint("t6.gateway_accepted", 1),)),
+              worker_timeout_s=240)
+    assert g.score == 10, g.tests[0].output

@@ -264,5 +264,8 @@ class ExecutionPlan:
         sut = f" --sut {shlex.quote(str(self.sut.path))}" if self.sut.path else ""
         if self.sut.path and self.sut.module != "shopops":
             sut += f" --module {shlex.quote(self.sut.module)}"
+        target = self.scenario.target
+        if target is not None and target.source is not None:
+            sut += f" --sut {shlex.quote(str(target.source))} --target {target.name}"
         return (f"shopops-chaos run {shlex.quote(str(self.scenario.path))} "
                 f"--schedule {shlex.quote(self.schedule.id)}{sut}")

@@ -87,6 +87,9 @@ class PythonTarget:
             ``None``.
         name: how reports name it (``python``, ``langgraph``, ``dbos``).
         options: ``target.options`` (strings), handed over in ``TargetContext.options``.
+        source: the folder whose ``target.toml`` named it on the command line
+            (``--sut DIR --target KIND``: every scenario then runs on it, and a replay
+            command must say so), or ``None`` when a scenario's own ``[target]`` did.
     """
 
     folder: Path
@@ -95,6 +98,7 @@ class PythonTarget:
     extra: str | None = None
     name: str = "python"
     options: dict[str, str] = field(default_factory=dict)
+    source: Path | None = None
 
     def __hash__(self) -> int:  # the dicts are never mutated after construction
         return hash((self.folder, self.name, tuple(sorted(self.functions.items())),

@@ -105,6 +105,8 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
                                 "detail": c.detail,
                                 "evidence": list(c.evidence)} for c in result.checks},
         "deliveries": ev.deliveries,
+        # more than one request for the case: the human was asked twice
+        "approval_requests": len(ev.approval_requests),
         "idempotency_keys": case_keys(result),
         "workers": [{"index": w.index, "role": w.role, "pid": w.pid,
                      "returncode": w.returncode, "killed_by_harness": w.killed_by_harness,

@@ -1,0 +1,93 @@
+"""Benchmark: per-execution time of each target (reference, python starter, LangGraph,
+DBOS), and the import time that dominates a framework target's worker start.
+
+For each target runs its no-kill execution ``--rounds`` times (workers spawned: a target
+worker is a fresh interpreter each; the fork server forks only the reference loop) and
+measures, in a fresh interpreter, how long importing the target's module takes — the
+part of every worker's start a preloading fork server would save. The
+last line is a JSON object::
+
+    {"<target>": {"execution_s": median seconds of one no-kill execution,
+                  "workers": workers it started,
+                  "per_worker_ms": execution_s / workers in ms,
+                  "import_ms": median ms to import the target's module}, ...,
+     "rounds": N}
+
+Run: ``python benchmarks/targets_bench.py [--rounds 3]``. Numbers, not a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from harness.execution import execute  # noqa: E402
+from harness.model import CrashSchedule, ExecutionPlan, Scenario  # noqa: E402
+from harness.scenario import load_scenario  # noqa: E402
+
+TARGETS = {
+    "reference": (ROOT / "scenarios" / "o1001.toml", "shopops.loop"),
+    "python": (ROOT / "scenarios" / "targets" / "python-starter.toml", "loop"),
+    "langgraph": (ROOT / "scenarios" / "targets" / "langgraph-sync.toml", "o1001_graph"),
+    "dbos": (ROOT / "scenarios" / "targets" / "dbos.toml", "o1001_workflow"),
+}
+
+
+def import_ms(scenario: Scenario, module: str) -> float:
+    """Milliseconds a fresh interpreter spends importing ``module`` (minus a bare start)."""
+    folder = str(scenario.target.folder) if scenario.target else str(ROOT)
+
+    def run(code: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=folder)
+        return (time.perf_counter() - t0) * 1000
+
+    bare = run("pass")
+    return run(f"import sys; sys.path.insert(0, {folder!r}); import {module}") - bare
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="executions per target, 1..20 (the median is reported)")
+    parser.add_argument("--only", choices=sorted(TARGETS), action="append",
+                        help="measure only this target (repeatable; default: all)")
+    args = parser.parse_args()
+    if not 1 <= args.rounds <= 20:
+        parser.error(f"--rounds: {args.rounds} is not in 1..20")
+    out: dict[str, object] = {"rounds": args.rounds}
+    for name, (path, module) in TARGETS.items():
+        if args.only and name not in args.only:
+            continue
+        scenario = load_scenario(path)
+        times, workers = [], 0
+        for i in range(args.rounds):
+            with tempfile.TemporaryDirectory() as tmp:
+                result = execute(ExecutionPlan(scenario, CrashSchedule(())), Path(tmp) / str(i),
+                                 worker_timeout_s=300)
+            if result.verdict != "pass":
+                print(f"{name}: verdict {result.verdict}: {result.reasons}", file=sys.stderr)
+            times.append(result.elapsed_s)
+            workers = len(result.evidence.workers)
+        median = statistics.median(times)
+        out[name] = {"execution_s": round(median, 3), "workers": workers,
+                     "per_worker_ms": round(1000 * median / max(workers, 1), 1),
+                     "import_ms": round(statistics.median(
+                         import_ms(scenario, module) for _ in range(args.rounds)), 1)}
+        print(f"{name:<10} {median:7.2f} s/execution  {workers} workers  "
+              f"import {out[name]['import_ms']} ms", flush=True)  # type: ignore[index]
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
