@@ -78,7 +78,8 @@ class Workers:
         self.injected: list[CheckpointRow] = []
         self._started = 0
         self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
-        self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url)
+        self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
+                                    approvals)
                        if scenario.target is not None else None)
 
     @property

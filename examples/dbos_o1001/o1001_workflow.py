@@ -29,8 +29,6 @@ from typing import Any
 import requests
 from dbos import DBOS, DBOSClient, DBOSConfig, SetWorkflowID
 
-from shopops.approvals import ApprovalQueue
-
 TOPIC = "approval"
 PARK_TIMEOUT_S = 120.0
 _ctx: Any = None  # the execution's context, set before DBOS launches
@@ -71,14 +69,14 @@ def draft(customer: dict[str, Any], order: dict[str, Any]) -> dict[str, str]:
 @DBOS.step()
 def request_approval(case_id: str, text: dict[str, str]) -> str:
     """Ask a human through the approval queue (idempotent for case + draft)."""
-    with ApprovalQueue(_ctx.approvals_db) as queue:
+    with _ctx.approval_queue() as queue:
         return queue.request(case_id, _digest(text))
 
 
 @DBOS.step()
 def verify_ticket(case_id: str, text: dict[str, str], ticket: str) -> str:
     """The queue must have issued the ticket for this case and draft."""
-    with ApprovalQueue(_ctx.approvals_db) as queue:
+    with _ctx.approval_queue() as queue:
         queue.verify(ticket, case_id, _digest(text))
     return ticket
 

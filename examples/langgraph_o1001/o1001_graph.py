@@ -34,8 +34,6 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
-from shopops.approvals import ApprovalQueue
-
 DURABILITY = ("sync", "async", "exit")
 #: What says a thread killed mid-run still has work: ``tasks`` (any pending task, even one
 #: whose writes were saved) or ``next`` (the nodes still to run, as LangGraph's
@@ -90,14 +88,14 @@ def build(ctx: Any) -> StateGraph:
         return {"draft": text, "step": state["step"] + 1}
 
     def request_approval(state: O1001) -> O1001:
-        with ApprovalQueue(ctx.approvals_db) as queue:  # idempotent for case + draft
+        with ctx.approval_queue() as queue:  # idempotent for case + draft
             request_id = queue.request(state["case_id"], _digest(state["draft"]))
         return {"request_id": request_id, "step": state["step"] + 1}
 
     def await_approval(state: O1001) -> O1001:
         decision = interrupt({"request_id": state["request_id"]})  # parks the thread
         ticket = str(decision["ticket"])
-        with ApprovalQueue(ctx.approvals_db) as queue:  # the queue must have issued it
+        with ctx.approval_queue() as queue:  # the queue must have issued it
             queue.verify(ticket, state["case_id"], _digest(state["draft"]))
         return {"ticket": ticket, "step": state["step"] + 1}
 

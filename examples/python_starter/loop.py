@@ -22,8 +22,6 @@ from typing import Any
 
 import requests
 
-from shopops.approvals import ApprovalQueue
-
 
 def _db(ctx: Any) -> sqlite3.Connection:
     Path(ctx.workdir).mkdir(parents=True, exist_ok=True)
@@ -64,13 +62,13 @@ def _step(ctx: Any, conn: sqlite3.Connection, state: dict[str, Any]) -> bool:
             "body": f"Hi {first}, your order {ctx.order_id} is {order['status']}."}
         state["phase"] = "drafted"
     elif phase == "drafted":
-        with ApprovalQueue(ctx.approvals_db) as queue:
+        with ctx.approval_queue() as queue:
             queue.request(ctx.case_id, _digest(state["draft"]))
         state["phase"] = "awaiting_approval"
     elif phase == "awaiting_approval":
         if ctx.ticket is None:
             return False  # park: only the human's ticket moves the case on
-        with ApprovalQueue(ctx.approvals_db) as queue:
+        with ctx.approval_queue() as queue:
             queue.verify(ctx.ticket, ctx.case_id, _digest(state["draft"]))
         state.update(ticket=ctx.ticket, phase="sending",
                      key=f"{ctx.case_id}:send_email:{_digest(state['draft'])[:16]}")

@@ -30,12 +30,16 @@ class TargetContext:
         workdir: a folder the target owns for its durable state (its SQLite files).
         gateway_url: the harness's mock email gateway, ``http://127.0.0.1:PORT``; send
             ``POST /v1/messages`` there, with ``Idempotency-Key`` when ``keys`` is on.
-        approvals_db: the approval queue's SQLite file (``ApprovalQueue(path)``).
+        approvals_db: the approval queue's SQLite file, for a target run without the
+            harness's approval service (a test driving it by hand).
         fixtures: folder of ``customers.json`` and ``orders.json``.
         keys: send idempotency keys (``False`` only to show the duplicates it prevents).
         ticket: the ticket the human's approval issued, for ``resume``/``decide`` (else
             ``None``).
         options: the scenario's ``target.options`` (strings), e.g. ``{"durability": "exit"}``.
+        approvals_service: the harness's approval service (``harness.approval_service``;
+            ``SHOPOPS_APPROVALS_SOCKET``), which holds the approval records under the
+            harness; ``None``: the queue is the file ``approvals_db``.
     """
 
     case_id: str
@@ -48,6 +52,16 @@ class TargetContext:
     keys: bool = True
     ticket: str | None = None
     options: dict[str, str] = field(default_factory=dict)
+    approvals_service: str | None = None
+
+    def approval_queue(self) -> Any:
+        """The approval queue to ask and verify tickets with: a
+        ``shopops.approvals.ApprovalQueue`` at the harness's service when there is one,
+        else on ``approvals_db``. Use it as a context manager (``with ctx.approval_queue()
+        as queue:``)."""
+        from shopops.approvals import ApprovalQueue
+
+        return ApprovalQueue(self.approvals_db, service=self.approvals_service)
 
     def option(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
         """``options[name]`` or ``default``, refused unless one of ``allowed``.

@@ -52,6 +52,8 @@ class TargetDriver:
             state in ``workdir / "target"``).
         approvals_db: the approval queue's file the harness approves in.
         gateway_url: the harness's mock gateway.
+        approvals_service: the harness's approval service the target's workers reach the
+            records through (``TargetContext.approval_queue``), or ``None``.
 
     Attributes:
         ticket: the ticket id the human's approval issued (set by the story), handed to
@@ -59,7 +61,7 @@ class TargetDriver:
     """
 
     def __init__(self, scenario: Scenario, workdir: Path, approvals_db: Path,
-                 gateway_url: str) -> None:
+                 gateway_url: str, approvals_service: str | None = None) -> None:
         if scenario.target is None:
             raise ValueError(f"scenario {scenario.name!r} has no [target]")
         self.target: PythonTarget = scenario.target
@@ -69,7 +71,7 @@ class TargetDriver:
             case_id=scenario.case_id, order_id=scenario.order_id, run_id="run-1",
             workdir=str(workdir / "target"), gateway_url=gateway_url,
             approvals_db=str(approvals_db), keys=scenario.idempotency_keys,
-            options=dict(self.target.options))
+            options=dict(self.target.options), approvals_service=approvals_service)
         self.ticket: str | None = None
 
     def has(self, role: TargetRole) -> bool:
