@@ -63,6 +63,8 @@ def python_target(folder: Path = STARTER_DIR, **fields: str) -> str:
 
 # -- the table --------------------------------------------------------------------------------
 
+@NEEDS_LANGGRAPH
+@NEEDS_DBOS
 def test_shipped_target_scenarios_load_and_name_their_target() -> None:
     scenarios = load_scenarios(TARGET_SCENARIOS)
     assert {s.target.name for s in scenarios if s.target} == {"python", "langgraph", "dbos"}
