@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 from shopops.errors import DatabaseNotFound, NotOurDatabase, ShopOpsError
 
@@ -83,24 +84,44 @@ def open_readonly(path: str | os.PathLike[str], timeout_s: float = 30.0) -> sqli
     return sqlite3.connect(f"{db.as_uri()}?{query}", uri=True, timeout=timeout_s)
 
 
+class Column(NamedTuple):
+    """One column as SQLite reports it (``PRAGMA table_info``): its ``name`` and its
+    declaration — type, NOT NULL, default, primary-key position."""
+
+    name: str
+    declared: tuple[str, int, str | None, int]
+
+
+#: A table's columns, and its unique constraints (``PRAGMA index_list``: unique, origin —
+#: ``pk``/``u``/``c`` — and the indexed columns), as a layout compares them.
+Table = tuple[tuple[Column, ...], frozenset[tuple[int, str, tuple[str, ...]]]]
+
+
 @lru_cache(maxsize=8)
-def _layout_of(schema: tuple[str, ...] | str
-               ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
-    """Tables → columns, and every schema object's name, that ``schema`` creates."""
+def _layout_of(schema: tuple[str, ...] | str) -> tuple[dict[str, Table], frozenset[str]]:
+    """Tables → their layout, and every schema object's name, that ``schema`` creates."""
     with contextlib.closing(sqlite3.connect(":memory:")) as conn:
         for statement in (schema,) if isinstance(schema, str) else schema:
             conn.executescript(statement)
         return _read_layout(conn)
 
 
-def _read_layout(conn: sqlite3.Connection
-                 ) -> tuple[dict[str, tuple[str, ...]], frozenset[str]]:
+def _read_layout(conn: sqlite3.Connection) -> tuple[dict[str, Table], frozenset[str]]:
     names = frozenset(n for (n,) in conn.execute(
         "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"))
     tables = [n for (n,) in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
-    return ({t: tuple(r[1] for r in conn.execute(f'PRAGMA table_info("{t}")'))
-             for t in tables}, names)
+    return {t: _table(conn, t) for t in tables}, names
+
+
+def _table(conn: sqlite3.Connection, name: str) -> Table:
+    columns = tuple(Column(r[1], (str(r[2]).upper(), int(r[3]), r[4], int(r[5])))
+                    for r in conn.execute(f'PRAGMA table_info("{name}")'))
+    unique = frozenset(
+        (int(r[2]), str(r[3]), tuple(str(c[2]) for c in conn.execute(
+            f'PRAGMA index_info("{r[1]}")')))
+        for r in conn.execute(f'PRAGMA index_list("{name}")') if r[2])
+    return columns, unique
 
 
 def _a(kind: str) -> str:
@@ -133,11 +154,30 @@ def _names(items: Iterable[str]) -> str:
     return ", ".join(sorted(items)) or "none"
 
 
-def _columns_fit(have: tuple[str, ...], want: tuple[str, ...],
-                 optional: Collection[str]) -> bool:
-    """``have`` is ``want`` in order, less some of its ``optional`` columns."""
-    return have == tuple(c for c in want if c in have) and set(want) - set(have) <= set(
-        optional)
+def _misfit(have: Table, want: Table, optional: Collection[str]) -> str | None:
+    """Why the table ``have`` is not ``want`` (``None``: it fits): ``want``'s columns in
+    order, less some ``optional`` ones, each declared the same, and the same unique
+    constraints (they carry the idempotency keys' and the primary keys' guarantees)."""
+    names = [c.name for c in have[0]]
+    keep = tuple(c for c in want[0] if c.name in names)
+    if names != [c.name for c in keep] or {c.name for c in want[0]} - set(names) - set(
+            optional):
+        return (f"has columns ({', '.join(names)}); OURS has "
+                f"({', '.join(c.name for c in want[0])})")
+    for got, expected in zip(have[0], keep, strict=True):
+        if got.declared != expected.declared:
+            return (f"declares column {got.name} as {_decl(got)}; OURS declares it "
+                    f"{_decl(expected)}")
+    if have[1] != want[1]:
+        return "has other primary-key or UNIQUE constraints than OURS"
+    return None
+
+
+def _decl(column: Column) -> str:
+    kind, notnull, default, pk = column.declared
+    return " ".join(filter(None, [kind or "(no type)", "NOT NULL" if notnull else "",
+                                  f"DEFAULT {default}" if default is not None else "",
+                                  "PRIMARY KEY" if pk else ""]))
 
 
 def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> FileState:
@@ -167,7 +207,8 @@ def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> F
             symlink, a device/FIFO/socket, an empty file (not ``create``), not SQLite (its
             first bytes), a damaged or unreadable SQLite file, no ``anchor`` table (another
             application's or another of our databases), tables or objects not in the
-            schema, a table of ours with other columns.
+            schema, a table of ours with other columns, a column declared otherwise (type,
+            NOT NULL, default, primary key) or other UNIQUE constraints.
     """
     where = os.fspath(path)
     st = _stat(where, ours)
@@ -212,9 +253,8 @@ def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> F
     if others:
         raise _refuse(where, ours,
                       f"indexes, triggers or views that are not ours: {_names(others)}")
-    for table, columns in tables.items():
-        want = expected[table]
-        if not _columns_fit(columns, want, ours.optional_columns):
-            raise _refuse(where, ours, f"table {table} has columns ({', '.join(columns)}); "
-                                       f"{_a(ours.kind)} has ({', '.join(want)})")
+    for table, layout in tables.items():
+        why = _misfit(layout, expected[table], ours.optional_columns)
+        if why:
+            raise _refuse(where, ours, f"table {table} " + why.replace("OURS", _a(ours.kind)))
     return FileState.OURS

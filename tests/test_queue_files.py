@@ -21,7 +21,7 @@ from harness.mock_gateway import MockGateway
 from shopops.approval_store import APPROVAL_QUEUE
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore
-from shopops.checkpoint_file import FileState, inspect
+from shopops.checkpoint_file import FileState, OurSchema, inspect
 from shopops.errors import DatabaseNotFound, NotACheckpointDatabase, NotOurDatabase
 from shopops.state import State
 
@@ -203,3 +203,36 @@ def test_the_typed_errors_name_file_kind_and_finding(tmp_path: Path) -> None:
         assert isinstance(info.value, NotOurDatabase)
         assert (info.value.path, info.value.kind) == (str(db), ours.kind)
         assert "users" in info.value.found
+
+
+@pytest.mark.parametrize(("ours", "statements", "words"), [
+    (APPROVAL_QUEUE, ['CREATE TABLE approval_requests (request_id, case_id, draft_digest, '
+                      'requested_at, status, feedback TEXT NOT NULL, gate)'],
+     "declares column request_id as (no type)"),
+    (GATEWAY_LOG, ["CREATE TABLE requests (seq INTEGER PRIMARY KEY AUTOINCREMENT, received_at "
+                   "TEXT NOT NULL, received_epoch REAL NOT NULL, idempotency_key TEXT, "
+                   "body_sha256 TEXT NOT NULL, case_id TEXT, status INTEGER NOT NULL, fault "
+                   "TEXT, worker_pid INTEGER, remote_port INTEGER, delivery_id TEXT, duplicate "
+                   "INTEGER NOT NULL DEFAULT 0, claimed_pid INTEGER, worker_uid INTEGER)",
+                   # the idempotency key without its UNIQUE: duplicates would be delivered
+                   "CREATE TABLE deliveries (n INTEGER PRIMARY KEY, delivery_id TEXT NOT NULL "
+                   "UNIQUE, request_seq INTEGER NOT NULL, idempotency_key TEXT, body_sha256 "
+                   'TEXT NOT NULL, case_id TEXT NOT NULL, "to" TEXT NOT NULL, subject TEXT NOT '
+                   "NULL, body TEXT NOT NULL, delivered_at TEXT NOT NULL)"],
+     "table deliveries has other primary-key or UNIQUE constraints"),
+    (CHECKPOINT_DB, ["CREATE TABLE checkpoints (seq INTEGER, case_id TEXT NOT NULL, run_id "
+                     "TEXT NOT NULL, schema_version INTEGER, state_json TEXT, created_at TEXT "
+                     "NOT NULL, lease_owner TEXT, fence INTEGER, writer_pid INTEGER)"],
+     "declares column seq as INTEGER; a checkpoint database declares it INTEGER PRIMARY KEY"),
+], ids=["queue-untyped", "gateway-key-not-unique", "checkpoints-seq-not-key"])
+def test_our_column_names_declared_otherwise_are_refused(
+        tmp_path: Path, ours: OurSchema, statements: list[str], words: str) -> None:
+    """The right names are not enough (found by ``test_file_fuzz.py``: a queue table with
+    our columns but no primary key was accepted, and its requests then vanished)."""
+    db = tmp_path / "x.db"
+    sql(db, *statements)
+    before = db.read_bytes()
+    with pytest.raises(NotOurDatabase) as info:
+        inspect(db, ours, create=True)
+    assert words in str(info.value), str(info.value)
+    assert db.read_bytes() == before
