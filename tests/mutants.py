@@ -37,7 +37,9 @@ class Mutant:
             path = into / "shopops" / file
             text = path.read_text(encoding="utf-8")
             assert text.count(old) == 1, f"{self.name}: {file} has {text.count(old)} x {old!r}"
-            path.write_text(text.replace(old, new), encoding="utf-8")
+            changed = text.replace(old, new)
+            compile(changed, str(path), "exec")  # a mutant is a loop with a bug, not a
+            path.write_text(changed, encoding="utf-8")  # SyntaxError (scores 0 for nothing)
         return into
 
 
@@ -94,7 +96,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "email-sent-before-send",
-        (("loop.py", "            tools.send_email(state, svc, guard=fence_check)\n",
+        (("loop.py", "            if not state.email_sent:\n"
+                     "                tools.send_email(state, svc, guard=fence_check)\n",
           "            if not state.email_sent:\n"
           "                state.email_sent = True  # recorded before the send happens\n"
           "                save()\n"

@@ -265,6 +265,9 @@ ERROR_SAMPLES: list[ShopOpsError] = [
     ConfigError("bad", variable="SHOPOPS_POLICY", value="x", allowed="deterministic"),
     errors.InputError("bad", input="--jobs", value="0", allowed="1 to 8"),
     errors.NotACheckpointDatabase("foreign", path="a.db", found="tables: users"),
+    errors.NotOurDatabase("foreign", path="q.db", kind="approval queue",
+                          found="tables: users"),
+    errors.DatabaseNotFound("missing", path="q.db", kind="approval queue"),
 ]
 
 
