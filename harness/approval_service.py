@@ -26,8 +26,10 @@ import contextlib
 import dataclasses
 import json
 import os
+import socket
 import socketserver
 import sqlite3
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -46,6 +48,8 @@ __all__ = ["MAX_FIELD", "WORKER_OPS", "ApprovalService"]
 WORKER_OPS = ("add_request", "requests", "tickets", "ticket", "mark_consumed")
 #: Longest text field accepted, in characters (ids, digests, keys, timestamps).
 MAX_FIELD = 1000
+#: Seconds ``ApprovalService.close`` waits for each connection's thread to end.
+HANDLER_WAIT_S = 10.0
 _MAX_LINE = 64 * 1024
 
 _LOG_SCHEMA = """
@@ -134,7 +138,34 @@ class _Server(socketserver.ThreadingUnixStreamServer):
 
     def __init__(self, address: str, service: ApprovalService) -> None:
         self.service = service
+        self._active: dict[threading.Thread, socket.socket] = {}
+        self._lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        me = threading.current_thread()
+        with self._lock:
+            self._active[me] = request
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._active.pop(me, None)
+
+    def finish_handlers(self, timeout_s: float) -> None:
+        """End every connection still served (a worker killed mid-call, a stray process of
+        a sealed execution) and wait up to ``timeout_s`` seconds for its thread, so that
+        no SQLite connection of the service is open once ``close`` returns: closing the last
+        one checkpoints the WAL and removes ``-wal``/``-shm``, which must not happen while
+        the harness moves the execution's files (``harness.scratch.move_home``)."""
+        with self._lock:
+            active = dict(self._active)
+        for sock in active.values():
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout_s
+        for thread in active:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class ApprovalService:
@@ -194,8 +225,12 @@ class ApprovalService:
         return {"ok": True, "result": result}
 
     def close(self) -> None:
-        """Stop serving (at once). Idempotent."""
+        """Stop serving (at once) and end the connections still open, waiting (up to
+        ``HANDLER_WAIT_S``) until their SQLite connections are closed. Idempotent."""
         self._serving.stop()
+        server = self._serving.server
+        assert isinstance(server, _Server)
+        server.finish_handlers(HANDLER_WAIT_S)
 
     def __enter__(self) -> ApprovalService:
         return self

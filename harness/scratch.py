@@ -35,6 +35,7 @@ __all__ = ["ENV", "MIN_FREE_BYTES", "area", "default_root", "in_scratch", "move_
 
 ENV = "SHOPOPS_SCRATCH"
 MIN_FREE_BYTES = 256 * 1024 * 1024  # a tmpfs with less room is not worth the risk
+_TRANSIENT = ("-shm", "-journal")  # SQLite removes them when its last connection closes
 _AREA = re.compile(r"shopops-scratch-(?P<pid>\d+)-\w+")
 _lock = threading.Lock()
 _area: Path | None = None
@@ -108,9 +109,9 @@ def area() -> Path | None:
 
 def in_scratch(home: Path) -> Path:
     """The folder an execution whose files belong in ``home`` (an existing folder) runs
-    in: a new folder of the same name in the scratch ``area()``, or ``home`` itself when there is no area
-    or ``home`` already holds files (an execution never mixes its files with older ones
-    somewhere else).
+    in: a new folder of the same name in the scratch ``area()``, or ``home`` itself when
+    there is no area or ``home`` already holds files (an execution never mixes its files
+    with older ones somewhere else).
 
     Raises:
         ValueError: a bad ``SHOPOPS_SCRATCH``.
@@ -125,12 +126,22 @@ def in_scratch(home: Path) -> Path:
 
 def move_home(work: Path, home: Path) -> None:
     """Move everything in ``work`` (from ``in_scratch(home)``) into ``home`` and remove
-    ``work`` and its parent; nothing when they are the same folder. Files keep their modes; a move across
-    filesystems copies (``shutil.move``)."""
+    ``work`` and its parent; nothing when they are the same folder. Files keep their
+    modes; a move across filesystems copies (``shutil.move``).
+
+    Raises:
+        OSError: a file could not be moved (``work`` is removed all the same).
+    """
     if work == home:
         return
     try:
         for entry in sorted(work.iterdir()):
-            shutil.move(str(entry), str(home / entry.name))
+            try:
+                shutil.move(str(entry), str(home / entry.name))
+            except FileNotFoundError:
+                # only SQLite's transient files can go meanwhile (a last connection
+                # closed late); anything else missing is an error
+                if not entry.name.endswith(_TRANSIENT):
+                    raise
     finally:
         shutil.rmtree(work.parent, ignore_errors=True)

@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import pytest
 
+#: The plugins ``pyproject.toml``'s addopts turn off, for the inner pytest runs of the
+#: plugin's tests (``pytester`` runs in a folder without our configuration): langsmith's,
+#: hypothesis's and anyio's pytest plugins cost ~3.4 s of every pytest start and none of
+#: those runs uses them.
+INNER_ADDOPTS = "-p no:langsmith_plugin -p no:hypothesispytest -p no:anyio"
+
 COSTS = ("pure", "io", "processes")
 MODULES = {
     "pure": {"test_state_phases", "test_checks", "test_verdict", "test_matrix",
@@ -28,3 +34,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = module.__name__.rpartition(".")[2] if module is not None else ""
         cost = next((c for c, names in MODULES.items() if name in names), "processes")
         item.add_marker(cost)
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """pytest's ``pytester``, whose inner runs start without the unused plugins
+    (``INNER_ADDOPTS``; ``pytester`` itself clears ``PYTEST_ADDOPTS`` first)."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    return pytester

@@ -197,3 +197,24 @@ def test_gates_travel_through_the_service(service: tuple[ApprovalService, list[s
     assert reply["ok"] is False and "gate" in str(reply["error"])
     worker.close()
     human.close()
+
+
+def test_close_ends_a_connection_still_open_and_its_sqlite_connections(
+        tmp_path: Path) -> None:
+    """A worker SIGKILLed mid-call, or a stray process of a sealed execution, can hold its
+    connection open: ``close`` ends it and waits, so no SQLite connection of the service is
+    left to checkpoint the WAL and remove ``-wal``/``-shm`` while the harness moves the
+    execution's files (seen once as a failed move of ``approvals.db-shm``)."""
+    svc = ApprovalService(tmp_path / "approvals.db")
+    wal = tmp_path / "approvals.db-wal"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(60)  # a connection left open fails the test, not hangs it
+        sock.connect("\0" + svc.address[1:])
+        reader = sock.makefile("rb")
+        sock.sendall(json.dumps({"op": "requests", "case_id": CASE}).encode() + b"\n")
+        assert json.loads(reader.readline())["ok"] is True  # served: its store is open
+        assert wal.exists()
+        svc.close()  # the client is still connected
+        assert reader.readline() == b""  # the service ended the connection
+        assert not wal.exists()  # and closed its SQLite connections before returning
+    svc.close()  # idempotent
