@@ -2,8 +2,9 @@
 
 A grader that passes a broken implementation is worse than none. Every mutant of
 ``tests/mutants.py`` is graded (a fork server preloaded from the mutant's folder: they are
-our own code) on the rubric items it must lose, over the scenario of the execution that
-shows it, and must lose them through ``fail`` verdicts — never ``unknown``; the reference
+our own code) on the rubric items it must lose, on the execution that shows it (with
+``--crash-soak``: over that scenario's whole kill matrix), and must lose them through
+``fail`` verdicts — never ``unknown``; the reference
 scores full marks on the whole default rubric.
 """
 
@@ -17,6 +18,7 @@ import pytest
 from mutants import MUTANTS, Mutant
 
 from harness.grading import DEFAULT_RUBRIC, grade
+from harness.schedule import CrashSchedule
 from harness.sut import Sut
 
 FULL = sum(item.points for item in DEFAULT_RUBRIC)
@@ -36,13 +38,19 @@ def test_the_catalogue_has_twelve_distinct_mutants() -> None:
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name)
-def test_each_mutant_is_caught_by_the_check_it_breaks(mutant: Mutant, tmp_path: Path) -> None:
-    scenario = mutant.shown_by.split("[", 1)[0]
+def test_each_mutant_is_caught_by_the_check_it_breaks(mutant: Mutant, tmp_path: Path,
+                                                      request: pytest.FixtureRequest) -> None:
+    """Graded on the execution that shows the bug (``shown_by``); with ``--crash-soak`` on
+    that scenario's whole kill matrix, as a course's grader would run it."""
+    scenario, _, schedule = mutant.shown_by.partition("[")
     rubric = [replace(item, scenarios=(scenario,)) for item in DEFAULT_RUBRIC
               if item.name.startswith(mutant.breaks)]
     assert len(rubric) == len(mutant.breaks)
     folder = mutant.build(tmp_path / "sut")
-    result = grade(Sut(path=folder, trusted=True), tmp_path / "out", rubric=rubric)
+    only = (None if request.config.getoption("--crash-soak")
+            else CrashSchedule.parse(schedule.removesuffix("]")))
+    result = grade(Sut(path=folder, trusted=True), tmp_path / "out", rubric=rubric,
+                   schedule=only)
     assert [(t.name, t.score) for t in result.tests] == [(i.name, 0.0) for i in rubric], (
         result.output, [t.output for t in result.tests])
     summary = json.loads((tmp_path / "out" / "run" / "summary.json").read_text())
