@@ -15,10 +15,10 @@ import pytest
 from harness.mock_gateway import MockGateway
 from shopops import failpoints
 from shopops.approvals import ApprovalQueue
-from shopops.grant import grant_approval
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import ApprovalRefused, FailpointRaised, StateInvalid
 from shopops.gateway_client import EmailGatewayClient
+from shopops.grant import grant_approval
 from shopops.phases import TERMINAL, Phase, check_transition
 from shopops.policy import DeterministicPolicy
 from shopops.records import Records

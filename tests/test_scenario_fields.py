@@ -128,7 +128,8 @@ def test_approve_at_with_a_detail_the_story_ignores(tmp_path: Path, other: str) 
 
 BAD_FAULTS = [
     ('{ kind = "explode" }', "fault 1: fault.kind: 'explode' is not one of"),
-    ('{ kind = "latency" }', "fault 1: fault.ms: None must be an integer in 0..60000 (milliseconds)"),
+    ('{ kind = "latency" }',
+     "fault 1: fault.ms: None must be an integer in 0..60000 (milliseconds)"),
     ('{ kind = "latency", ms = -5 }', "fault 1: fault.ms: -5 must be an integer in 0..60000"),
     ('{ kind = "latency", ms = 1.5 }', "fault 1: fault.ms: 1.5 must be an integer in 0..60000"),
     ('{ kind = "error", status = 404 }', "fault 1: fault.status: 404 must be an integer in "
