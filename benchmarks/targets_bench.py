@@ -1,15 +1,19 @@
 """Benchmark: per-execution time of each target (reference, python starter, LangGraph,
 DBOS), and the import time that dominates a framework target's worker start.
 
-For each target runs its no-kill execution ``--rounds`` times (workers spawned: a target
-worker is a fresh interpreter each; the fork server forks only the reference loop) and
-measures, in a fresh interpreter, how long importing the target's module takes — the
-part of every worker's start a preloading fork server would save. The
-last line is a JSON object::
+For each target runs its no-kill execution ``--rounds`` times with fresh interpreters
+(``spawn``) and ``--rounds`` times with the run's fork launcher (``fork``: the reference
+loop from its fork server, target workers from a second server that preloaded the
+frameworks, ``harness.fork_worker.TARGET_PRELOAD``; one warm-up execution first, so that
+the servers' start is not counted), side by side in one run, and measures, in a fresh
+interpreter, how long importing the target's module takes — the part of every worker's
+start the preloading server saves. The last line is a JSON object::
 
-    {"<target>": {"execution_s": median seconds of one no-kill execution,
+    {"<target>": {"execution_s": median seconds of one no-kill execution, spawned,
+                  "fork_execution_s": the same, forked,
+                  "speedup": execution_s / fork_execution_s,
                   "workers": workers it started,
-                  "per_worker_ms": execution_s / workers in ms,
+                  "per_worker_ms": execution_s / workers in ms (spawned),
                   "import_ms": median ms to import the target's module}, ...,
      "rounds": N}
 
@@ -31,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from harness.execution import execute  # noqa: E402
+from harness.launcher import Launcher, SpawnLauncher, make_launcher  # noqa: E402
 from harness.model import CrashSchedule, ExecutionPlan, Scenario  # noqa: E402
 from harness.scenario import load_scenario  # noqa: E402
 
@@ -55,6 +60,22 @@ def import_ms(scenario: Scenario, module: str) -> float:
     return run(f"import sys; sys.path.insert(0, {folder!r}); import {module}") - bare
 
 
+def _median_execution(scenario: Scenario, launcher: Launcher, rounds: int,
+                      name: str) -> tuple[float, int]:
+    """Median seconds of ``rounds`` no-kill executions with ``launcher``, and the workers
+    one execution started."""
+    times, workers = [], 0
+    for i in range(rounds):
+        with tempfile.TemporaryDirectory() as tmp:
+            result = execute(ExecutionPlan(scenario, CrashSchedule(())), Path(tmp) / str(i),
+                             launcher=launcher, worker_timeout_s=300)
+        if result.verdict != "pass":
+            print(f"{name}: verdict {result.verdict}: {result.reasons}", file=sys.stderr)
+        times.append(result.elapsed_s)
+        workers = len(result.evidence.workers)
+    return statistics.median(times), workers
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3,
@@ -69,21 +90,20 @@ def main() -> int:
         if args.only and name not in args.only:
             continue
         scenario = load_scenario(path)
-        times, workers = [], 0
-        for i in range(args.rounds):
-            with tempfile.TemporaryDirectory() as tmp:
-                result = execute(ExecutionPlan(scenario, CrashSchedule(())), Path(tmp) / str(i),
-                                 worker_timeout_s=300)
-            if result.verdict != "pass":
-                print(f"{name}: verdict {result.verdict}: {result.reasons}", file=sys.stderr)
-            times.append(result.elapsed_s)
-            workers = len(result.evidence.workers)
-        median = statistics.median(times)
-        out[name] = {"execution_s": round(median, 3), "workers": workers,
+        median, workers = _median_execution(scenario, SpawnLauncher(), args.rounds, name)
+        fork = make_launcher("fork")
+        try:
+            _median_execution(scenario, fork, 1, name)  # warm-up: the servers start
+            forked, _ = _median_execution(scenario, fork, args.rounds, name)
+        finally:
+            fork.close()
+        out[name] = {"execution_s": round(median, 3), "fork_execution_s": round(forked, 3),
+                     "speedup": round(median / forked, 2), "workers": workers,
                      "per_worker_ms": round(1000 * median / max(workers, 1), 1),
                      "import_ms": round(statistics.median(
                          import_ms(scenario, module) for _ in range(args.rounds)), 1)}
-        print(f"{name:<10} {median:7.2f} s/execution  {workers} workers  "
+        print(f"{name:<10} spawn {median:7.2f} s/execution, fork {forked:7.2f} s "
+              f"({median / forked:.1f}x)  {workers} workers  "
               f"import {out[name]['import_ms']} ms", flush=True)  # type: ignore[index]
     print(json.dumps(out, sort_keys=True))
     return 0

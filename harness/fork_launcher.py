@@ -121,7 +121,7 @@ class _Server:
     """The fork server process, its socket folder and the control connection."""
 
     def __init__(self, timeout_s: float, code_path: str | None = None,
-                 sealed: bool = False) -> None:
+                 sealed: bool = False, preload: Sequence[str] = ()) -> None:
         self.dir = tempfile.mkdtemp(prefix="shopops-fs-")
         self.path = os.path.join(self.dir, "fs.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -133,7 +133,8 @@ class _Server:
                 p for p in (code_path, _SRC, env.get("PYTHONPATH")) if p)
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.forkserver", "--fd", str(listener.fileno()),
-                 self.path, *(["--sealed"] if sealed else [])],
+                 self.path, *(["--sealed"] if sealed else []),
+                 *(["--preload", ",".join(preload)] if preload else [])],
                 pass_fds=(listener.fileno(),), env=env, cwd=code_path or _SRC,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
@@ -193,6 +194,12 @@ class ForkLauncher:
         code_path: a folder put first on the server's path, so that the loop it preloads
             and forks is the one in that folder (a trusted variant such as a mutant; a
             foreign implementation is never forked: its argv goes to ``fallback``).
+        degrade: if the server cannot start (a preloaded module started a thread, a
+            start-up error), say why in ``unavailable`` and start every worker through
+            ``fallback`` instead of failing (for the target server: spawning is slower,
+            never different).
+        preload: more modules the server imports before it forks (``harness.fork_worker
+            .TARGET_PRELOAD`` for target workers); one that is not installed is skipped.
         hold: each child waits until ``ForkWorker.release()`` or its first ``wait()``
             before it runs any of the module's code (default), so the driver can attach
             its pid to the kill controller first (``harness.story`` does: attach, then
@@ -202,17 +209,21 @@ class ForkLauncher:
     name = "fork"
 
     def __init__(self, *, modules: Sequence[str] = DEFAULT_MODULES,
-                 fallback: SpawnLauncher | None = _DEFAULT, start_timeout_s: float = 60.0,
-                 hold: bool = True, code_path: str | None = None,
-                 sealed: bool = False) -> None:
+                 fallback: SpawnLauncher | ForkLauncher | None = _DEFAULT,
+                 start_timeout_s: float = 60.0, hold: bool = True,
+                 code_path: str | None = None, sealed: bool = False,
+                 preload: Sequence[str] = (), degrade: bool = False) -> None:
         self.code_path = code_path
         self.sealed = sealed
+        self.preload = tuple(preload)
         #: where the server imports ``shopops`` from: the first of its path that has it
         self.root = None if sealed else _package_root("shopops", (code_path, _SRC))
         self.modules = tuple(modules)
         self.hold = hold
-        self.fallback: SpawnLauncher | None = (SpawnLauncher() if fallback is _DEFAULT
-                                                else fallback)
+        self.fallback: SpawnLauncher | ForkLauncher | None = (
+            SpawnLauncher() if fallback is _DEFAULT else fallback)
+        self.degrade = degrade
+        self.unavailable: str | None = None  # degrade: why the server could not start
         self.start_timeout_s = start_timeout_s
         self._lock = threading.Lock()
         self._server: _Server | None = None
@@ -266,6 +277,15 @@ class ForkLauncher:
                                        index=index)
         if STOPPING.is_set():
             raise HarnessStopping("the harness is stopping; no new worker is started")
+        if self.degrade and self.fallback is not None:
+            if self.unavailable is None:
+                try:
+                    self._ensure_server()
+                except ForkServerError as exc:
+                    self.unavailable = str(exc)
+            if self.unavailable is not None:
+                return self.fallback.start(argv, env=env, cwd=cwd, stdout=stdout,
+                                           stderr=stderr, index=index)
         return self._request({"module": argv[2], "args": list(argv[3:])}, env=env, cwd=cwd,
                              stdout=stdout, stderr=stderr, index=index)
 
@@ -321,7 +341,8 @@ class ForkLauncher:
                 self._server.close()  # died (killed from outside): start a fresh one
                 self._server = None
             if self._server is None:
-                server = _Server(self.start_timeout_s, self.code_path, self.sealed)
+                server = _Server(self.start_timeout_s, self.code_path, self.sealed,
+                                 self.preload)
                 if self.root is not None and server.root != self.root:
                     server.close()  # it would fork another loop than forks() vetted
                     raise ForkServerError(f"the fork server imported shopops from "

@@ -367,9 +367,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("path", help="where that socket is bound (unlinked at exit)")
     parser.add_argument("--sealed", action="store_true",
                         help="fork untrusted workers (harness.sealed_fork)")
+    parser.add_argument("--preload", default="", metavar="MODULE,...",
+                        help="more modules to import before serving (skipped if missing)")
     args = parser.parse_args(argv)
     listener = socket.socket(fileno=args.fd)
-    (sealed_fork.preload if args.sealed else preload)()
+    extra = [m for m in args.preload.split(",") if m]
+    if args.sealed:
+        sealed_fork.preload()
+    else:
+        preload(extra)
     if threading.active_count() != 1:  # forking a threaded process copies held locks
         raise RuntimeError(f"fork server has {threading.active_count()} threads after preload")
     return ForkServer(listener, args.path, sealed=args.sealed).serve()

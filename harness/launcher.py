@@ -48,6 +48,11 @@ def make_launcher(name: str) -> Launcher:
         return SpawnLauncher()
     if name == "fork":
         from harness.fork_launcher import ForkLauncher
+        from harness.fork_worker import TARGET_PRELOAD
 
-        return ForkLauncher()
+        # target workers (python -m harness.target_worker) fork from a second server that
+        # preloads the frameworks, started at the first target worker; anything else spawns
+        targets = ForkLauncher(modules=("harness.target_worker",), preload=TARGET_PRELOAD,
+                               start_timeout_s=120.0, degrade=True)
+        return ForkLauncher(fallback=targets)
     raise ValueError(f"unknown launcher {name!r}; allowed: {', '.join(LAUNCHERS)}")

@@ -390,3 +390,53 @@ def test_a_langgraph_skeleton_is_graded_through_its_target_toml(tmp_path) -> Non
               schedule=CrashSchedule((KillPoint("t6.gateway_accepted", 1),)),
               worker_timeout_s=240)
     assert g.score == 10, g.tests[0].output
+
+
+
+def test_a_target_worker_forked_after_preload_is_killed_at_a_boundary_point(tmp_path) -> None:
+    """A target worker forked from a server that imported the harness's side before the
+    fork still gets its boundary points (installed in the child, before the target is
+    imported): killed at an SQLite commit, the case resumes and passes, as spawned."""
+    from harness.fork_launcher import ForkLauncher
+    from harness.spawn_launcher import SpawnLauncher
+
+    s = load_scenario(TARGETS_DIR / "python-starter.toml")
+    plan = ExecutionPlan(s, CrashSchedule((KillPoint("b.sqlite.after_commit", 2),)))
+    with ForkLauncher(modules=("harness.target_worker",), fallback=None, degrade=False,
+                      preload=("harness.target_worker", "harness.boundaries")) as launcher:
+        forked = execute(plan, tmp_path / "fork", launcher=launcher, worker_timeout_s=120)
+        assert launcher.server_pid is not None  # every worker was forked (no fallback)
+    spawned = execute(plan, tmp_path / "spawn", launcher=SpawnLauncher(),
+                      worker_timeout_s=120)
+    assert [k.label for k in forked.evidence.kills] == ["b.sqlite.after_commit"]
+    assert forked.verdict is spawned.verdict is Verdict.PASS, forked.reasons
+    assert forked.evidence.deliveries == spawned.evidence.deliveries == 1
+
+
+@pytest.mark.slow
+def test_target_workers_fork_from_a_preloaded_server_with_the_spawned_verdicts(
+        tmp_path) -> None:
+    """The run's fork launcher forks ``python -m harness.target_worker`` from a second
+    server that preloaded the frameworks (``harness.fork_worker.TARGET_PRELOAD``); the
+    matrix (every kill point the trace found) and its verdicts are those of fresh
+    interpreters."""
+    from harness.fork_launcher import ForkLauncher
+    from harness.launcher import make_launcher
+    from harness.runner import run
+    from harness.spawn_launcher import SpawnLauncher
+
+    s = load_scenario(TARGETS_DIR / "python-starter.toml")
+    launcher = make_launcher("fork")
+    try:
+        forked = run([s], tmp_path / "fork", jobs=2, launcher=launcher, worker_timeout_s=120)
+        targets = launcher.fallback
+        assert isinstance(launcher, ForkLauncher) and isinstance(targets, ForkLauncher)
+        assert targets.unavailable is None and targets.server_pid is not None
+        assert "harness.target_worker" in targets.modules
+    finally:
+        launcher.close()
+    spawned = run([s], tmp_path / "spawn", jobs=2, launcher=SpawnLauncher(),
+                  worker_timeout_s=120)
+    got = {r.plan.id: r.verdict for r in forked.results}
+    assert got == {r.plan.id: r.verdict for r in spawned.results}
+    assert len(got) > 3 and any("b.sqlite" in i or "b.http" in i for i in got), got
