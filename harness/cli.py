@@ -87,7 +87,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    """Exit 0 when graded (whatever the score), 2 on bad input."""
+    """Exit 0 when graded (whatever the score), 2 on bad input or an interrupted grade."""
     from harness.grading import DEFAULT_RUBRIC, RubricError, grade, load_rubric
     from harness.grading_io import OutputPathError, check_outputs
     from harness.runner import new_run_id
@@ -109,10 +109,11 @@ def _grade(args: argparse.Namespace) -> int:
         return 2
     result = grade(sut, out, rubric=rubric, jobs=args.jobs, worker_timeout_s=args.timeout,
                    results_path=results, say=say, target=target)
-    say(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)")
+    say(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)"
+        + ("   INTERRUPTED: nothing was scored" if result.interrupted else ""))
     say(f"  results.json {result.results_path}\n  report.md    {result.report_path}\n"
         f"  report.html  {result.page_path}")
-    return 0
+    return 2 if result.interrupted else 0
 
 
 def _points() -> int:

@@ -20,21 +20,26 @@ outside the implementation is run again a bounded number of times (``harness.ret
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import subprocess
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import sandbox
 from harness.console import ProgressLine
 from harness.execution import execute
-from harness.grading_io import check_outputs, write_sealed
+from harness.grade_output import (  # re-exported: the grade's types and writers
+    Grade,
+    GradedTest,
+    write_page,
+    write_report,
+    write_results,
+)
+from harness.grading_io import check_outputs
 from harness.launcher import Launcher, make_launcher
 from harness.model import SRC, CrashSchedule, ExecutionResult, PythonTarget, Sut
 from harness.retry import retry_unknowns
@@ -46,39 +51,21 @@ from harness.rubric_file import (  # the rubric file's names, re-exported
     RubricError,
     load_rubric,
 )
+from harness.sut import sealed_argv
 
 __all__ = ["DEFAULT_RUBRIC", "MAX_POINTS", "VISIBILITIES", "Grade", "GradedTest",
            "RubricError", "RubricItem", "grade", "load_rubric", "preflight", "replay_command",
            "score_item", "sealed", "write_page", "write_report", "write_results"]
-from harness.sut import sealed_argv
 
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class GradedTest:
-    """One entry of ``results.json``'s ``tests``."""
+class _Interrupted(Exception):
+    """The run under the grade was interrupted (``RunResult.interrupted``)."""
 
-    name: str
-    score: float
-    max_score: float
-    output: str
-    visibility: str
-
-
-@dataclass(frozen=True)
-class Grade:
-    """The outcome: ``tests``, total ``score``/``max_score``, ``execution_time`` (seconds),
-    a top-level ``output`` and the paths written."""
-
-    tests: tuple[GradedTest, ...]
-    score: float
-    max_score: float
-    execution_time: float
-    output: str
-    results_path: Path
-    report_path: Path
-    page_path: Path | None = None
+    def __init__(self, done: int) -> None:
+        super().__init__(done)
+        self.done = done
 
 
 def replay_command(r: ExecutionResult) -> str:
@@ -186,53 +173,6 @@ def preflight(sut: Sut, timeout_s: float = 60.0) -> str | None:
     return None
 
 
-def write_results(tests: Sequence[GradedTest], out: Path, elapsed_s: float, output: str
-                  ) -> Path:
-    """Write Gradescope's ``results.json`` to ``out`` (replacing whatever is there)."""
-    payload = {
-        "score": round(sum(t.score for t in tests), 4),
-        "execution_time": round(elapsed_s, 3),
-        "output": output,
-        "visibility": "visible",
-        "tests": [{"name": t.name, "score": t.score, "max_score": t.max_score,
-                   "output": t.output, "visibility": t.visibility} for t in tests],
-    }
-    return write_sealed(out, json.dumps(payload, indent=2) + "\n")
-
-
-def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str) -> Path:
-    """The readable ``report.md`` next to ``results.json``."""
-    total = sum(t.score for t in tests)
-    best = sum(t.max_score for t in tests)
-    lines = [f"# Grade: {total:g} / {best:g}", "", f"Implementation: `{sut.describe()}`", "",
-             output, "", "| test | score |", "|---|---|"]
-    lines += [f"| {t.name} | {t.score:g} / {t.max_score:g} |" for t in tests]
-    for t in tests:
-        lines += ["", f"## {t.name} — {t.score:g} / {t.max_score:g}", "", t.output]
-    return write_sealed(path, "\n".join(lines) + "\n")
-
-
-def write_page(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str) -> Path:
-    """The student-facing ``report.html`` next to ``report.md``, in the style of the run's
-    ``report.html`` (``harness.reports.html.render_grade``: jinja2 autoescape, so every
-    string the implementation controls is escaped and its control characters spelled out).
-    Written with ``write_sealed`` (O_EXCL|O_NOFOLLOW in a fresh folder, then rename), never
-    a plain open, so a planted link is replaced, not followed. Links the run's own
-    ``run/report.html`` when the run got that far.
-
-    Raises:
-        OSError: the folder cannot be written.
-    """
-    from harness.reports.html import render_grade
-
-    total, best = sum(t.score for t in tests), sum(t.max_score for t in tests)
-    run_page = path.parent / "run" / "report.html"
-    page = render_grade(title=f"Grade: {total:g} / {best:g}", score=total, max_score=best,
-                        implementation=sut.describe(), output=output, tests=tests,
-                        run_report="run/report.html" if run_page.is_file() else None)
-    return write_sealed(path, page)
-
-
 def _launcher(sut: Sut, name: str | None) -> Launcher:
     """How the workers start. An untrusted implementation: a sealed fork server
     (``harness.sealed_fork``: preloaded with the libraries it may use, never with its code)
@@ -277,6 +217,10 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
             a package: every scenario runs on it, items it cannot be graded on are not
             applicable (0 of 0 points, with why); ``sut`` is then the reference.
 
+    Returns:
+        the ``Grade``; when SIGINT/SIGTERM interrupted the run, every item scores 0 with
+        that reason and ``Grade.interrupted`` is set (a partial matrix is not a grade).
+
     Raises:
         OutputPathError: ``out_dir`` or ``results_path`` cannot be used (before anything
             runs; ``harness.grading_io.check_outputs``).
@@ -292,6 +236,7 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
     results_path = results_path or out_dir / "results.json"
     report_path = out_dir / "report.md"
     tests: list[GradedTest]
+    interrupted = False
     problem = preflight(sut)
     if problem is not None:
         tests = [GradedTest(i.name, 0.0, i.points, problem, i.visibility) for i in rubric]
@@ -302,6 +247,13 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
             tests, output = _run_and_score(sut, out_dir, rubric, jobs, worker_timeout_s,
                                            launcher, say, schedule, run, write_reports,
                                            load_scenarios, target)
+        except _Interrupted as stop:  # a partial matrix must never read as a grade
+            interrupted = True
+            why = (f"The grade was interrupted (SIGINT or SIGTERM) after {stop.done} "
+                   f"executions; nothing was scored. Grade again.")
+            tests = [GradedTest(i.name, 0.0, i.points, why, i.visibility) for i in rubric]
+            output = why
+            say(why)
         except Exception as exc:  # the harness erred: say so, score nothing
             tests = [GradedTest(i.name, 0.0, i.points, f"harness error: {exc}",
                                 i.visibility) for i in rubric]
@@ -311,7 +263,8 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
     write_report(tests, report_path, sut, output)
     page_path = write_page(tests, out_dir / "report.html", sut, output)
     return Grade(tuple(tests), sum(t.score for t in tests), sum(t.max_score for t in tests),
-                 round(elapsed, 3), output, results_path, report_path, page_path)
+                 round(elapsed, 3), output, results_path, report_path, page_path,
+                 interrupted)
 
 
 def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: int | None,
@@ -344,6 +297,9 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
         result = run(scenarios, run_dir, jobs=jobs, launcher=chosen,
                      worker_timeout_s=worker_timeout_s, sut=sut, progress=progress,
                      schedule=schedule)
+        if result.interrupted:  # no retries, no scores: its reports say interrupted
+            write_reports(result, run_dir)
+            raise _Interrupted(len(result.results))
 
         def again(r: ExecutionResult, attempt: int) -> ExecutionResult:
             say(f"retrying {r.plan.id} (attempt {attempt + 1}): unknown for a reason "

@@ -3,6 +3,7 @@ no temporary file behind (psutil-style: synchronise on output, one global deadli
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -104,3 +105,28 @@ def test_sigkill_of_the_harness_leaves_no_worker(tmp_path: Path) -> None:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_an_interrupted_grade_scores_nothing_and_exits_2(tmp_path: Path) -> None:
+    """A grade cut short by SIGINT is not a grade: a partial matrix would read as full
+    marks (found by a new user: 160/160 from 49 of 168 executions, exit 0)."""
+    out = tmp_path / "grade"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "grade", "--out", str(out), "--jobs", "2"],
+        cwd=tmp_path, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_progress(proc, 3)
+        proc.send_signal(signal.SIGINT)
+        stdout, err = proc.communicate(timeout=180)  # generous: a loaded 2-core machine
+        assert proc.returncode == 2, stdout[-2000:] + err[-2000:]
+        assert "INTERRUPTED: nothing was scored" in stdout
+        results = json.loads((out / "results.json").read_text())
+        assert results["score"] == 0 and "interrupted" in results["output"]
+        assert all(t["score"] == 0 and "interrupted" in t["output"] for t in results["tests"])
+        assert '"interrupted": true' in (out / "run" / "summary.json").read_text()
+        assert processes_under(tmp_path) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
