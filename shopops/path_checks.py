@@ -23,9 +23,11 @@ MAX_SOCKET_PATH = 107
 
 
 def show(value: object, limit: int = 60) -> str:
-    """``repr(value)``, shortened so a 5000-character value still gives one short line."""
+    """``repr(value)``, shortened so a 5000-character value still gives one short line
+    (the count is of the value's own characters, not of its quotes)."""
     text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit - 15]}...({len(text)} chars)"
+    size = len(value) if isinstance(value, (str, bytes)) else len(text)
+    return text if len(text) <= limit else f"{text[:limit - 15]}...({size} chars)"
 
 
 def _path_text(text: str) -> str:

@@ -7,6 +7,7 @@ anything runs, with a message naming the extra and the install command.
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 from shopops.errors import InputError
 
@@ -55,7 +56,7 @@ def require(extra: str, needed_by: str) -> None:
     """
     absent = missing(extra)
     if absent:
-        command = f"pip install -e '.[{extra}]'"
+        command = f"{sys.executable} -m pip install -e '.[{extra}]'"  # this interpreter's
         raise ExtraMissing(
             f"{needed_by}: needs the optional extra {extra!r}, which is not installed "
             f"(missing module(s): {', '.join(absent)}); install it with {command}",

@@ -94,7 +94,7 @@ def parse_target(table: dict[str, Any], path: Path,
                        "(examples/): give only kind and options")
         target = BY_NAME[kind]
         try:
-            require(target.extra or "", f"{path}: target.kind = {kind!r}")
+            require(target.extra or "", f"target.kind = {kind!r}")  # fail() names the file
         except ExtraMissing as exc:
             raise fail("target.kind", str(exc)) from None
         return replace(target, options=options)
