@@ -248,7 +248,7 @@ def _human(table: dict[str, Any], when: When, at: KillPoint | None,
 def _order(steps: list[Step], text: str, fail: Fail) -> None:
     """Steps that cannot run in the order written."""
     held: dict[KillPoint, HoldStep] = {}
-    started = False
+    started = history = False
     for i, step in enumerate(steps):
         def bad(key: str, reason: str, i: int = i) -> Exception:
             return fail(f"story[{i}].{key}", reason, _field_line(text, i, key))
@@ -265,10 +265,15 @@ def _order(steps: list[Step], text: str, fail: Fail) -> None:
             if step.wait is Wait.HELD and not any(not h.ms for h in held.values()):
                 raise bad("wait", "\"held\" needs an earlier hold step (without ms) not yet "
                           "released")
+            if not started and not history and step.role in _LOADING:
+                raise bad("role", f"{step.role.value!r}: nothing to recover yet; the first "
+                          "workers step starts the case (role = \"start\"), unless a "
+                          "storage step installs a v1 history first")
             started = True
-        elif isinstance(step, StorageStep) and step.fault is StorageFault.V1_CHECKPOINT \
-                and started:
-            raise bad("fault", "a v1 history is installed before any worker starts")
+        elif isinstance(step, StorageStep) and step.fault is StorageFault.V1_CHECKPOINT:
+            if started:
+                raise bad("fault", "a v1 history is installed before any worker starts")
+            history = True
     if not started:
         raise fail("story", "needs at least one step = \"workers\"", _header_line(text, 0))
     for at in held:

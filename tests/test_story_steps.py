@@ -163,6 +163,10 @@ BAD_STORIES = [
     (OK_START + '[[story]]\nstep = "storage"\nfault = "corrupt_json"\nms = 5\n',
      "story[1].ms", 10, "only with fault = \"lock\""),
     ('[[story]]\nstep = "human"\n', "story", 4, "at least one step = \"workers\""),
+    # a story that never starts the case has nothing to recover: refused, not judged
+    ('[[story]]\nstep = "workers"\nrole = "resume"\n', "story[0].role", 6,
+     "nothing to recover yet"),
+    (OK_START.replace('"start"', '"takeover"'), "story[0].role", 6, "nothing to recover"),
 ]
 
 
@@ -202,3 +206,11 @@ def test_story_must_be_an_array_of_tables(tmp_path: Path) -> None:
     path.write_text('name = "s"\nstory = "start, approve, resume"\n', encoding="utf-8")
     err = refused(path)
     assert err.field == "story" and "[[story]]" in str(err)
+
+
+def test_a_story_may_recover_a_v1_history_it_installs_first(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(HEAD + '[[story]]\nstep = "storage"\nfault = "v1_checkpoint"\n'
+                    '[[story]]\nstep = "workers"\nrole = "resume"\n', encoding="utf-8")
+    scenario = load_scenario(path)
+    assert [type(s).__name__ for s in scenario.story] == ["StorageStep", "WorkersStep"]
