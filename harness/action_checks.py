@@ -34,7 +34,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.check_support import draft_digest, parsed_states
-from harness.model import DEFAULT_GATE, NOTE_GATE, CheckResult, Delivery, Evidence, NoteDelivery
+from harness.model import (
+    DEFAULT_GATE,
+    NOTE_GATE,
+    CheckResult,
+    Delivery,
+    Evidence,
+    NoteDelivery,
+    key_text,
+)
 from shopops.state import note_digest
 
 CHECK_ID = "per_action"
@@ -87,7 +95,7 @@ def _judge_action(ev: Evidence, action: GatedAction, final_phase: str | None
                         f"({', '.join(d.delivery_id for d in sent)}); at most one is allowed")
     for d in sent:
         digest = action.digest(d)
-        lines.append(f"{action.gate}: delivery {d.delivery_id} key {d.idempotency_key} "
+        lines.append(f"{action.gate}: delivery {d.delivery_id} key {key_text(d.idempotency_key)} "
                      f"digest {digest[:12]}")
         if digest in rejected:
             problems.append(f"{action.gate}: delivery {d.delivery_id} sent content a human "

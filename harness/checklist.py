@@ -13,7 +13,7 @@ from harness.check_support import draft_digest as _digest
 from harness.check_support import gate_tickets
 from harness.check_support import parsed_states as _states
 from harness.check_support import redrafts_owed as _redrafts_owed
-from harness.model import DEFAULT_GATE, NOTE_GATE, CheckResult, Evidence
+from harness.model import DEFAULT_GATE, NOTE_GATE, CheckResult, Evidence, key_text
 from shopops.phases import PRE_APPROVAL, Phase
 from shopops.state import note_digest
 
@@ -158,7 +158,7 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
     durable = {s.send_idempotency_key for _, s in states if s.send_idempotency_key}
     sends = [r for r in ev.gateway.requests if r.case_id == ev.case_id]
     keys = {r.idempotency_key for r in sends}
-    lines = [f"gateway request {r.seq}: key {r.idempotency_key} -> {r.status}"
+    lines = [f"gateway request {r.seq}: key {key_text(r.idempotency_key)} -> {r.status}"
              f"{' duplicate' if r.duplicate else ''}{' fault ' + r.fault if r.fault else ''}"
              for r in sends]
     lines += [f"checkpointed key {k}" for k in sorted(durable)]
@@ -193,7 +193,7 @@ def exactly_one_delivery(ev: Evidence) -> CheckResult:
     have delivered nothing and no checkpoint may claim a send."""
     states, problems = _states(ev)
     deliveries = ev.gateway.deliveries_for(ev.case_id)
-    lines = [f"delivery {d.delivery_id} at {d.delivered_at} key {d.idempotency_key}"
+    lines = [f"delivery {d.delivery_id} at {d.delivered_at} key {key_text(d.idempotency_key)}"
              for d in deliveries]
     final = states[-1][1] if states else None
     lines.append(f"final checkpoint: {final.phase if final else 'none'}"
@@ -252,8 +252,8 @@ def ticket_server_issued(ev: Evidence) -> CheckResult:
                  and d.idempotency_key in (None, t.consumed_by_key) for t in tickets)
         if not ok:
             unbacked.append(d.delivery_id)
-            lines.append(f"delivery {d.delivery_id} (key {d.idempotency_key}) has no consumed "
-                         f"ticket for its key and {what}")
+            lines.append(f"delivery {d.delivery_id} (key {key_text(d.idempotency_key)}) has "
+                         f"no consumed ticket for its key and {what}")
     if problems:  # an unreadable checkpoint may hold a forged ticket
         return CheckResult("ticket_server_issued", False, problems[0], tuple(lines + problems))
     if forged or unbacked:

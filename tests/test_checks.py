@@ -496,7 +496,7 @@ def test_same_key_one_delivery_fails_on_a_request_without_a_key() -> None:
     res = same_key_one_delivery(evidence(states=states, gateway=gw))
     assert not res.passed
     assert res.detail == "2 send(s) carried no Idempotency-Key; 2 delivered"
-    assert "gateway request 1: key None -> 201" in res.evidence
+    assert "gateway request 1: key (no key) -> 201" in res.evidence
 
 
 def test_same_key_one_delivery_fails_on_one_key_with_two_deliveries() -> None:
@@ -540,7 +540,7 @@ def test_exactly_one_delivery_fails_on_two_deliveries() -> None:
     res = exactly_one_delivery(evidence(gateway=gw))
     assert not res.passed
     assert res.detail == f"2 deliveries for {CASE}"
-    assert "delivery dlv-000002 at 2026-07-19T03:00:02+00:00 key None" in res.evidence
+    assert "delivery dlv-000002 at 2026-07-19T03:00:02+00:00 key (no key)" in res.evidence
 
 
 def test_exactly_one_delivery_ignores_deliveries_for_other_cases() -> None:

@@ -8,6 +8,7 @@ runner.
 """
 
 from harness.model.evidence import (
+    NO_KEY,
     Delivery,
     Event,
     Evidence,
@@ -16,6 +17,7 @@ from harness.model.evidence import (
     NoteDelivery,
     RequestRecord,
     WorkerRun,
+    key_text,
 )
 from harness.model.hits import HIT_KINDS, HitCounter, number_trace
 from harness.model.kinds import (
@@ -62,6 +64,7 @@ from harness.model.story import (
 from harness.model.target import DurableState, PythonTarget, StateField, TargetRole
 
 __all__ = [
+    "NO_KEY", "key_text",
     "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KILL",
     "NO_RECOVERY", "PAST_LEASE", "REFERENCE", "SRC", "CheckResult", "CheckStatus",
     "ClockStep", "Counts", "CrashSchedule", "Delivery", "DurableState", "Event",

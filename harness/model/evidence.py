@@ -14,6 +14,15 @@ from harness.model.target import DurableState, StateField
 from shopops.approvals import ApprovalRequest, Ticket
 from shopops.checkpoint import CheckpointRow
 
+#: How a request or delivery without an idempotency key is written, in check evidence and
+#: in every report (one spelling: ``key_text``).
+NO_KEY = "(no key)"
+
+
+def key_text(key: str | None) -> str:
+    """``key``, or ``NO_KEY`` when there is none (a keys-off client)."""
+    return NO_KEY if key is None else key
+
 
 @dataclass(frozen=True)
 class RequestRecord:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from harness.model import NO_KEY
 from shopops import labels
 
 if TYPE_CHECKING:
@@ -33,7 +34,6 @@ __all__ = [
 ]
 
 #: How a send without an ``Idempotency-Key`` header is spelled in human-facing reports.
-NO_KEY = "(no key)"
 #: Failures first, then unknowns, then passes: the order a reader wants.
 VERDICT_ORDER = {"fail": 0, "unknown": 1, "pass": 2}
 
