@@ -102,7 +102,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                            f"{line}")
         evidence = collect(plan, record, controller, events, final)
         if sandbox is not None:
-            _keep_databases(sandbox.path, workdir)
+            _keep_databases(sandbox.path, final)  # straight home: no second copy
     finally:
         if sandbox is not None:
             sandbox.close()
