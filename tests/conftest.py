@@ -5,7 +5,19 @@ Select with ``-m pure`` / ``-m "not processes"``; ``slow`` tests run only with
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+
+from harness.mock_gateway import MockGateway
+from shopops import failpoints
+from shopops.approvals import ApprovalQueue
+from shopops.checkpoint import CheckpointStore
+from shopops.gateway_client import EmailGatewayClient
+from shopops.policy import DeterministicPolicy
+from shopops.records import Records
+from shopops.runtime import Services
 
 #: The plugins ``pyproject.toml``'s addopts turn off, for the inner pytest runs of the
 #: plugin's tests (``pytester`` runs in a folder without our configuration): langsmith's,
@@ -42,3 +54,39 @@ def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pyte
     (``INNER_ADDOPTS``; ``pytester`` itself clears ``PYTEST_ADDOPTS`` first)."""
     monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
     return pytester
+
+
+# -- the reference loop in process (test_loop_recovery, test_order_note; a module that
+# wants others defines its own): failpoints disarmed and the test's folder as the working
+# directory (``pytestmark = pytest.mark.usefixtures("disarmed")``), a real mock gateway on
+# 127.0.0.1, the loop's services on it, and a checkpoint store.
+
+@pytest.fixture
+def disarmed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    monkeypatch.chdir(tmp_path)
+    failpoints.configure(None, None)
+    yield
+    failpoints.configure(None, None)
+
+
+@pytest.fixture
+def gateway(tmp_path: Path) -> Iterator[MockGateway]:
+    with MockGateway(tmp_path / "gateway.db") as gw:
+        yield gw
+
+
+@pytest.fixture
+def svc(tmp_path: Path, gateway: MockGateway) -> Iterator[Services]:
+    services = Services(ApprovalQueue(tmp_path / "approvals.db"),
+                        EmailGatewayClient(gateway.url, backoff_s=0.0), DeterministicPolicy(),
+                        Records.load())
+    yield services
+    services.approvals.close()
+    assert services.gateway is not None
+    services.gateway.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[CheckpointStore]:
+    with CheckpointStore(tmp_path / "shopops.db") as s:
+        yield s

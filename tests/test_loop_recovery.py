@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,8 @@ from shopops import failpoints
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import ApprovalRefused, FailpointRaised, StateInvalid
-from shopops.gateway_client import EmailGatewayClient
 from shopops.grant import grant_approval
 from shopops.phases import TERMINAL, Phase, check_transition
-from shopops.policy import DeterministicPolicy
-from shopops.records import Records
 from shopops.runtime import ConfigError, Services, max_attempts_from_env
 from shopops.state import State
 from shopops.worker import MAX_REVISIONS, work
@@ -30,35 +26,7 @@ CASE, ORDER, RUN = "case-O-1001", "O-1001", "run-1"
 FEEDBACK = "Please offer free express shipping on the next order."
 
 
-@pytest.fixture(autouse=True)
-def disarmed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    monkeypatch.chdir(tmp_path)
-    failpoints.configure(None, None)
-    yield
-    failpoints.configure(None, None)
-
-
-@pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[MockGateway]:
-    with MockGateway(tmp_path / "gateway.db") as gw:
-        yield gw
-
-
-@pytest.fixture
-def svc(tmp_path: Path, gateway: MockGateway) -> Iterator[Services]:
-    services = Services(ApprovalQueue(tmp_path / "approvals.db"),
-                        EmailGatewayClient(gateway.url, backoff_s=0.0), DeterministicPolicy(),
-                        Records.load())
-    yield services
-    services.approvals.close()
-    assert services.gateway is not None
-    services.gateway.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[CheckpointStore]:
-    with CheckpointStore(tmp_path / "shopops.db") as s:
-        yield s
+pytestmark = pytest.mark.usefixtures("disarmed")  # tests/conftest.py
 
 
 def run(store: CheckpointStore, svc: Services, **kwargs: object) -> str:

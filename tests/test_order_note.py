@@ -6,19 +6,15 @@ both the email and the note are done. A crash is stood in for by a failpoint tha
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harness.mock_gateway import MockGateway
 from shopops import failpoints
-from shopops.approvals import NOTE_GATE, ApprovalQueue
+from shopops.approvals import NOTE_GATE
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import FailpointRaised, StateInvalid
-from shopops.gateway_client import EmailGatewayClient
-from shopops.policy import DeterministicPolicy
-from shopops.records import Records
 from shopops.runtime import Services
 from shopops.state import NOTE_FIELDS, State, note_digest
 from shopops.worker import work
@@ -26,35 +22,7 @@ from shopops.worker import work
 CASE, ORDER, RUN = "case-O-1001", "O-1001", "run-1"
 
 
-@pytest.fixture(autouse=True)
-def disarmed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    monkeypatch.chdir(tmp_path)
-    failpoints.configure(None, None)
-    yield
-    failpoints.configure(None, None)
-
-
-@pytest.fixture
-def gateway(tmp_path: Path) -> Iterator[MockGateway]:
-    with MockGateway(tmp_path / "gateway.db") as gw:
-        yield gw
-
-
-@pytest.fixture
-def svc(tmp_path: Path, gateway: MockGateway) -> Iterator[Services]:
-    services = Services(ApprovalQueue(tmp_path / "approvals.db"),
-                        EmailGatewayClient(gateway.url, backoff_s=0.0), DeterministicPolicy(),
-                        Records.load())
-    yield services
-    services.approvals.close()
-    assert services.gateway is not None
-    services.gateway.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[CheckpointStore]:
-    with CheckpointStore(tmp_path / "shopops.db") as s:
-        yield s
+pytestmark = pytest.mark.usefixtures("disarmed")  # tests/conftest.py
 
 
 def run(store: CheckpointStore, svc: Services) -> str:
