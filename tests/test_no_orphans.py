@@ -21,7 +21,10 @@ DEADLINE_S = 120.0
 def start_harness(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONUNBUFFERED="1")
+    scratch = tmp_path / "scratch"  # a harness killed with SIGKILL leaves its scratch area
+    scratch.mkdir()  # (the next harness prunes it): keep it in the test's folder, not /dev/shm
+    env = dict(os.environ, TMPDIR=str(tmpdir), PYTHONUNBUFFERED="1",
+               SHOPOPS_SCRATCH=str(scratch))
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
          "--report-dir", str(tmp_path / "reports"), "--jobs", "2"],

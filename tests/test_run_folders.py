@@ -155,10 +155,13 @@ def test_sigkill_of_the_harness_leaves_latest_on_a_complete_run(
                   "--report-dir", "r", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     before = (tmp_path / "r" / "latest").resolve()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
          "--report-dir", "r", "--jobs", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+        env=dict(os.environ, SHOPOPS_SCRATCH=str(scratch)))  # its leftovers stay here
     try:
         assert proc.stdout is not None
         start = time.monotonic()
