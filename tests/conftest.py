@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from inner_pytest import INNER_ADDOPTS
 
 from harness.mock_gateway import MockGateway
 from shopops import failpoints
@@ -18,12 +19,6 @@ from shopops.gateway_client import EmailGatewayClient
 from shopops.policy import DeterministicPolicy
 from shopops.records import Records
 from shopops.runtime import Services
-
-#: The plugins ``pyproject.toml``'s addopts turn off, for the inner pytest runs of the
-#: plugin's tests (``pytester`` runs in a folder without our configuration): langsmith's,
-#: hypothesis's and anyio's pytest plugins cost ~3.4 s of every pytest start and none of
-#: those runs uses them.
-INNER_ADDOPTS = "-p no:langsmith_plugin -p no:hypothesispytest -p no:anyio"
 
 COSTS = ("pure", "io", "processes")
 MODULES = {

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from inner_pytest import inner_env
 
 from harness.cli import build_parser
 
@@ -87,7 +88,7 @@ def test_adding_a_kill_scenario_as_the_readme_says(tmp_path: Path) -> None:
     assert replay.returncode == 0, replay.stdout + replay.stderr
     items = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "scenarios/my-scenario.toml"], cwd=project, capture_output=True,
-                           text=True, timeout=600)
+                           text=True, timeout=600, env=inner_env())
     assert items.returncode == 0, items.stdout + items.stderr
     assert "3 passed" in items.stdout
 
@@ -101,7 +102,7 @@ def test_points_and_the_pytest_selection_examples(tmp_path: Path) -> None:
              "passed"),
             ("pytest 'scenarios/o1001.toml::o1001[t6.gateway_accepted]'", "1 passed")):
         proc = subprocess.run([sys.executable, "-m", *shlex.split(command), "-q",
-                               "-p", "no:cacheprovider"], cwd=project,
+                               "-p", "no:cacheprovider"], cwd=project, env=inner_env(),
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, command + "\n" + proc.stdout + proc.stderr
         assert outcome in proc.stdout and "failed" not in proc.stdout

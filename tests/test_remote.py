@@ -22,6 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from inner_pytest import no_plugins
 from junitparser import JUnitXml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,8 +136,10 @@ def test_xdist_socket_workers_give_the_local_verdicts(
     # they are and each worker finds them in its own checkout.
     controller = tmp_path / "controller"
     controller.mkdir()
+    # (-o addopts= empties the checkouts' addopts on the workers too: the unused plugins
+    # are turned off on the command line, which xdist forwards to them)
     remote = subprocess.run([*base, "--dist=load", *tx, f"--junitxml={tmp_path / 'remote.xml'}",
-                             "-o", "addopts="], cwd=controller, capture_output=True,
+                             "-o", "addopts=", *no_plugins()], cwd=controller, capture_output=True,
                             text=True, timeout=600)
     assert remote.returncode == 1, remote.stdout[-3000:] + remote.stderr[-3000:]
     want, got = outcomes(tmp_path / "local.xml"), outcomes(tmp_path / "remote.xml")
