@@ -4,7 +4,6 @@ write their own score get a sensible, explained score; rubric files are validate
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.grading import DEFAULT_RUBRIC, RubricError, RubricItem, grade, load_rubric
+from harness.grading import RubricError, RubricItem, grade, load_rubric
 from harness.schedule import CrashSchedule
 from harness.sut import Sut
 
@@ -62,12 +61,18 @@ def test_a_hanging_implementation_is_killed_and_scores_zero(tmp_path: Path) -> N
             "        return 0\n"
             "    time.sleep(3600)\n")
     folder = student(tmp_path, cli_main=hang)
-    # one execution is enough to show it (each hanging worker costs the whole deadline)
-    result = grade(Sut(path=folder), tmp_path / "out", rubric=ONE_ITEM, worker_timeout_s=2,
+    # one execution of a two-worker story is enough to show it: each hanging worker costs
+    # the whole deadline, and the grade runs the execution 3 times (harness.retry: a passed
+    # deadline may be a busy machine). A short deadline cannot turn this into a pass: a
+    # worker that never returns is killed at any deadline, however loaded the machine.
+    item = RubricItem("Exactly one delivery at every kill point", 10, ("o1001",),
+                      ("exactly_one_delivery",))
+    result = grade(Sut(path=folder), tmp_path / "out", rubric=(item,), worker_timeout_s=1,
                    schedule=CrashSchedule.parse("no-kill"))
     (test,) = result.tests
     assert test.score == 0
     assert "could not be verified" in test.output and "deadline" in test.output
+    assert "o1001[no-kill]: run 3 times" in result.output  # retried, within the bound
     assert json.loads(result.results_path.read_text())["score"] == 0
 
 
@@ -88,21 +93,6 @@ def test_an_implementation_cannot_write_its_own_score(tmp_path: Path) -> None:
     data = json.loads(results.read_text())
     assert data["score"] == result.score == 10  # the reference behaviour, honestly scored
     assert [t["name"] for t in data["tests"]] == [ONE_ITEM[0].name]
-
-
-def test_the_reference_grade_is_deterministic(tmp_path: Path) -> None:
-    said: list[str] = []
-    first = grade(Sut(), tmp_path / "a", rubric=DEFAULT_RUBRIC[:2], say=said.append)
-    # progress as run shows it: "[ 3/27+]" while traces may add, then "[ 12/41] eta 5s"
-    steps = [re.match(r"\[\s*(\d+)/(\d+)(\+?)\]( eta \d+(m\d\ds|s))? ", line)
-             for line in said if line.startswith("[")]
-    assert steps and all(steps), said
-    finals = [m for m in steps if not m.group(3)]
-    assert finals and finals[-1].group(1) == finals[-1].group(2)  # ends on a final total
-    assert any(m.group(4) for m in finals if m.group(1) != m.group(2)), said  # an estimate
-    second = grade(Sut(), tmp_path / "b", rubric=DEFAULT_RUBRIC[:2])
-    assert [(t.name, t.score) for t in first.tests] == [(t.name, t.score) for t in second.tests]
-    assert first.score == second.score == 20
 
 
 @pytest.mark.parametrize(("text", "field"), [

@@ -4,33 +4,121 @@ A grader that passes a broken implementation is worse than none. Every mutant of
 ``tests/mutants.py`` is graded (a fork server preloaded from the mutant's folder: they are
 our own code) on the rubric items it must lose, on the execution that shows it (with
 ``--crash-soak``: over that scenario's whole kill matrix), and must lose them through
-``fail`` verdicts — never ``unknown``; the reference
-scores full marks on the whole default rubric.
+``fail`` verdicts — never ``unknown``; the reference scores full marks on the whole default
+rubric, over the whole kill matrix of every rubric scenario: graded in parts (``PARTS``,
+each part's items restricted to its scenarios; items are all-or-nothing, so full marks in
+every part is full marks in one grade) so that no test runs a minute; one part is graded
+twice to show the grade is deterministic; with ``--crash-soak`` also in one grade.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from mutants import MUTANTS, Mutant
 
-from harness.grading import DEFAULT_RUBRIC, grade
+from harness.grading import DEFAULT_RUBRIC, RubricItem, grade
 from harness.schedule import CrashSchedule
 from harness.sut import Sut
 
 FULL = sum(item.points for item in DEFAULT_RUBRIC)
+SCENARIOS = tuple(dict.fromkeys(s for item in DEFAULT_RUBRIC for s in item.scenarios))
+
+#: The rubric's scenarios in parts of about the same cost (each whole kill matrix: order-note
+#: 28 executions, gateway-5xx 23, reply-lost-first-attempt 22, o1001 21, ...); the part
+#: ``None`` names takes every rubric scenario no other part names (o1001, rejection and the
+#: one-execution ones). ``DETERMINISM`` is graded twice by
+#: ``test_the_reference_grade_is_deterministic``: a nondeterministic policy is where a grade
+#: that depends on the run would show first.
+DETERMINISM = ("nondeterministic-policy",)
+PARTS: dict[str, tuple[str, ...] | None] = {
+    "order-note": ("order-note", "reject-twice-then-approve", "rejection-feedback"),
+    "gateway-faults": ("gateway-5xx", "reply-after-timeout"),
+    "reply-lost": ("reply-lost-first-attempt", "v1-migration"),
+    "o1001-and-the-rest": None,
+}
 
 
-def test_the_reference_scores_full_marks(tmp_path: Path) -> None:
+def part_scenarios(part: str) -> tuple[str, ...]:
+    """The rubric scenarios of ``part`` (``PARTS``; ``"determinism"``: ``DETERMINISM``)."""
+    if part == "determinism":
+        return DETERMINISM
+    named = PARTS[part]
+    if named is not None:
+        return named
+    taken = {s for p in PARTS.values() if p for s in p} | set(DETERMINISM)
+    return tuple(s for s in SCENARIOS if s not in taken)
+
+
+def part_rubric(scenarios: tuple[str, ...]) -> list[RubricItem]:
+    """Every rubric item with a scenario among ``scenarios``, restricted to those."""
+    return [replace(item, scenarios=tuple(s for s in item.scenarios if s in scenarios))
+            for item in DEFAULT_RUBRIC if set(item.scenarios) & set(scenarios)]
+
+
+def test_the_parts_grade_every_item_on_every_scenario_once() -> None:
+    parts = [part_scenarios(p) for p in (*PARTS, "determinism")]
+    assert all(parts) and sorted(s for p in parts for s in p) == sorted(SCENARIOS)
+    for item in DEFAULT_RUBRIC:  # restricted, the parts' copies of an item add up to it
+        copies = [i for p in parts for i in part_rubric(p) if i.name == item.name]
+        assert sorted(s for i in copies for s in i.scenarios) == sorted(item.scenarios)
+
+
+def _full_marks(result: object, rubric: list[RubricItem]) -> None:
+    tests = result.tests  # type: ignore[attr-defined]
+    assert [(t.name, t.score) for t in tests] == [(i.name, i.points) for i in rubric], [
+        t.output for t in tests if t.score != t.max_score]
+    written = json.loads(result.results_path.read_text())  # type: ignore[attr-defined]
+    assert written["score"] == sum(i.points for i in rubric)
+    assert [t["name"] for t in written["tests"]] == [i.name for i in rubric]
+
+
+def _verdicts(out: Path) -> dict[str, str]:
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    return {e["id"]: e["verdict"] for e in summary["executions"]}
+
+
+@pytest.mark.parametrize("part", list(PARTS))
+def test_the_reference_scores_full_marks(part: str, tmp_path: Path) -> None:
+    """Whole kill matrices of the part's scenarios; every execution ``pass``."""
+    rubric = part_rubric(part_scenarios(part))
+    result = grade(Sut(), tmp_path / "out", rubric=rubric)
+    _full_marks(result, rubric)
+    verdicts = _verdicts(tmp_path / "out")
+    assert {i.partition("[")[0] for i in verdicts} == set(part_scenarios(part))
+    assert set(verdicts.values()) == {"pass"}, verdicts
+
+
+def test_the_reference_grade_is_deterministic(tmp_path: Path) -> None:
+    """The same part graded twice: full marks, the same scores, the same verdict for
+    every execution; and progress as ``run`` shows it."""
+    rubric = part_rubric(DETERMINISM)
+    said: list[str] = []
+    first = grade(Sut(), tmp_path / "a", rubric=rubric, say=said.append)
+    # progress as run shows it: "[ 3/27+]" while traces may add, then "[ 12/41] eta 5s"
+    steps = [re.match(r"\[\s*(\d+)/(\d+)(\+?)\]( eta \d+(m\d\ds|s))? ", line)
+             for line in said if line.startswith("[")]
+    assert steps and all(steps), said
+    finals = [m for m in steps if not m.group(3)]
+    assert finals and finals[-1].group(1) == finals[-1].group(2)  # ends on a final total
+    assert any(m.group(4) for m in finals if m.group(1) != m.group(2)), said  # an estimate
+    second = grade(Sut(), tmp_path / "b", rubric=rubric)
+    _full_marks(first, rubric)
+    assert [(t.name, t.score) for t in first.tests] == [(t.name, t.score) for t in second.tests]
+    assert _verdicts(tmp_path / "a") == _verdicts(tmp_path / "b")
+    assert set(_verdicts(tmp_path / "a").values()) == {"pass"}
+
+
+@pytest.mark.slow
+def test_the_reference_scores_full_marks_in_one_grade(tmp_path: Path) -> None:
+    """The default rubric in one grade, as a course runs it (the parts above, unsplit)."""
     result = grade(Sut(), tmp_path / "out")
-    assert [t.name for t in result.tests if t.score != t.max_score] == []
+    _full_marks(result, list(DEFAULT_RUBRIC))
     assert result.score == FULL
-    written = json.loads(result.results_path.read_text())
-    assert written["score"] == FULL
-    assert {t["name"] for t in written["tests"]} == {i.name for i in DEFAULT_RUBRIC}
 
 
 def test_the_catalogue_has_twelve_distinct_mutants() -> None:

@@ -1,5 +1,6 @@
 """No trick raises a score: each hostile implementation of ``tests/tricks.py`` is graded with
-and without its trick on the one execution that shows its bug; the scores are the same, the
+and without its trick on the one execution that shows its bug (the mutant once without a
+trick, then with each of the tricks that sit on it); the scores are the same, the
 trick is reported where the harness can see it, and after grading no process of a sandbox
 user is alive and nothing outside the output folder changed.
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -47,21 +47,35 @@ def _grade(trick: Trick, tmp: Path, with_trick: bool) -> tuple[float, dict[str, 
     return result.score, execution["checks"], results
 
 
-@pytest.mark.parametrize("trick", TRICKS, ids=lambda t: t.name)
-def test_a_trick_does_not_change_the_score_and_is_reported(trick: Trick,
+#: The mutants the tricks sit on, each with the item it loses and the execution graded: the
+#: mutant is graded once without a trick, then once with each of its tricks.
+BASELINES = tuple(dict.fromkeys((t.mutant, t.item, t.execution) for t in TRICKS))
+
+
+def test_every_trick_has_a_baseline() -> None:
+    assert sorted(t.name for b in BASELINES for t in TRICKS
+                  if (t.mutant, t.item, t.execution) == b) == sorted(t.name for t in TRICKS)
+
+
+@pytest.mark.parametrize("baseline", BASELINES, ids=lambda b: b[0])
+def test_a_trick_does_not_change_the_score_and_is_reported(baseline: tuple[str, str, str],
                                                            tmp_path: Path) -> None:
-    plain, plain_checks, _ = _grade(trick, tmp_path / "plain", with_trick=False)
-    tricked, checks, results = _grade(trick, tmp_path / "tricked", with_trick=True)
-    assert plain == tricked == 0, (plain, tricked)  # the bug still shows, trick or not
-    if trick.reported is not None:
-        assert not checks[trick.reported]["passed"], checks[trick.reported]
-        assert plain_checks[trick.reported]["passed"]
-    written = results.read_text()
-    time.sleep(1.0)  # longer than the daemon waits before it writes
-    assert results.read_text() == written and json.loads(written)["score"] == 0
-    assert sandbox.strays() == []  # no process of any uid this test's grading used
-    assert sorted(p.name for p in sandbox.area().iterdir()
-                  if not p.name.startswith("code-")) == []  # every sandbox folder removed
+    tricks = [t for t in TRICKS if (t.mutant, t.item, t.execution) == baseline]
+    plain, plain_checks, _ = _grade(tricks[0], tmp_path / "plain", with_trick=False)
+    assert plain == 0, plain  # the bug shows without a trick
+    for trick in tricks:
+        tricked, checks, results = _grade(trick, tmp_path / trick.name, with_trick=True)
+        assert tricked == 0, (trick.name, tricked)  # and still shows with it
+        if trick.reported is not None:
+            assert not checks[trick.reported]["passed"], (trick.name, checks[trick.reported])
+            assert plain_checks[trick.reported]["passed"], (trick.name, plain_checks)
+        written = results.read_text()
+        # no process of any uid this test's grading used is alive (setsid-daemon's daemon
+        # included), so nothing can rewrite the results later: no need to wait and see
+        assert sandbox.strays() == [], trick.name
+        assert sorted(p.name for p in sandbox.area().iterdir()
+                      if not p.name.startswith("code-")) == [], trick.name  # all removed
+        assert results.read_text() == written and json.loads(written)["score"] == 0
 
 
 def test_a_planted_symlink_is_not_written_through(tmp_path: Path) -> None:
