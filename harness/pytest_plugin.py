@@ -98,7 +98,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Create the folder executions run in; resolve the scenario folders."""
+    """Register the markers the plugin uses (``processes`` on every scenario item, ``slow``
+    for ``--crash-soak``: a project without them in its ini would warn ``Unknown
+    pytest.mark``); create the folder executions run in; resolve the scenario folders."""
+    config.addinivalue_line("markers", "processes: real worker processes and SIGKILL "
+                                       "(every scenario item)")
+    config.addinivalue_line("markers", "slow: long-running (soak) tests, only with "
+                                       "--crash-soak")
     keep = config.getoption("--crash-keep", None)
     if keep:
         base = Path(keep)

@@ -43,11 +43,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(cost)
 
 
+@pytest.fixture(scope="session")
+def inner_pyc(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder where inner pytest sessions cache their bytecode (``inner_pytest``): one
+    per pytest process, so each compiles ``harness/`` and ``shopops/`` once."""
+    return tmp_path_factory.mktemp("pyc")
+
+
 @pytest.fixture
-def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
-    """pytest's ``pytester``, whose inner runs start without the unused plugins
-    (``INNER_ADDOPTS``; ``pytester`` itself clears ``PYTEST_ADDOPTS`` first)."""
+def pytester(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+             inner_pyc: Path) -> pytest.Pytester:
+    """pytest's ``pytester``, whose inner runs start without the unused plugins and with
+    their bytecode cached (``inner_pytest.inner_env``; ``pytester`` itself clears
+    ``PYTEST_ADDOPTS`` first)."""
     monkeypatch.setenv("PYTEST_ADDOPTS", INNER_ADDOPTS)
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(inner_pyc))
     return pytester
 
 

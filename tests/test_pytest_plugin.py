@@ -58,7 +58,11 @@ def test_ids_have_a_real_parameter_part_and_lf_reruns_only_failures(
     ff.assert_outcomes(failed=2, passed=1)
     lines = [ln for ln in ff.outlines if ln.startswith("scenarios/")]
     assert [("FAILED" in ln) for ln in lines] == [True, True, False]
-    # -k accepts the id's characters, and a node id selects one item
+
+
+def test_k_accepts_the_id_characters_and_a_node_id_selects_one_item(
+        pytester: pytest.Pytester) -> None:
+    _scenarios(pytester, k=KEYS_OFF, ok=OK)
     by_k = pytester.runpytest_subprocess("-v", "-k", "t6.request_leaving:2 or t4.parked+t6")
     by_k.assert_outcomes(failed=2, deselected=1)
     by_id = pytester.runpytest_subprocess(
@@ -138,7 +142,9 @@ def test_xdist_workers_learn_a_plan_once_and_junit_has_real_times(
 def test_an_item_run_while_learning_reports_its_own_time(pytester: pytest.Pytester) -> None:
     _scenarios(pytester, learned=LEARNED.format(baseline="true"))
     junit = pytester.path / "junit.xml"
-    result = pytester.runpytest_subprocess(f"--junitxml={junit}", "-k", "no-kill")
+    # the plugin registers the markers it gives items: none is unknown to a plain project
+    result = pytester.runpytest_subprocess(f"--junitxml={junit}", "-k", "no-kill",
+                                           "-W", "error::pytest.PytestUnknownMarkWarning")
     result.assert_outcomes(passed=1, deselected=result.parseoutcomes()["deselected"])
     [case] = ET.parse(junit).getroot().iter("testcase")
     assert case.get("name") == "learned[no-kill]" and float(case.get("time") or 0) > 0.05
