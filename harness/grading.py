@@ -134,12 +134,20 @@ def sealed(sut: Sut) -> bool:
     return sut.untrusted and sandbox.available()
 
 
-def preflight(sut: Sut, timeout_s: float = 60.0) -> str | None:
+def preflight(sut: Sut, timeout_s: float = 60.0, launcher: Launcher | None = None
+              ) -> str | None:
     """Start the implementation once (``MODULE --help`` under its limits, sealed like its
-    workers). Returns ``None`` if it starts, else what went wrong (for the student)."""
+    workers). Returns ``None`` if it starts, else what went wrong (for the student).
+
+    ``launcher``: the grade's launcher for our own code (the reference or a trusted
+    variant, never sealed): ``--help`` then starts through it like the workers do (from the
+    fork server preloaded from the implementation's folder, which the grade starts anyway:
+    no interpreter of its own); ignored for an implementation that runs sealed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
     env["PYTHONPATH"] = sut.pythonpath(env.get("PYTHONPATH"))
     argv, cwd, box = sut.argv("--help"), str(sut.path or SRC), None
+    if launcher is not None and not sealed(sut):
+        return _preflight_through(launcher, sut, argv, env, cwd, timeout_s)
     try:
         if sealed(sut):
             assert sut.path is not None
@@ -166,6 +174,26 @@ def preflight(sut: Sut, timeout_s: float = 60.0) -> str | None:
     finally:
         if box is not None:
             box.close()
+    return _started(sut, returncode, stderr)
+
+
+def _preflight_through(launcher: Launcher, sut: Sut, argv: list[str], env: dict[str, str],
+                       cwd: str, timeout_s: float) -> str | None:
+    """``preflight`` through ``launcher`` (``Launcher.start``; its worker is reaped)."""
+    with tempfile.TemporaryDirectory(prefix="shopops-preflight-") as folder:
+        out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        try:
+            info = launcher.start(argv, env=env, cwd=cwd, stdout=out, stderr=err,
+                                  index=0).wait(timeout_s)
+        except (OSError, RuntimeError, ValueError) as exc:  # also HarnessStopping
+            return f"`python -m {sut.module} --help` could not be started: {exc}"
+        if info.timed_out:
+            return f"`python -m {sut.module} --help` did not finish within {timeout_s:g} s"
+        with open(err, encoding="utf-8", errors="replace") as f:
+            return _started(sut, info.returncode, f.read())
+
+
+def _started(sut: Sut, returncode: int, stderr: str) -> str | None:
     if returncode != 0:
         tail = "\n".join(stderr.strip().splitlines()[-8:])
         return (f"`python -m {sut.module} --help` exited {returncode}; the "
@@ -225,19 +253,31 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
         OutputPathError: ``out_dir`` or ``results_path`` cannot be used (before anything
             runs; ``harness.grading_io.check_outputs``).
     """
+    started = time.monotonic()
+    check_outputs(out_dir, results_path)
+    say = say or (lambda line: None)
+    chosen = _launcher(sut, launcher)  # closed below, whatever happens
+    try:
+        return _grade(sut, out_dir, rubric, results_path, jobs, worker_timeout_s, chosen,
+                      say, schedule, target, started)
+    finally:
+        chosen.close()
+
+
+def _grade(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], results_path: Path | None,
+           jobs: int | None, worker_timeout_s: float, chosen: Launcher, say: Say,
+           schedule: CrashSchedule | None, target: PythonTarget | None, started: float
+           ) -> Grade:
     from harness.reports import write_reports
     from harness.runner import run
     from harness.scenario import load_scenarios
 
-    started = time.monotonic()
-    check_outputs(out_dir, results_path)
-    say = say or (lambda line: None)
     out_dir.mkdir(parents=True, exist_ok=True)
     results_path = results_path or out_dir / "results.json"
     report_path = out_dir / "report.md"
     tests: list[GradedTest]
     interrupted = False
-    problem = preflight(sut)
+    problem = preflight(sut, launcher=chosen)
     if problem is not None:
         tests = [GradedTest(i.name, 0.0, i.points, problem, i.visibility) for i in rubric]
         output = "The implementation could not be started, so nothing could be graded."
@@ -245,7 +285,7 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
     else:
         try:
             tests, output = _run_and_score(sut, out_dir, rubric, jobs, worker_timeout_s,
-                                           launcher, say, schedule, run, write_reports,
+                                           chosen, say, schedule, run, write_reports,
                                            load_scenarios, target)
         except _Interrupted as stop:  # a partial matrix must never read as a grade
             interrupted = True
@@ -268,7 +308,7 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
 
 
 def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: int | None,
-                   worker_timeout_s: float, launcher: str | None, say: Say,
+                   worker_timeout_s: float, chosen: Launcher, say: Say,
                    schedule: CrashSchedule | None, run: Any,
                    write_reports: Any, load_scenarios: Any, target: PythonTarget | None = None
                    ) -> tuple[list[GradedTest], str]:
@@ -292,24 +332,20 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
         # the estimate run shows: "[  3/27+]" while traces may add, "[ 12/418] eta 35s" after
         say(f"{line.prefix(done, total, final)} {r.plan.id}: {r.verdict}")
 
-    chosen = _launcher(sut, launcher)
-    try:
-        result = run(scenarios, run_dir, jobs=jobs, launcher=chosen,
-                     worker_timeout_s=worker_timeout_s, sut=sut, progress=progress,
-                     schedule=schedule)
-        if result.interrupted:  # no retries, no scores: its reports say interrupted
-            write_reports(result, run_dir)
-            raise _Interrupted(len(result.results))
+    result = run(scenarios, run_dir, jobs=jobs, launcher=chosen,
+                 worker_timeout_s=worker_timeout_s, sut=sut, progress=progress,
+                 schedule=schedule)
+    if result.interrupted:  # no retries, no scores: its reports say interrupted
+        write_reports(result, run_dir)
+        raise _Interrupted(len(result.results))
 
-        def again(r: ExecutionResult, attempt: int) -> ExecutionResult:
-            say(f"retrying {r.plan.id} (attempt {attempt + 1}): unknown for a reason "
-                "outside the implementation")
-            where = run_dir / "executions" / f"retry-{attempt}" / uuid.uuid4().hex[:12]
-            return execute(r.plan, where, launcher=chosen, worker_timeout_s=worker_timeout_s)
+    def again(r: ExecutionResult, attempt: int) -> ExecutionResult:
+        say(f"retrying {r.plan.id} (attempt {attempt + 1}): unknown for a reason "
+            "outside the implementation")
+        where = run_dir / "executions" / f"retry-{attempt}" / uuid.uuid4().hex[:12]
+        return execute(r.plan, where, launcher=chosen, worker_timeout_s=worker_timeout_s)
 
-        results, retried = retry_unknowns(result.results, again)
-    finally:
-        chosen.close()
+    results, retried = retry_unknowns(result.results, again)
     result = dataclasses.replace(result, results=type(result.results)(results))
     write_reports(result, run_dir)
     tests = [score_item(item, results) for item in rubric]

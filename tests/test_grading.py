@@ -54,6 +54,18 @@ def test_an_implementation_that_does_not_import_scores_zero_with_the_reason(
     assert "&lt;script&gt;alert(" in page and hostile not in page
 
 
+def test_a_trusted_variant_that_does_not_start_scores_zero_with_the_reason(
+        tmp_path: Path) -> None:
+    """Our own code starts its ``--help`` through the grade's fork server (no interpreter of
+    its own): an import error there is still the reason given, and nothing runs."""
+    folder = student(tmp_path, init="raise ImportError('variant forgot a module')\n")
+    result = grade(Sut(path=folder, trusted=True), tmp_path / "out", rubric=ONE_ITEM)
+    (test,) = result.tests
+    assert result.score == 0 and "variant forgot a module" in test.output, test.output
+    assert "could not be started" in result.output
+    assert not (tmp_path / "out" / "run").exists()  # no execution ran
+
+
 def test_a_hanging_implementation_is_killed_and_scores_zero(tmp_path: Path) -> None:
     hang = ("def main(argv=None):  # noqa: F811\n"
             "    import sys, time\n"
