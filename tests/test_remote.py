@@ -33,6 +33,7 @@ idempotency_keys = false
 points = ["t6.gateway_accepted", "t4.parked"]
 """
 FILES = ["scenarios/demo-keys-off.toml", "scenarios/broken.toml"]  # a pass and two fails
+BASE = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FILES]
 _SKIP = shutil.ignore_patterns(".venv", ".git", "reports", "__pycache__", ".hypothesis",
                                "*.egg-info", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 
@@ -122,15 +123,23 @@ def socket_servers(tmp_path: Path) -> Iterator[list[tuple[str, int, Path]]]:
                 proc.stdout.close()
 
 
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A copy of the checkout and the outcomes of a local run of ``FILES`` in it (one run
+    for both tests: the verdicts the remote workers and the pytest-split groups must give)."""
+    tmp = tmp_path_factory.mktemp("local")
+    home = checkout_copy(tmp / "home")
+    local = subprocess.run([*BASE, f"--junitxml={tmp / 'local.xml'}"], cwd=home,
+                           capture_output=True, text=True, timeout=600,
+                           env={**os.environ, "PYTHONPATH": str(home)})
+    assert local.returncode == 1, local.stdout[-3000:]  # broken's items fail
+    return home, outcomes(tmp / "local.xml")
+
+
 @pytest.mark.processes
 def test_xdist_socket_workers_give_the_local_verdicts(
-        tmp_path: Path, socket_servers: list[tuple[str, int, Path]]) -> None:
-    local_home = checkout_copy(tmp_path / "local")
-    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FILES]
-    local = subprocess.run([*base, f"--junitxml={tmp_path / 'local.xml'}"], cwd=local_home,
-                           capture_output=True, text=True, timeout=600,
-                           env={**os.environ, "PYTHONPATH": str(local_home)})
-    assert local.returncode == 1, local.stdout[-3000:]  # broken's items fail
+        tmp_path: Path, socket_servers: list[tuple[str, int, Path]],
+        local: tuple[Path, dict[str, str]]) -> None:
     tx = [f"--tx=socket={host}:{port}//chdir={home}" for host, port, home in socket_servers]
     # The controller runs where the files do not exist, so their relative paths are sent as
     # they are and each worker finds them in its own checkout.
@@ -138,11 +147,11 @@ def test_xdist_socket_workers_give_the_local_verdicts(
     controller.mkdir()
     # (-o addopts= empties the checkouts' addopts on the workers too: the unused plugins
     # are turned off on the command line, which xdist forwards to them)
-    remote = subprocess.run([*base, "--dist=load", *tx, f"--junitxml={tmp_path / 'remote.xml'}",
+    remote = subprocess.run([*BASE, "--dist=load", *tx, f"--junitxml={tmp_path / 'remote.xml'}",
                              "-o", "addopts=", *no_plugins()], cwd=controller, capture_output=True,
                             text=True, timeout=600)
     assert remote.returncode == 1, remote.stdout[-3000:] + remote.stderr[-3000:]
-    want, got = outcomes(tmp_path / "local.xml"), outcomes(tmp_path / "remote.xml")
+    want, got = local[1], outcomes(tmp_path / "remote.xml")
     assert got == want
     assert {"passed", "failure"} <= set(want.values())
     for host, _, _ in socket_servers:  # both machines ran items
@@ -150,22 +159,19 @@ def test_xdist_socket_workers_give_the_local_verdicts(
 
 
 @pytest.mark.processes
-def test_pytest_split_groups_cover_the_scenario_items(tmp_path: Path) -> None:
+def test_pytest_split_groups_cover_the_scenario_items(
+        tmp_path: Path, local: tuple[Path, dict[str, str]]) -> None:
     pytest.importorskip("pytest_split")
-    home = checkout_copy(tmp_path / "home")
+    home, whole = local
     env = {**os.environ, "PYTHONPATH": str(home)}
     runs = []
     for group in (1, 2):
         junit = tmp_path / f"group-{group}.xml"
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               *FILES, "--splits=2", f"--group={group}",
+        proc = subprocess.run([*BASE, "--splits=2", f"--group={group}",
                                f"--junitxml={junit}"], cwd=home, env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode in (0, 1), proc.stdout[-3000:]
         runs.append(outcomes(junit))
-    whole = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            *FILES, f"--junitxml={tmp_path / 'whole.xml'}"], cwd=home,
-                           env=env, capture_output=True, text=True, timeout=600)
-    assert whole.returncode == 1
+    assert runs[0] and runs[1]
     assert not set(runs[0]) & set(runs[1])
-    assert {**runs[0], **runs[1]} == outcomes(tmp_path / "whole.xml")
+    assert {**runs[0], **runs[1]} == whole
