@@ -1,5 +1,8 @@
 """``shopops-chaos merge``: N shards merged give the same verdicts, counts, duplicates,
-junit and exit status as one run; folders that do not belong together are refused."""
+junit and exit status as one run; folders that do not belong together are refused. The
+same real runs prove the shards themselves (``harness.shard``): their executions are
+exactly the unsharded run's, once each, with its verdicts, every shard cutting the matrix
+the same way (test_shard.py holds the cut's pure properties)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,6 +25,12 @@ idempotency_keys = false
 [crash]
 points = ["t6.gateway_accepted", "t4.parked"]
 """
+LISTED = """name = "listed"
+[crash]
+points = ["t6.gateway_accepted"]
+schedules = ["t4.parked>t6.checkpoint_loaded"]
+double = true
+"""  # listed points, a listed pair, and a double row
 
 
 def chaos(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -34,14 +44,19 @@ def folder(base: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """One whole run and its two shards, of a learned-points scenario and a failing one."""
+    """One whole run and its two shards, of a learned-points scenario, a failing one and
+    one with a listed pair and a double row."""
     tmp = tmp_path_factory.mktemp("merge")
     (tmp / "broken.toml").write_text(BROKEN)
-    paths = [str(ROOT / "scenarios" / "rejection.toml"), str(tmp / "broken.toml")]
-    whole = chaos("run", *paths, "--report-dir", "whole", "-j", "2", cwd=tmp)
-    shards = [chaos("run", *paths, "--report-dir", f"s{i}", "-j", "2", "--shard", f"{i}/2",
-                    cwd=tmp) for i in (1, 2)]
-    return {"tmp": tmp, "whole": whole, "shards": shards}
+    (tmp / "listed.toml").write_text(LISTED)
+    paths = [str(ROOT / "scenarios" / "rejection.toml"), str(tmp / "broken.toml"),
+             str(tmp / "listed.toml")]
+    # the three runs are independent harnesses: side by side, as CI jobs would run them
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        whole = pool.submit(chaos, "run", *paths, "--report-dir", "whole", "-j", "2", cwd=tmp)
+        shards = [pool.submit(chaos, "run", *paths, "--report-dir", f"s{i}", "-j", "2",
+                              "--shard", f"{i}/2", cwd=tmp) for i in (1, 2)]
+        return {"tmp": tmp, "whole": whole.result(), "shards": [s.result() for s in shards]}
 
 
 def _summary(path: Path) -> dict:
@@ -72,6 +87,25 @@ def test_merged_shards_equal_one_run(runs: dict) -> None:
         [(s.tests, s.failures, s.errors) for s in junit[1]]
     assert "broken[t6.gateway_accepted]" in (folder(tmp / "merged") / "report.md").read_text()
     assert "shard 1/2" in merged.stdout and "shard 2/2" in merged.stdout
+
+
+def test_shards_cover_the_matrix_each_execution_once(runs: dict) -> None:
+    """The two shards' executions are exactly the whole run's, once each, with the same
+    verdicts, and every shard cut the matrix the same way."""
+    from harness.run_json import read_run_json
+
+    tmp: Path = runs["tmp"]
+    parts = [read_run_json(folder(tmp / f"s{i}")).run for i in (1, 2)]
+    ids = [r.plan.id for p in parts for r in p.results]
+    whole = {e["id"]: e["verdict"] for e in _summary(folder(tmp / "whole"))["executions"]}
+    assert len(ids) == len(set(ids))
+    assert sorted(ids) == sorted(whole)
+    assert {r.plan.id: getattr(r.verdict, "value", r.verdict) for p in parts
+            for r in p.results} == whole
+    assert len({p.shard_plan.fingerprint for p in parts if p.shard_plan}) == 1
+    assert all(p.results for p in parts)  # balanced enough that none is empty
+    # the listed pair is a unit of its own, never repeated by the double row
+    assert ids.count("listed[t4.parked>t6.checkpoint_loaded]") == 1
 
 
 def merge_here(tmp: Path, *dirs: Path, capsys: pytest.CaptureFixture[str],

@@ -1,5 +1,6 @@
-"""Shards (``harness.shard``): the spec and the CI variables, the LPT cut, and real sharded
-runs whose union is exactly the unsharded matrix."""
+"""Shards (``harness.shard``): the spec and the CI variables, the LPT cut, and a replay
+schedule sharded by scenario. The real sharded runs whose union is exactly the unsharded
+matrix are test_merge.py's (the same runs prove the shards and their merge)."""
 
 from __future__ import annotations
 
@@ -130,24 +131,6 @@ def _scenarios(tmp_path: Path) -> list:
                       'schedules = ["t4.parked>t6.checkpoint_loaded"]\ndouble = true\n')
     # rejection: points learned from its trace run
     return [load_scenario(ROOT / "scenarios" / "rejection.toml"), load_scenario(listed)]
-
-
-@pytest.mark.processes
-def test_shards_cover_the_matrix_each_execution_once(tmp_path: Path) -> None:
-    """Two real sharded runs: their executions are exactly one whole run's, once each,
-    with the same verdicts, and every shard cut the matrix the same way."""
-    scenarios = _scenarios(tmp_path)
-    whole = run(scenarios, tmp_path / "whole", jobs=2)
-    parts = [run(scenarios, tmp_path / f"s{i}", jobs=2, shard=Shard(i, 2)) for i in (1, 2)]
-    ids = [r.plan.id for p in parts for r in p.results]
-    assert len(ids) == len(set(ids))
-    assert sorted(ids) == sorted(r.plan.id for r in whole.results)
-    verdicts = {r.plan.id: r.verdict for r in whole.results}
-    assert {r.plan.id: r.verdict for p in parts for r in p.results} == verdicts
-    assert len({p.shard_plan.fingerprint for p in parts if p.shard_plan}) == 1
-    assert all(p.results for p in parts)  # balanced enough that none is empty
-    # the listed pair is a unit of its own, never repeated by the double row
-    assert ids.count("listed[t4.parked>t6.checkpoint_loaded]") == 1
 
 
 @pytest.mark.processes
