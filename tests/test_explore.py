@@ -111,7 +111,7 @@ def test_the_report_has_counts_and_every_example(reference: ExploreResult) -> No
 
 def test_ci_profile_draws_the_same_examples_for_the_same_seed(tmp_path: Path) -> None:
     scenario = load_scenario(O1001)
-    runs = [explore(scenario, tmp_path / f"run{i}", max_examples=5, seed_value=seed)
+    runs = [explore(scenario, tmp_path / f"run{i}", max_examples=3, seed_value=seed)
             for i, seed in enumerate((3, 3, 4))]
     assert keys(runs[0]) == keys(runs[1])
     assert [e.execution_id for e in runs[0].examples] == [
