@@ -30,7 +30,7 @@ from harness.checks import run_checks
 from harness.controller import KillController
 from harness.evidence import EventLog, read_approvals, read_checkpoints, read_gateway
 from harness.launcher import Launcher
-from harness.mock_gateway import Delivery, MockGateway
+from harness.mock_gateway import MockGateway
 from harness.model import (
     DEFAULT_GATE,
     NOTE_GATE,
@@ -41,7 +41,6 @@ from harness.model import (
     ExecutionResult,
     Gap,
     KillPoint,
-    NoteDelivery,
     RequestRecord,
     StoryRecord,
 )
@@ -123,17 +122,24 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
     gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
                           candidates=lambda: list(controller.by_pid))
+    # the worker pid the gateway logged for each request (the kernel's answer), by
+    # (ledger, seq): on_request runs before on_accepted for the same request
+    senders: dict[tuple[str, int], int | None] = {}
+
+    def on_request(r: RequestRecord, ledger: str = "email") -> None:
+        senders[(ledger, r.seq)] = r.worker_pid
+        note = ledger == "note"
+        events.add(EventKind.REQUEST, None, r.worker_pid, None,
+                   ("order note: " if note else "") + f"status {r.status}"
+                   + (" duplicate" if r.duplicate else ""),
+                   ref=f"note:{r.seq}" if note else str(r.seq))  # "note:<seq>": its ledger's
+
+    gateway.on_request = on_request
+    gateway.on_note_request = lambda r: on_request(r, "note")
     gateway.on_accepted = lambda delivery: controller.on_gateway_accepted(
-        delivery, _sender_pid(gateway.log().requests, delivery))
+        delivery, senders.get(("email", delivery.request_seq)))
     gateway.on_note_accepted = lambda note: controller.on_gateway_accepted(
-        note, _sender_pid(gateway.log().note_requests, note), labels.NOTE_ACCEPTED)
-    gateway.on_request = lambda r: events.add(
-        EventKind.REQUEST, None, r.worker_pid, None,
-        f"status {r.status}" + (" duplicate" if r.duplicate else ""), ref=str(r.seq))
-    gateway.on_note_request = lambda r: events.add(  # ref "note:<seq>": the note ledger's
-        EventKind.REQUEST, None, r.worker_pid, None,
-        f"order note: status {r.status}" + (" duplicate" if r.duplicate else ""),
-        ref=f"note:{r.seq}")
+        note, senders.get(("note", note.request_seq)), labels.NOTE_ACCEPTED)
     gateway.set_faults(plan.scenario.gateway_faults)
     with FailpointChannel(controller.on_hit) as channel, gateway, ApprovalService(
             workdir / "approvals.db", allowed_uid=uid, on_tamper=lambda line: events.add(
@@ -196,14 +202,6 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         target_states=record.target_states,
         target_exposes=frozenset() if target is None else target.exposes,
     )
-
-
-def _sender_pid(requests: tuple[RequestRecord, ...],
-                delivery: Delivery | NoteDelivery) -> int | None:
-    """The worker pid the gateway logged (in ``requests``, the delivery's own ledger's
-    request log) for the request that made ``delivery``."""
-    record = next((r for r in requests if r.seq == delivery.request_seq), None)
-    return record.worker_pid if record is not None else None
 
 
 def _unreached_points(controller: KillController) -> tuple[KillPoint, ...]:

@@ -268,7 +268,8 @@ class MockGateway:
         received = time.time()
         port = request.environ.get("REMOTE_PORT")
         peer = (tcp_peer(int(port), int(request.environ["SERVER_PORT"]), self.candidates(),
-                         self._others) if port is not None else None)
+                         self._others, host=request.environ.get("REMOTE_ADDR", self.host),
+                         server_host=self.host) if port is not None else None)
         refused = self.allowed_uid is not None and (peer is None
                                                     or peer.uid != self.allowed_uid)
         fault = None if refused or ledger is not EMAIL else self._take_fault()
@@ -298,20 +299,23 @@ class MockGateway:
         if fault is not None and fault.kind == "error":
             status = fault.status or 500
             with self._transaction() as conn:
-                seq = ledgers.insert_request(conn, ledger, evidence, status)
-            self._report(ledger, seq)
+                record = self._record(conn, ledger,
+                                      ledgers.insert_request(conn, ledger, evidence, status))
+            self._report(ledger, record)
             return _json({"error": "injected_fault", "status": status}, status)
         if problem is not None:
             with self._transaction() as conn:
-                seq = ledgers.insert_request(conn, ledger, evidence, 400)
-            self._report(ledger, seq)
+                record = self._record(conn, ledger,
+                                      ledgers.insert_request(conn, ledger, evidence, 400))
+            self._report(ledger, record)
             field, why = problem
             return _json({"error": "invalid_request", "field": field,
                           "detail": f"{field}: {why}"}, 400)
         assert message is not None
         with self._transaction() as conn:
             status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
-        self._report(ledger, seq)
+            record = self._record(conn, ledger, seq)
+        self._report(ledger, record)
         accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
         if delivery is not None and accepted is not None:
             accepted(delivery)  # type: ignore[arg-type]
@@ -321,14 +325,18 @@ class MockGateway:
             self._stopping.wait((fault.ms or 0) / 1000.0)
         return _json(reply, status)
 
-    def _report(self, ledger: Ledger, seq: int) -> None:
-        """Hand the logged request ``seq`` of ``ledger`` to its ``on_request`` hook."""
+    def _record(self, conn: sqlite3.Connection, ledger: Ledger, seq: int
+                ) -> RequestRecord | None:
+        """The request ``seq`` just logged, read in the logging transaction (``None``: no
+        ``on_request`` hook wants it)."""
         hook = self.on_request if ledger is EMAIL else self.on_note_request
-        if hook is None:
-            return
-        with contextlib.closing(self._connect()) as conn:
-            record = ledgers.request_record(conn, ledger, seq)
-        hook(record)
+        return None if hook is None else ledgers.request_record(conn, ledger, seq)
+
+    def _report(self, ledger: Ledger, record: RequestRecord | None) -> None:
+        """Hand a committed request's record to ``ledger``'s ``on_request`` hook."""
+        hook = self.on_request if ledger is EMAIL else self.on_note_request
+        if hook is not None and record is not None:
+            hook(record)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
