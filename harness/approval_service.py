@@ -122,14 +122,10 @@ class _Handler(socketserver.StreamRequestHandler):
     def _serve_worker(self) -> None:
         pid, uid, _ = peer_credentials(self.request)
         service = self.server.service
-        with contextlib.closing(SqliteStore(service.db_path, busy_timeout_s=30.0,
-                                            kind=SERVICE_QUEUE)) as store, \
-                contextlib.closing(sqlite3.connect(service.db_path, timeout=30,
-                                                   isolation_level=None)) as log:
-            while line := self.rfile.readline(_MAX_LINE):
-                reply = service.answer(store, log, pid, uid, line)
-                self.wfile.write(json.dumps(reply).encode() + b"\n")
-                self.wfile.flush()
+        while line := self.rfile.readline(_MAX_LINE):
+            reply = service.serve(pid, uid, line)
+            self.wfile.write(json.dumps(reply).encode() + b"\n")
+            self.wfile.flush()
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
@@ -157,7 +153,8 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         a sealed execution) and wait up to ``timeout_s`` seconds for its thread, so that
         no SQLite connection of the service is open once ``close`` returns: closing the last
         one checkpoints the WAL and removes ``-wal``/``-shm``, which must not happen while
-        the harness moves the execution's files (``harness.scratch.move_home``)."""
+        the harness moves the execution's files (``harness.scratch.move_home``); the
+        service's own connections are closed after them, by ``ApprovalService.close``."""
         with self._lock:
             active = dict(self._active)
         for sock in active.values():
@@ -187,13 +184,24 @@ class ApprovalService:
         self.db_path = Path(db_path)
         self.allowed_uid = allowed_uid
         self.on_tamper = on_tamper or (lambda line: None)
-        # the schema exists before any worker asks
-        SqliteStore(self.db_path, kind=SERVICE_QUEUE).close()
-        with contextlib.closing(sqlite3.connect(self.db_path, isolation_level=None)) as conn:
-            conn.executescript(_LOG_SCHEMA)
+        # the schema exists before any worker asks; one store and one log connection serve
+        # every connection's calls, one call at a time (opening them per worker connection
+        # cost ~1.5 ms each)
+        self._store = SqliteStore(self.db_path, busy_timeout_s=30.0, kind=SERVICE_QUEUE,
+                                  threads=True)
+        self._log = sqlite3.connect(self.db_path, timeout=30, isolation_level=None,
+                                    check_same_thread=False)
+        self._log.executescript(_LOG_SCHEMA)
+        self._calls = threading.Lock()
         self.address = f"@shopops-apr-{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._serving = ServerThread(_Server("\0" + self.address[1:], self),
                                      "approval-service")
+
+    def serve(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
+        """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
+        (calls from all connections run one at a time)."""
+        with self._calls:
+            return self.answer(self._store, self._log, pid, uid, line)
 
     def answer(self, store: SqliteStore, log: sqlite3.Connection, pid: int, uid: int,
                line: bytes) -> dict[str, Any]:
@@ -226,11 +234,15 @@ class ApprovalService:
 
     def close(self) -> None:
         """Stop serving (at once) and end the connections still open, waiting (up to
-        ``HANDLER_WAIT_S``) until their SQLite connections are closed. Idempotent."""
+        ``HANDLER_WAIT_S``) for their threads, then close the service's SQLite connections.
+        Idempotent."""
         self._serving.stop()
         server = self._serving.server
         assert isinstance(server, _Server)
         server.finish_handlers(HANDLER_WAIT_S)
+        with self._calls:
+            self._store.close()
+            self._log.close()
 
     def __enter__(self) -> ApprovalService:
         return self

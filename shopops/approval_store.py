@@ -63,6 +63,8 @@ class SqliteStore:
         create: a missing or empty file becomes a new queue; without it, it is refused.
         kind: the file's schema as accepted (default ``APPROVAL_QUEUE``; the harness's
             approval service adds its call log: ``harness.approval_service.SERVICE_QUEUE``).
+        threads: the connection may be used from any thread (``check_same_thread=False``,
+            Python's ``sqlite3`` docs); the caller then serializes the calls itself.
 
     Raises:
         NotOurDatabase: ``path`` is not an approval queue of ours; decided read-only
@@ -71,11 +73,12 @@ class SqliteStore:
     """
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 5.0, *,
-                 create: bool = True, kind: checkpoint_file.OurSchema = APPROVAL_QUEUE
-                 ) -> None:
+                 create: bool = True, kind: checkpoint_file.OurSchema = APPROVAL_QUEUE,
+                 threads: bool = False) -> None:
         self.path = os.fspath(path)
         checkpoint_file.inspect(self.path, kind, create=create)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s)
+        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s,
+                                     check_same_thread=not threads)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
