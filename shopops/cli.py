@@ -232,8 +232,9 @@ def _preflight(args: argparse.Namespace, approvals: str, order: str,
     """
     from shopops.approval_store import APPROVAL_QUEUE
     from shopops.approvals import ENV_SOCKET
-    from shopops.checkpoint import CHECKPOINT_DB, read_history
+    from shopops.checkpoint import CHECKPOINT_DB
     from shopops.checkpoint_file import FileState, inspect
+    from shopops.checkpoint_rows import read_history  # the file was just inspected: ours
     from shopops.records import Records
 
     if not env.get(ENV_SOCKET):  # with the harness's approval service the file is unused
