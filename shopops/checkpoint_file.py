@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from shopops.errors import DatabaseNotFound, NotOurDatabase, ShopOpsError
 
@@ -104,6 +104,22 @@ def _layout_of(schema: tuple[str, ...] | str) -> tuple[dict[str, Table], frozens
         for statement in (schema,) if isinstance(schema, str) else schema:
             conn.executescript(statement)
         return _read_layout(conn)
+
+
+#: Every schema object as ``sqlite_master`` stores it (its SQL text included).
+_MASTER_SQL = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"
+
+
+@lru_cache(maxsize=8)
+def _master_of(schema: tuple[str, ...] | str) -> tuple[tuple[Any, ...], ...]:
+    """``sqlite_master`` exactly as ``schema`` leaves it in a new database. A file whose
+    ``sqlite_master`` is the same has the same layout: SQLite derives every table, column and
+    constraint from that SQL text (``https://sqlite.org/schematab.html``), so ``inspect``
+    may skip comparing the layout pragma by pragma."""
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        for statement in (schema,) if isinstance(schema, str) else schema:
+            conn.executescript(statement)
+        return tuple(conn.execute(_MASTER_SQL))
 
 
 def _read_layout(conn: sqlite3.Connection) -> tuple[dict[str, Table], frozenset[str]]:
@@ -233,11 +249,14 @@ def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> F
     try:
         with contextlib.closing(open_readonly(where)) as conn:
             check = conn.execute("PRAGMA quick_check(1)").fetchone()
-            tables, names = _read_layout(conn)
+            exact = tuple(conn.execute(_MASTER_SQL)) == _master_of(ours.schema)
+            tables, names = ({}, frozenset()) if exact else _read_layout(conn)
     except sqlite3.Error as exc:
         raise _refuse(where, ours, f"an unreadable SQLite file ({exc})") from None
     if check is None or check[0] != "ok":
         raise _refuse(where, ours, f"a damaged SQLite file (quick_check: {check})")
+    if exact:  # the schema text as ours creates it: the layout is ours
+        return FileState.OURS
     if not tables:
         if create and not names:
             return FileState.NEW

@@ -1,0 +1,56 @@
+"""``checkpoint_file.inspect`` accepts a database whose ``sqlite_master`` is exactly what our
+code creates without comparing its layout pragma by pragma; anything else still gets the
+full comparison. The databases the loop, the approval service and the gateway create take
+the fast path, and a file one object away from ours is still refused."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from harness import gateway_ledger
+from harness.approval_service import SERVICE_QUEUE, ApprovalService
+from harness.mock_gateway import MockGateway
+from shopops import checkpoint_file as cf
+from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
+from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore
+from shopops.errors import NotOurDatabase
+
+MAKERS = {
+    "checkpoints": (CHECKPOINT_DB, lambda p: CheckpointStore(p).close()),
+    "queue": (APPROVAL_QUEUE, lambda p: SqliteStore(p).close()),
+    "service": (SERVICE_QUEUE, lambda p: ApprovalService(p).close()),
+    "gateway": (gateway_ledger.GATEWAY_LOG, lambda p: MockGateway(p)),
+}
+
+
+def _master(path: Path) -> tuple[tuple[object, ...], ...]:
+    with contextlib.closing(cf.open_readonly(path)) as conn:
+        return tuple(conn.execute(cf._MASTER_SQL))
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_a_database_our_code_creates_takes_the_fast_path(name: str, tmp_path: Path,
+                                                          monkeypatch) -> None:
+    ours, make = MAKERS[name]
+    db = tmp_path / "x.db"
+    make(db)
+    assert _master(db) == cf._master_of(ours.schema)
+    monkeypatch.setattr(cf, "_read_layout", lambda conn: pytest.fail("layout compared"))
+    assert cf.inspect(db, ours, create=False) is cf.FileState.OURS
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_one_object_more_than_ours_is_compared_in_full_and_refused(name: str,
+                                                                  tmp_path: Path) -> None:
+    ours, make = MAKERS[name]
+    db = tmp_path / "x.db"
+    make(db)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        conn.execute("CREATE TABLE extra (x)")
+        conn.commit()
+    with pytest.raises(NotOurDatabase, match="tables that are not ours: extra"):
+        cf.inspect(db, ours, create=False)
