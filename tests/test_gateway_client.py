@@ -161,3 +161,28 @@ def test_reply_received_failpoint_runs_after_the_reply(
 def test_bad_configuration_is_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         EmailGatewayClient(BASE, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("base", "trusted"), [
+    ("http://127.0.0.1:8080", False), ("http://127.0.0.2:1", False), ("http://localhost:9", False),
+    ("http://[::1]:9", False), (BASE, True), ("http://10.0.0.1:80", True)])
+def test_a_loopback_gateway_ignores_the_environments_proxy_settings(base: str,
+                                                                   trusted: bool) -> None:
+    with EmailGatewayClient(base) as gateway_client:
+        assert gateway_client.session.trust_env is trusted
+
+
+def test_a_proxy_in_the_environment_does_not_stand_between_loop_and_gateway(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    """A real gateway on 127.0.0.1 and HTTP_PROXY naming a port nobody listens on: the send
+    still reaches the gateway (requests would otherwise route it through the proxy)."""
+    from harness.mock_gateway import MockGateway
+
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with MockGateway(tmp_path / "gw.db") as gateway, \
+            EmailGatewayClient(gateway.url, backoff_s=0.0, max_attempts=1) as gateway_client:
+        result = gateway_client.send(**MESSAGE, idempotency_key="k-1")
+    assert result.delivery_id == "dlv-000001"
