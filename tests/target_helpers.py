@@ -1,7 +1,10 @@
 """Drive a target's workers by hand against a real mock gateway (tests only).
 
 Every worker is a real process in its own session, started with a deadline; on a timeout
-or a failing test its whole process group is SIGKILLed and reaped.
+or a failing test its whole process group is SIGKILLed and reaped. It is a fresh interpreter
+(``python -m harness.target_worker``), or, given a launcher, forked from a server that
+preloaded the frameworks, as ``shopops-chaos run``'s default fork launcher starts target
+workers (``harness.fork_worker.TARGET_PRELOAD``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from harness.launcher import Launcher
 from harness.mock_gateway import MockGateway, read_log
 from harness.targets.base import DurableState, Role
 from harness.targets.context import TargetContext
@@ -30,9 +34,11 @@ class TargetCase:
     """One O-1001 case of ``target`` in ``workdir``, with its own mock gateway."""
 
     def __init__(self, target: PythonTarget, workdir: Path, *, keys: bool = True,
-                 options: dict[str, str] | None = None) -> None:
+                 options: dict[str, str] | None = None,
+                 launcher: Launcher | None = None) -> None:
         self.target = target
         self.workdir = workdir
+        self.launcher = launcher
         self.gateway = MockGateway(workdir / "gateway.db").start()
         self.ctx = TargetContext("case-O-1001", "O-1001", "run-1", str(workdir / "target"),
                                  self.gateway.url, str(workdir / "approvals.db"), keys=keys,
@@ -50,6 +56,8 @@ class TargetCase:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         if failpoints:
             env["SHOPOPS_FAILPOINTS"] = failpoints
+        if self.launcher is not None:
+            return self._forked(self.target.argv(role, ctx_file), env)
         proc = subprocess.Popen(self.target.argv(role, ctx_file), env=env, text=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, cwd=self.workdir)
@@ -62,6 +70,17 @@ class TargetCase:
                 pass
             proc.wait()
         return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+    def _forked(self, argv: list[str], env: dict[str, str]
+                ) -> subprocess.CompletedProcess[str]:
+        assert self.launcher is not None
+        out, err = (self.workdir / f"worker-{self.runs}.{n}" for n in ("out", "err"))
+        worker = self.launcher.start(argv, env=env, cwd=str(self.workdir), stdout=str(out),
+                                     stderr=str(err), index=self.runs)
+        info = worker.wait(DEADLINE_S)  # past it: the process group SIGKILLed and reaped
+        assert not info.timed_out, f"{argv} passed its {DEADLINE_S:g} s deadline"
+        return subprocess.CompletedProcess(argv, info.returncode, out.read_text("utf-8"),
+                                           err.read_text("utf-8"))
 
     def approve(self) -> str:
         """The human approves through the queue; the ticket goes into the context."""

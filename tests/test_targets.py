@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from target_helpers import NEEDS_DBOS, NEEDS_LANGGRAPH, TargetCase
 
+from harness.fork_launcher import ForkLauncher
+from harness.fork_worker import TARGET_PRELOAD
 from harness.targets.base import Role
 from harness.targets.examples import DBOS, LANGGRAPH, STARTER
 from harness.targets.python import PythonTarget
@@ -23,11 +25,23 @@ from harness.targets.python import PythonTarget
 KILLED = -signal.SIGKILL
 
 
+@pytest.fixture(scope="module")
+def preloaded() -> Iterator[ForkLauncher]:
+    """One server for the module that imported the frameworks (``TARGET_PRELOAD``), as the
+    run's fork launcher has: each worker is forked from it instead of importing LangGraph
+    or DBOS again (seconds each). Fresh interpreters run the starter in
+    ``test_target_scenarios`` (forked and spawned give the same verdicts)."""
+    with ForkLauncher(modules=("harness.target_worker",), preload=TARGET_PRELOAD,
+                      fallback=None, start_timeout_s=240.0) as launcher:
+        yield launcher
+
+
 @pytest.fixture
-def case_of(tmp_path: Path) -> Iterator[object]:
+def case_of(tmp_path: Path, preloaded: ForkLauncher) -> Iterator[object]:
     made: list[TargetCase] = []
 
     def make(target: PythonTarget, **kw: object) -> TargetCase:
+        kw["launcher"] = preloaded
         case = TargetCase(target, tmp_path, **kw)  # type: ignore[arg-type]
         made.append(case)
         return case
