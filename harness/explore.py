@@ -62,6 +62,8 @@ from harness.explore_space import (
 )
 from harness.launcher import Launcher, make_launcher
 from harness.model import (
+    CheckResult,
+    CheckStatus,
     CrashSchedule,
     ExecutionPlan,
     ExecutionResult,
@@ -110,13 +112,25 @@ class Example:
     elapsed_s: float
     shrinking: bool  # run after the first failure: a shrink attempt (or the final replay)
     failing_checks: tuple[str, ...] = ()  # checks that failed and were not expected to
+    undecided_checks: tuple[str, ...] = ()  # checks whose evidence was missing (not failed)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
         return {"n": self.n, "id": self.execution_id, "variant": self.variant.as_dict(),
                 "verdict": self.verdict, "reasons": list(self.reasons),
                 "failing_checks": list(self.failing_checks),
+                "undecided_checks": list(self.undecided_checks),
                 "elapsed_s": self.elapsed_s, "shrinking": self.shrinking}
+
+
+def failing_and_undecided(checks: tuple[CheckResult, ...], expected: frozenset[str]
+                          ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The ids of the checks that failed (and were not in ``expected``, the scenario's
+    ``[expect] failing_checks``), and of those that could not be decided (their evidence is
+    missing: not a failure, ``harness.verdict``)."""
+    failing = tuple(c.check_id for c in checks
+                    if c.status is CheckStatus.FAIL and c.check_id not in expected)
+    return failing, tuple(c.check_id for c in checks if c.status is CheckStatus.UNDECIDED)
 
 
 class ExplorationFailure(AssertionError):
@@ -177,7 +191,8 @@ class ExploreResult:
         out = {v: sum(e.verdict == v for e in self.examples) for v in tuple(Verdict)}
         out["executions"] = len(self.examples)
         out["shrink_executions"] = sum(e.shrinking for e in self.examples)
-        # unknown (e.g. a later kill never reached) although a check failed: worth a look
+        # unknown although a check failed on the harness's evidence: verdict precedence
+        # (harness.verdict) makes that a fail, so anything but 0 here is a harness bug
         out["unknown_with_failing_checks"] = sum(
             e.verdict == Verdict.UNKNOWN and bool(e.failing_checks) for e in self.examples)
         return out
@@ -295,12 +310,10 @@ def explore(
             n = len(result.examples) + 1
             workdir = exe_dir / f"{n:04d}--{plan.dirname}"
             res = execute(plan, workdir, launcher=workers, worker_timeout_s=worker_timeout_s)
-            failing = tuple(c.check_id for c in res.checks
-                            if not c.passed and c.applicable
-                            and c.check_id not in drawn.expect_failing)
+            failing, undecided = failing_and_undecided(res.checks, drawn.expect_failing)
             example = Example(n, variant, plan.id, res.verdict, res.reasons, res.elapsed_s,
                               shrinking=result.first_failure is not None,
-                              failing_checks=failing)
+                              failing_checks=failing, undecided_checks=undecided)
             result.examples.append(example)
             if progress:
                 progress(example)

@@ -242,3 +242,19 @@ def test_fail_fast_stops_at_the_first_failure(tmp_path: Path) -> None:
     # one job: the first failure, at most the one execution already started behind it
     assert 1 <= len(only["executions"]) <= 2 < 6
     assert only["executions"][0]["verdict"] == "fail"
+
+
+def test_an_undecided_check_is_listed_as_undecided_not_as_failing() -> None:
+    """explore.json's ``failing_checks`` names only checks that failed on the evidence; a
+    check whose evidence is missing is ``undecided_checks`` (it used to be listed as
+    failing, so an unknown example looked like a proven failure)."""
+    from harness.explore import failing_and_undecided
+    from harness.model import CheckResult
+
+    checks = (CheckResult("one_send", True, "ok"),
+              CheckResult("exactly_one_delivery", False, "two deliveries"),
+              CheckResult("draft_identical", False, "no checkpoint", undecided="no history"),
+              CheckResult("no_tampering", False, "expected", ),
+              CheckResult("lease_fencing", False, "n/a", applicable=False))
+    assert failing_and_undecided(checks, frozenset({"no_tampering"})) == (
+        ("exactly_one_delivery",), ("draft_identical",))
