@@ -17,6 +17,7 @@ import pytest
 
 from harness.checks import CHECK_IDS
 from harness.execution import ExecutionPlan, ExecutionResult, execute
+from harness.launcher import make_launcher
 from harness.mock_gateway import GatewayLog
 from harness.reports import WRITERS, ReportWriter, write_reports
 from harness.reports.markdown import timeline
@@ -35,8 +36,12 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ExecutionResu
         Scenario(name="demo", path=Path("scenarios/demo.toml"), idempotency_keys=False,
                  expect_failing=DEMO_EXPECT),
         CrashSchedule.parse("t6.gateway_accepted"))
-    baseline = execute(baseline_plan, work / "baseline")
-    demo = execute(demo_plan, work / "demo")
+    launcher = make_launcher("fork")  # forked workers: only the reports are under test
+    try:
+        baseline = execute(baseline_plan, work / "baseline", launcher=launcher)
+        demo = execute(demo_plan, work / "demo", launcher=launcher)
+    finally:
+        launcher.close()
     assert (baseline.verdict, demo.verdict) == ("pass", "pass"), (baseline.reasons, demo.reasons)
     broken_check = dataclasses.replace(baseline.checks[0], passed=False,
                                        detail="the checkpointed draft changed",
