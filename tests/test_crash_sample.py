@@ -64,7 +64,7 @@ def test_the_sample_is_small_and_spreads_its_columns() -> None:
 
 DOUBLE = """name = "d"
 [crash]
-points = ["t4.parked", "t6.gateway_accepted", "t7.completed_saved"]
+points = ["t4.parked", "t6.gateway_accepted"]
 baseline = false
 double = true
 """

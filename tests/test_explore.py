@@ -189,10 +189,21 @@ def test_cli_explore_keys_off_exit_1_and_the_printed_replay_fails_again(
     assert ex["id"] == data["failure"]["shrunk"]["id"] and ex["verdict"] == "fail"
 
 
-def test_cli_explore_refuses_bad_input(tmp_path: Path) -> None:
-    assert chaos("explore", "--examples", "0", cwd=tmp_path).returncode == 2
-    missing = chaos("explore", "nope.toml", cwd=tmp_path)
-    assert missing.returncode == 2 and "nope.toml" in missing.stderr
+def test_cli_explore_refuses_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process (a refusal starts no worker; ``test_inputs.py`` proves that)."""
+    from harness.cli import main
+
+    def status(*argv: str) -> int | str | None:
+        try:
+            return main(["explore", *argv])
+        except SystemExit as exc:  # argparse refuses an option's value itself
+            return exc.code
+
+    monkeypatch.chdir(tmp_path)
+    assert status("--examples", "0") == 2
+    capsys.readouterr()
+    assert status("nope.toml") == 2 and "nope.toml" in capsys.readouterr().err
     assert not (tmp_path / "reports").exists()
 
 
