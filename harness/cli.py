@@ -183,8 +183,11 @@ def _run(args: argparse.Namespace) -> int:
 
         assert isinstance(res, ExecutionResult)
         mark = kind_of(res.verdict).upper()
+        ev = res.evidence
+        notes = (f" notes={len(ev.gateway.notes_for(ev.case_id))}"
+                 if len(ev.gates) > 1 else "")  # the order note is the second gated action
         say(f"{line.prefix(done, total, final)} {mark:<7} {res.plan.id:<55} "
-            f"{res.elapsed_s:6.2f}s  deliveries={res.evidence.deliveries}")
+            f"{res.elapsed_s:6.2f}s  deliveries={ev.deliveries}{notes}")
 
     def on_repeat(rep: int) -> None:
         line.started = time.monotonic()
