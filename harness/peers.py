@@ -61,8 +61,12 @@ def _diag(client: tuple[str, int], server: tuple[str, int]) -> tuple[int, int] |
     """``(uid, inode)`` of the IPv4 TCP socket bound to ``client`` and connected to
     ``server``, by one exact ``sock_diag`` look-up; ``None`` if the kernel has no such
     socket. Raises ``_Refused`` when netlink cannot be used."""
-    sockid = _SOCKID.pack(client[1], server[1], socket.inet_aton(client[0]).ljust(16, b"\0"),
-                          socket.inet_aton(server[0]).ljust(16, b"\0"))
+    try:
+        sockid = _SOCKID.pack(client[1], server[1],
+                              socket.inet_aton(client[0]).ljust(16, b"\0"),
+                              socket.inet_aton(server[0]).ljust(16, b"\0"))
+    except (OSError, struct.error) as exc:  # not an IPv4 address or port
+        raise _Refused(str(exc)) from exc
     body = (_REQ.pack(socket.AF_INET, socket.IPPROTO_TCP, 0, 0xFFFFFFFF) + sockid
             + _TAIL.pack(0, _INET_DIAG_NOCOOKIE, _INET_DIAG_NOCOOKIE))
     try:

@@ -78,3 +78,8 @@ def test_where_netlink_is_refused_proc_answers_the_same(connection, monkeypatch)
 
     monkeypatch.setattr(peers.socket, "socket", no_netlink)
     assert peers.socket_of(cport, sport) == (os.geteuid(), os.fstat(client.fileno()).st_ino)
+
+
+def test_an_address_netlink_cannot_be_asked_for_falls_back_to_proc(connection) -> None:
+    _, _, cport, sport = connection
+    assert peers.socket_of(cport, sport, "::1") == peers._proc_socket_of(cport, sport)
