@@ -125,6 +125,7 @@ def test_points_lists_the_catalogue() -> None:
     assert listed == [label.name for label in CATALOGUE]
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("schedule", ["t9.nowhere", "t5.approved", "t4.parked#0"])
 def test_bad_schedule_option_exits_2_before_running(
         tmp_path: Path, schedule: str, monkeypatch: pytest.MonkeyPatch,

@@ -120,6 +120,7 @@ def test_ci_profile_draws_the_same_examples_for_the_same_seed(tmp_path: Path) ->
     assert all(r.failure is None for r in runs)
 
 
+@pytest.mark.pure
 def test_profiles() -> None:
     scenario = load_scenario(O1001)
     ci = profile_settings("ci", None, scenario)
@@ -189,6 +190,7 @@ def test_cli_explore_keys_off_exit_1_and_the_printed_replay_fails_again(
     assert ex["id"] == data["failure"]["shrunk"]["id"] and ex["verdict"] == "fail"
 
 
+@pytest.mark.io
 def test_cli_explore_refuses_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     """In this process (a refusal starts no worker; ``test_inputs.py`` proves that)."""
@@ -210,6 +212,7 @@ def test_cli_explore_refuses_bad_input(tmp_path: Path, monkeypatch: pytest.Monke
 # ------------------------------------------------------------------ scenario files
 
 
+@pytest.mark.io
 @pytest.mark.parametrize("scenario", load_scenarios([SCENARIOS]), ids=lambda s: s.name)
 def test_scenario_toml_round_trips(scenario: Scenario, tmp_path: Path) -> None:
     path = tmp_path / "again.toml"

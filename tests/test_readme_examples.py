@@ -53,6 +53,7 @@ def _project(tmp_path: Path, *scenarios: str) -> Path:
     return tmp_path
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("command", [c for c in _commands("shopops-chaos")
                                      if not PLACEHOLDER.search(c)])
 def test_every_shopops_chaos_example_parses(command: str) -> None:
@@ -60,6 +61,7 @@ def test_every_shopops_chaos_example_parses(command: str) -> None:
     build_parser().parse_args(args)  # SystemExit(2) on an option the README invented
 
 
+@pytest.mark.pure
 def test_the_readme_shows_the_commands_this_file_runs() -> None:
     chaos = _commands("shopops-chaos")
     for expected in ("shopops-chaos points", "shopops-chaos run scenarios/my-scenario.toml",

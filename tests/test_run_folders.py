@@ -74,6 +74,7 @@ def test_prune_keeps_the_newest_complete_runs_and_live_ones(tmp_path: Path) -> N
         prune_runs(tmp_path, 0)
 
 
+@pytest.mark.pure
 def test_console_spells_out_controls_and_stops_on_a_closed_pipe() -> None:
     out = io.StringIO()
     Console(out).line("w1 stderr:", "\x1b[2J\x1b]0;title\x07\u202eok")
@@ -89,6 +90,7 @@ def test_console_spells_out_controls_and_stops_on_a_closed_pipe() -> None:
     assert console.closed
 
 
+@pytest.mark.pure
 def test_progress_estimate_once_the_total_is_known() -> None:
     line = ProgressLine(started=100.0)
     assert line.prefix(3, 27, False, now=103.0) == "[  3/27+]"
