@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -41,7 +39,8 @@ from harness.grade_output import (  # re-exported: the grade's types and writers
 )
 from harness.grading_io import check_outputs
 from harness.launcher import Launcher, make_launcher
-from harness.model import SRC, CrashSchedule, ExecutionResult, PythonTarget, Sut
+from harness.model import CrashSchedule, ExecutionResult, PythonTarget, Sut
+from harness.preflight import preflight, sealed
 from harness.retry import retry_unknowns
 from harness.rubric import DEFAULT_RUBRIC, RubricItem
 from harness.rubric_file import (  # the rubric file's names, re-exported
@@ -51,7 +50,6 @@ from harness.rubric_file import (  # the rubric file's names, re-exported
     RubricError,
     load_rubric,
 )
-from harness.sut import sealed_argv
 
 __all__ = ["DEFAULT_RUBRIC", "MAX_POINTS", "VISIBILITIES", "Grade", "GradedTest",
            "RubricError", "RubricItem", "grade", "load_rubric", "preflight", "replay_command",
@@ -127,78 +125,6 @@ def _item_problems(item: RubricItem, r: ExecutionResult) -> list[str]:
         elif c.check_id not in expected and not c.passed:
             why.append(f"{c.check_id}: {c.detail}")
     return why + [reason for reason in r.reasons if reason.startswith("expected a worker")]
-
-
-def sealed(sut: Sut) -> bool:
-    """Whether ``sut``'s workers run sealed (untrusted, and the harness is root)."""
-    return sut.untrusted and sandbox.available()
-
-
-def preflight(sut: Sut, timeout_s: float = 60.0, launcher: Launcher | None = None
-              ) -> str | None:
-    """Start the implementation once (``MODULE --help`` under its limits, sealed like its
-    workers). Returns ``None`` if it starts, else what went wrong (for the student).
-
-    ``launcher``: the grade's launcher for our own code (the reference or a trusted
-    variant, never sealed): ``--help`` then starts through it like the workers do (from the
-    fork server preloaded from the implementation's folder, which the grade starts anyway:
-    no interpreter of its own); ignored for an implementation that runs sealed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
-    env["PYTHONPATH"] = sut.pythonpath(env.get("PYTHONPATH"))
-    argv, cwd, box = sut.argv("--help"), str(sut.path or SRC), None
-    if launcher is not None and not sealed(sut):
-        return _preflight_through(launcher, sut, argv, env, cwd, timeout_s)
-    try:
-        if sealed(sut):
-            assert sut.path is not None
-            box = sandbox.Sandbox()
-            box.started()
-            argv = sealed_argv(argv, box.uid, str(sandbox.install_code(sut.path, sut.module)))
-            env.update(PYTHONPATH=SRC, HOME=str(box.path))
-            cwd = str(box.path)
-        # output to a file, not a pipe: a daemon it leaves must not hold the grader up
-        with tempfile.TemporaryFile() as err:
-            proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                    cwd=cwd, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-            try:
-                returncode = proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                return f"`python -m {sut.module} --help` did not finish within {timeout_s:g} s"
-            err.seek(0)
-            stderr = err.read().decode("utf-8", "replace")
-    except (OSError, sandbox.SandboxError) as exc:
-        return f"`python -m {sut.module} --help` could not be started: {exc}"
-    finally:
-        if box is not None:
-            box.close()
-    return _started(sut, returncode, stderr)
-
-
-def _preflight_through(launcher: Launcher, sut: Sut, argv: list[str], env: dict[str, str],
-                       cwd: str, timeout_s: float) -> str | None:
-    """``preflight`` through ``launcher`` (``Launcher.start``; its worker is reaped)."""
-    with tempfile.TemporaryDirectory(prefix="shopops-preflight-") as folder:
-        out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
-        try:
-            info = launcher.start(argv, env=env, cwd=cwd, stdout=out, stderr=err,
-                                  index=0).wait(timeout_s)
-        except (OSError, RuntimeError, ValueError) as exc:  # also HarnessStopping
-            return f"`python -m {sut.module} --help` could not be started: {exc}"
-        if info.timed_out:
-            return f"`python -m {sut.module} --help` did not finish within {timeout_s:g} s"
-        with open(err, encoding="utf-8", errors="replace") as f:
-            return _started(sut, info.returncode, f.read())
-
-
-def _started(sut: Sut, returncode: int, stderr: str) -> str | None:
-    if returncode != 0:
-        tail = "\n".join(stderr.strip().splitlines()[-8:])
-        return (f"`python -m {sut.module} --help` exited {returncode}; the "
-                f"implementation does not start:\n{tail}")
-    return None
 
 
 def _launcher(sut: Sut, name: str | None) -> Launcher:
