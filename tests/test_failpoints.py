@@ -65,10 +65,12 @@ def run_child(code: str, cwd: Path, **env: str) -> tuple[int, str, str]:
 
 # -- grammar ------------------------------------------------------------------------------
 
+@pytest.mark.pure
 def test_parse_single_action() -> None:
     assert parse_spec("t4.parked=kill") == {"t4.parked": (Term("kill"),)}
 
 
+@pytest.mark.pure
 def test_parse_every_action_kind() -> None:
     spec = ("t0.case_started=off;t1.get_customer=pause;t1.get_order=kill;"
             "t1.draft_email=raise;t2.send_proposed=sleep(250)")
@@ -81,6 +83,7 @@ def test_parse_every_action_kind() -> None:
     }
 
 
+@pytest.mark.pure
 def test_parse_chain_with_counts_and_whitespace() -> None:
     spec = " t6.request_leaving = 1*off -> 2*sleep(5) -> kill ; ; t4.parked=3*raise; "
     assert parse_spec(spec) == {
@@ -89,16 +92,19 @@ def test_parse_chain_with_counts_and_whitespace() -> None:
     }
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize("spec", ["", ";", " ; ;  "])
 def test_empty_spec_arms_nothing(spec: str) -> None:
     assert parse_spec(spec) == {}
 
 
+@pytest.mark.pure
 def test_every_catalogue_label_is_accepted() -> None:
     spec = ";".join(f"{label.name}=off" for label in labels.CATALOGUE)
     assert set(parse_spec(spec)) == set(labels.BY_NAME)
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("spec", "entry", "fragment"), [
     ("t4.parked", "t4.parked", "expected label=action"),
     ("t4.parked=kill;t0.case_started", "t0.case_started", "expected label=action"),
@@ -132,18 +138,21 @@ def test_malformed_entries_name_the_entry(spec: str, entry: str, fragment: str) 
     assert isinstance(exc, ValueError)
 
 
+@pytest.mark.pure
 def test_unknown_label_message_lists_the_catalogue() -> None:
     with pytest.raises(FailpointSpecError) as info:
         parse_spec("t6.gateway_acepted=kill")
     assert all(name in str(info.value) for name in labels.BY_NAME)
 
 
+@pytest.mark.pure
 def test_bad_action_message_lists_the_actions() -> None:
     with pytest.raises(FailpointSpecError) as info:
         parse_spec("t4.parked=abort")
     assert "off, pause, kill, raise, sleep(ms)" in str(info.value)
 
 
+@pytest.mark.pure
 def test_configure_with_a_bad_spec_raises() -> None:
     with pytest.raises(FailpointSpecError):
         failpoints.configure("t4.parked=nope")
@@ -164,6 +173,7 @@ def test_malformed_env_fails_at_the_first_failpoint(tmp_path: Path, spec: str) -
 
 # -- in this process ----------------------------------------------------------------------
 
+@pytest.mark.pure
 def test_disarmed_failpoint_is_a_no_op() -> None:
     assert failpoints._armed is None
     for label in labels.CATALOGUE:
@@ -172,12 +182,14 @@ def test_disarmed_failpoint_is_a_no_op() -> None:
     assert failpoints._armed is None
 
 
+@pytest.mark.pure
 def test_armed_unknown_label_is_a_value_error() -> None:
     failpoints.configure("t4.parked=off")
     with pytest.raises(ValueError, match="not in shopops.labels.CATALOGUE"):
         failpoints.failpoint("t4.parkd")
 
 
+@pytest.mark.pure
 def test_counted_chain_in_process() -> None:
     failpoints.configure("t1.get_order=2*off->1*raise->off")
     failpoints.failpoint("t1.get_order")
@@ -189,6 +201,7 @@ def test_counted_chain_in_process() -> None:
     failpoints.failpoint("t4.parked")     # an unarmed label in an armed process
 
 
+@pytest.mark.pure
 def test_configure_resets_the_counters() -> None:
     failpoints.configure("t4.parked=1*off->raise")
     failpoints.failpoint("t4.parked")
@@ -398,6 +411,7 @@ def test_channel_closed_without_reply_stops_the_worker(
     assert "FailpointChannelError" in err and "t1.get_customer" in err
 
 
+@pytest.mark.io
 def test_unreachable_channel_is_an_error_in_process() -> None:
     folder = tempfile.mkdtemp(prefix="fp-")
     try:

@@ -107,6 +107,7 @@ def test_an_implementation_cannot_write_its_own_score(tmp_path: Path) -> None:
     assert [t["name"] for t in data["tests"]] == [ONE_ITEM[0].name]
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("text", "field"), [
     ("tests = []\n", "tests"),
     ('[[tests]]\nname = "x"\npoints = -1\nscenarios = ["o1001"]\n', "tests[0].points"),
@@ -131,6 +132,7 @@ def test_a_bad_rubric_names_the_field(tmp_path: Path, text: str, field: str) -> 
     assert info.value.field == field and str(path) in str(info.value)
 
 
+@pytest.mark.pure
 def test_a_rubric_file_loads(tmp_path: Path) -> None:
     path = tmp_path / "rubric.toml"
     path.write_text('[[tests]]\nname = "Keys"\npoints = 5\nscenarios = ["o1001"]\n'

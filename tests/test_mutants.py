@@ -60,6 +60,7 @@ def part_rubric(scenarios: tuple[str, ...]) -> list[RubricItem]:
             for item in DEFAULT_RUBRIC if set(item.scenarios) & set(scenarios)]
 
 
+@pytest.mark.pure
 def test_the_parts_grade_every_item_on_every_scenario_once() -> None:
     parts = [part_scenarios(p) for p in (*PARTS, "determinism")]
     assert all(parts) and sorted(s for p in parts for s in p) == sorted(SCENARIOS)
@@ -121,6 +122,7 @@ def test_the_reference_scores_full_marks_in_one_grade(tmp_path: Path) -> None:
     assert result.score == FULL
 
 
+@pytest.mark.pure
 def test_the_catalogue_has_twelve_distinct_mutants() -> None:
     assert len({m.name for m in MUTANTS}) == len(MUTANTS) >= 12
 

@@ -63,6 +63,7 @@ def python_target(folder: Path = STARTER_DIR, **fields: str) -> str:
 
 # -- the table --------------------------------------------------------------------------------
 
+@pytest.mark.pure
 @NEEDS_LANGGRAPH
 @NEEDS_DBOS
 def test_shipped_target_scenarios_load_and_name_their_target() -> None:
@@ -73,21 +74,25 @@ def test_shipped_target_scenarios_load_and_name_their_target() -> None:
     assert lg.target is not None and lg.target.options == {"durability": "exit"}
 
 
+@pytest.mark.pure
 def test_todays_scenarios_stay_on_the_reference_loop() -> None:
     assert all(s.target is None for s in load_scenarios([ROOT / "scenarios"]))
 
 
+@pytest.mark.pure
 def test_a_python_target_resolves_its_folder_against_the_scenario_file(tmp_path) -> None:
     s = load_scenario(write(tmp_path, python_target(history="loop:history")))
     assert s.target is not None and s.target.folder == STARTER_DIR.resolve()
     assert s.target.has(TargetRole.HISTORY) and StateField.DRAFT in s.target.exposes
 
 
+@pytest.mark.pure
 def test_without_history_a_python_target_exposes_nothing(tmp_path) -> None:
     s = load_scenario(write(tmp_path, python_target()))
     assert s.target is not None and s.target.exposes == frozenset()
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("target", "field", "says"), [
     ('kind = "temporal"', "target.kind", "'temporal'; allowed: reference, python, langgraph"),
     ('kind = 3', "target.kind", "must be a string"),
@@ -117,6 +122,7 @@ def test_a_bad_target_table_is_refused(tmp_path, target, field, says) -> None:
     assert str(err).startswith(str(tmp_path / "t.toml"))
 
 
+@pytest.mark.pure
 @pytest.mark.parametrize(("extra", "field"), [
     ("[concurrency]\nleases = true\n", "concurrency.leases"),
     ("[human]\ntwice = true\n", "human.twice"),
@@ -131,6 +137,7 @@ def test_reference_only_features_are_refused_for_a_target(tmp_path, extra, field
     assert "not supported for target kind 'python'" in str(err)
 
 
+@pytest.mark.pure
 def test_a_decide_worker_needs_a_target(tmp_path) -> None:
     path = tmp_path / "d.toml"
     path.write_text('name = "d"\n[[story]]\nstep = "workers"\nrole = "decide"\n',
@@ -139,6 +146,7 @@ def test_a_decide_worker_needs_a_target(tmp_path) -> None:
     assert err.field == "story" and "decide" in str(err)
 
 
+@pytest.mark.pure
 def test_a_target_whose_extra_is_missing_names_the_install_command(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "dbos", None)  # as if .[dbos] were not installed
@@ -147,6 +155,7 @@ def test_a_target_whose_extra_is_missing_names_the_install_command(
     assert "pip install -e '.[dbos]'" in str(err)
 
 
+@pytest.mark.pure
 def test_a_target_with_decide_is_told_after_the_approval() -> None:
     steps = expand(Scenario("d", target=DBOS))
     roles = [st.role for st in steps if isinstance(st, WorkersStep)]
@@ -170,6 +179,7 @@ def _plan() -> ExecutionPlan:
     return ExecutionPlan(Scenario("t", target=STARTER), CrashSchedule(()))
 
 
+@pytest.mark.pure
 def test_checks_a_target_cannot_feed_are_not_applicable_and_never_pass() -> None:
     checks = target_checks(_evidence(frozenset(), ()))
     assert tuple(c.check_id for c in checks) == CHECK_IDS
@@ -180,6 +190,7 @@ def test_checks_a_target_cannot_feed_are_not_applicable_and_never_pass() -> None
                if not c.applicable)
 
 
+@pytest.mark.pure
 def test_not_applicable_is_neither_pass_nor_unknown_and_the_verdict_ignores_it() -> None:
     ev = _evidence(frozenset(), ())
     checks = decide(ev, target_checks(ev), _plan())
@@ -193,6 +204,7 @@ def test_not_applicable_is_neither_pass_nor_unknown_and_the_verdict_ignores_it()
     assert as_json["no_process_left"]["status"] == "pass"
 
 
+@pytest.mark.pure
 def test_a_step_that_goes_down_fails_where_the_target_exposes_it() -> None:
     states = (DurableState(step=3), DurableState(step=1))
     checks = {c.check_id: c for c in target_checks(_evidence(ALL_STATE, states))}
@@ -200,6 +212,7 @@ def test_a_step_that_goes_down_fails_where_the_target_exposes_it() -> None:
     assert "from 3 to 1" in checks["step_continues"].detail
 
 
+@pytest.mark.pure
 def test_a_changed_durable_draft_fails() -> None:
     a = {"to": "a@x", "subject": "s", "body": "one"}
     states = (DurableState(draft=a), DurableState(draft={**a, "body": "two"}))
@@ -207,6 +220,7 @@ def test_a_changed_durable_draft_fails() -> None:
     assert checks["draft_identical"].status is CheckStatus.FAIL
 
 
+@pytest.mark.pure
 def test_a_target_that_says_it_sent_nothing_after_a_delivery_fails() -> None:
     ev = _evidence(ALL_STATE, (DurableState(sent=False),), expected=0)
     checks = {c.check_id: c for c in target_checks(ev)}
@@ -268,6 +282,7 @@ EXPECTED: dict[str, Verdict] = {
 }
 
 
+@pytest.mark.pure
 def test_every_target_scenario_has_an_expected_verdict_and_a_readme_row() -> None:
     assert {p.stem for p in TARGET_SCENARIOS} == set(EXPECTED)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -295,6 +310,7 @@ def test_a_target_scenario_ends_with_the_verdict_the_readme_reports(tmp_path, na
 
 # -- grading and running through a target (--sut DIR --target KIND) --------------------------
 
+@pytest.mark.pure
 def test_a_target_folder_is_read_from_its_target_toml(tmp_path) -> None:
     from harness.target_grading import load_target_dir
 
@@ -310,6 +326,7 @@ def test_a_target_folder_is_read_from_its_target_toml(tmp_path) -> None:
         load_target_dir("python", tmp_path / "nowhere")
 
 
+@pytest.mark.pure
 def test_the_rubric_keeps_what_a_target_can_be_graded_on() -> None:
     from harness.rubric import DEFAULT_RUBRIC
     from harness.scenario import load_scenarios

@@ -52,6 +52,7 @@ def _grade(trick: Trick, tmp: Path, with_trick: bool) -> tuple[float, dict[str, 
 BASELINES = tuple(dict.fromkeys((t.mutant, t.item, t.execution) for t in TRICKS))
 
 
+@pytest.mark.pure
 def test_every_trick_has_a_baseline() -> None:
     assert sorted(t.name for b in BASELINES for t in TRICKS
                   if (t.mutant, t.item, t.execution) == b) == sorted(t.name for t in TRICKS)
@@ -95,6 +96,7 @@ def test_a_planted_symlink_is_not_written_through(tmp_path: Path) -> None:
     assert not result.report_path.is_symlink()
 
 
+@pytest.mark.io
 def test_a_symlink_given_as_the_results_path_is_refused_before_anything_runs(
         tmp_path: Path) -> None:
     from harness.grading_io import OutputPathError
