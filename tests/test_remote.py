@@ -11,6 +11,7 @@ included, even when the test fails.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
@@ -33,7 +34,7 @@ idempotency_keys = false
 points = ["t6.gateway_accepted", "t4.parked"]
 """
 FILES = ["scenarios/demo-keys-off.toml", "scenarios/broken.toml"]  # a pass and two fails
-BASE = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *FILES]
+BASE = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *FILES]
 _SKIP = shutil.ignore_patterns(".venv", ".git", "reports", "__pycache__", ".hypothesis",
                                "*.egg-info", ".pytest_cache", ".mypy_cache", ".ruff_cache")
 
@@ -129,7 +130,7 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str
     for both tests: the verdicts the remote workers and the pytest-split groups must give)."""
     tmp = tmp_path_factory.mktemp("local")
     home = checkout_copy(tmp / "home")
-    local = subprocess.run([*BASE, f"--junitxml={tmp / 'local.xml'}"], cwd=home,
+    local = subprocess.run([*BASE, "-q", f"--junitxml={tmp / 'local.xml'}"], cwd=home,
                            capture_output=True, text=True, timeout=600,
                            env={**os.environ, "PYTHONPATH": str(home)})
     assert local.returncode == 1, local.stdout[-3000:]  # broken's items fail
@@ -147,15 +148,19 @@ def test_xdist_socket_workers_give_the_local_verdicts(
     controller.mkdir()
     # (-o addopts= empties the checkouts' addopts on the workers too: the unused plugins
     # are turned off on the command line, which xdist forwards to them)
-    remote = subprocess.run([*BASE, "--dist=load", *tx, f"--junitxml={tmp_path / 'remote.xml'}",
-                             "-o", "addopts=", *no_plugins()], cwd=controller, capture_output=True,
-                            text=True, timeout=600)
+    remote = subprocess.run([*BASE, "-v", "--dist=load", *tx,
+                             f"--junitxml={tmp_path / 'remote.xml'}", "-o", "addopts=",
+                             *no_plugins()], cwd=controller, capture_output=True, text=True,
+                            timeout=600)
     assert remote.returncode == 1, remote.stdout[-3000:] + remote.stderr[-3000:]
     want, got = local[1], outcomes(tmp_path / "remote.xml")
     assert got == want
     assert {"passed", "failure"} <= set(want.values())
-    for host, _, _ in socket_servers:  # both machines ran items
-        assert host in remote.stdout or "socket" in remote.stdout
+    # both machines ran items (-v: xdist names the worker that ran each item); in their own
+    # checkouts, since the controller's folder has no scenario files
+    for n in range(len(socket_servers)):
+        assert re.search(rf"^\[gw{n}\] .*(PASSED|FAILED) ", remote.stdout, re.M), \
+            remote.stdout[-3000:]
 
 
 @pytest.mark.processes
@@ -167,7 +172,7 @@ def test_pytest_split_groups_cover_the_scenario_items(
     runs = []
     for group in (1, 2):
         junit = tmp_path / f"group-{group}.xml"
-        proc = subprocess.run([*BASE, "--splits=2", f"--group={group}",
+        proc = subprocess.run([*BASE, "-q", "--splits=2", f"--group={group}",
                                f"--junitxml={junit}"], cwd=home, env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode in (0, 1), proc.stdout[-3000:]
