@@ -12,11 +12,28 @@ only what this project's default test run selects (tests/README.md).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import importlib.util
+import sys
+from collections.abc import Callable, Generator, Iterable
+from pathlib import Path
 
 import pytest
 
-from tests.crash_sample import double_sample
+
+def _load_double_sample() -> Callable[[Iterable[str]], list[str]]:
+    """``tests/crash_sample.py``'s ``double_sample``, loaded by its path: ``tests`` is no
+    package, and an installed distribution that ships a top-level ``tests`` package would
+    shadow ``import tests.crash_sample``."""
+    name = "_shopops_crash_sample"
+    module = sys.modules.get(name)
+    if module is None:
+        path = Path(__file__).resolve().parent / "tests" / "crash_sample.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None, path
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module.double_sample
 
 
 @pytest.hookimpl(wrapper=True)
@@ -37,6 +54,7 @@ def _sample(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if isinstance(item, ExecutionItem) and item.plan.scenario.double:
             by_file.setdefault(str(item.path), []).append(item)
+    double_sample = _load_double_sample()
     dropped: set[int] = set()
     for file_items in by_file.values():
         keep = set(double_sample(i.plan.schedule.id for i in file_items))
