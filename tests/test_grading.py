@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from input_helpers import call
 
 from harness.grading import RubricError, RubricItem, grade, load_rubric
 from harness.schedule import CrashSchedule
@@ -141,7 +140,10 @@ def test_a_rubric_file_loads(tmp_path: Path) -> None:
                                             ("same_key_one_delivery",), "hidden"),)
 
 
+@pytest.mark.io
 def test_grade_cli_refuses_a_folder_without_the_package(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "harness", "grade", "--sut", str(tmp_path)],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "no package folder shopops/" in proc.stderr
+    """In this process (``input_helpers.call``: the real entry point, its exit status and
+    stderr), and nothing is written or started."""
+    done = call("shopops-chaos", ["grade", "--sut", str(tmp_path)], tmp_path)
+    assert done.code == 2 and "no package folder shopops/" in done.err, done.err
+    assert done.changed == {} and done.new_processes == ()

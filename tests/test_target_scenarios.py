@@ -374,22 +374,24 @@ def test_grade_through_a_target_scores_it_and_replays_on_it(tmp_path) -> None:
     assert "--target python" in replay_command(r)
 
 
+@pytest.mark.io
 def test_run_refuses_a_target_without_its_folder_or_a_scenario_it_cannot_follow(
         tmp_path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+    """In this process (``input_helpers.call``: the real entry point); nothing is written
+    under the report folder and nothing is started."""
+    from input_helpers import call
 
-    def chaos(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "harness", "run", *args,
-                               "--report-dir", str(tmp_path)], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=120)
+    def chaos(*args: str):
+        return call("shopops-chaos", ["run", *args, "--report-dir", str(tmp_path)], tmp_path)
 
     no_sut = chaos(str(ROOT / "scenarios" / "o1001.toml"), "--target", "python")
-    assert no_sut.returncode == 2 and "--target python: needs --sut DIR" in no_sut.stderr
+    assert no_sut.code == 2 and "--target python: needs --sut DIR" in no_sut.err
     ticket = chaos(str(ROOT / "scenarios" / "forged-ticket.toml"), "--target", "python",
                    "--sut", str(STARTER_DIR))
-    assert ticket.returncode == 2
-    assert "scenario 'forged-ticket' cannot run on a target: human.ticket" in ticket.stderr
-    assert not list(tmp_path.glob("*/executions"))  # nothing ran
+    assert ticket.code == 2
+    assert "scenario 'forged-ticket' cannot run on a target: human.ticket" in ticket.err
+    for done in (no_sut, ticket):  # nothing ran
+        assert done.changed == {} and done.new_processes == (), done
 
 
 @NEEDS_LANGGRAPH
