@@ -1,4 +1,5 @@
-"""The ``shopops`` CLI as real subprocesses (``python -m shopops``, cwd=tmp_path).
+"""The ``shopops`` CLI as real subprocesses (``python -m shopops``, cwd=tmp_path); the
+argument errors argparse refuses before anything runs are checked in this process.
 
 Exit statuses (``shopops.cli``): 0 success, 1 the system refused, 2 bad usage; a worker
 SIGKILLed by a failpoint exits with exactly ``-signal.SIGKILL``. The gateway is a real mock
@@ -157,10 +158,21 @@ def test_history_prints_json_lines(tmp_path: Path) -> None:
     ["approve", "--no-such-flag"],
     ["migrate"],
 ], ids=lambda a: " ".join(a) or "no-args")
-def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
-    ran = shopops(tmp_path, *args)
-    assert ran.code == 2
-    assert "usage: shopops" in ran.err and ran.out == ""
+@pytest.mark.io
+def test_bad_arguments_exit_2(tmp_path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    """In this process (argparse refuses before anything runs; ``test_inputs.py`` proves
+    for every entry point that a refusal starts nothing): exit 2 with the usage."""
+    from shopops.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(args)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert "usage: shopops" in err and out == ""
     assert list(tmp_path.iterdir()) == []  # nothing created
 
 
