@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from input_helpers import assert_refused, call
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -127,19 +128,9 @@ def test_points_lists_the_catalogue() -> None:
 
 @pytest.mark.io
 @pytest.mark.parametrize("schedule", ["t9.nowhere", "t5.approved", "t4.parked#0"])
-def test_bad_schedule_option_exits_2_before_running(
-        tmp_path: Path, schedule: str, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
-    """In this process (a refusal starts no worker; ``test_inputs.py`` proves that for
-    every entry point): exit status 2, the error names the kill point, nothing written."""
-    from harness.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    try:
-        status = main(["run", str(SCENARIOS / "o1001.toml"), "--schedule", schedule,
-                       "--report-dir", "r"])
-    except SystemExit as exc:  # argparse refuses an option's value itself
-        status = exc.code
-    assert status == 2
-    assert "kill point" in capsys.readouterr().err
-    assert not (tmp_path / "r").exists()
+def test_bad_schedule_option_exits_2_before_running(tmp_path: Path, schedule: str) -> None:
+    """In this process (``input_helpers.call``): exit status 2, one error line naming the
+    kill point, nothing written, no process started."""
+    refused = call("shopops-chaos", ["run", str(SCENARIOS / "o1001.toml"), "--schedule",
+                                     schedule, "--report-dir", "r"], tmp_path)
+    assert_refused(refused, 2, "kill point")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from input_helpers import assert_refused, call
 
 from harness.mock_gateway import MockGateway, read_log
 
@@ -159,21 +160,12 @@ def test_history_prints_json_lines(tmp_path: Path) -> None:
     ["migrate"],
 ], ids=lambda a: " ".join(a) or "no-args")
 @pytest.mark.io
-def test_bad_arguments_exit_2(tmp_path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch,
-                              capsys: pytest.CaptureFixture[str]) -> None:
-    """In this process (argparse refuses before anything runs; ``test_inputs.py`` proves
-    for every entry point that a refusal starts nothing): exit 2 with the usage."""
-    from shopops.cli import main
-
-    monkeypatch.chdir(tmp_path)
-    try:
-        code = main(args)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    assert code == 2
-    assert "usage: shopops" in err and out == ""
-    assert list(tmp_path.iterdir()) == []  # nothing created
+def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
+    """In this process (``input_helpers.call``): exit 2 with the usage, one error line,
+    nothing created, no process started."""
+    refused = call("shopops", args, tmp_path)
+    assert "usage: shopops" in refused.err
+    assert_refused(refused, 2)
 
 
 @pytest.mark.parametrize("args", [["gateway"], ["gateway", "serve", "--port", "0"]])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from input_helpers import assert_refused, call
 
 from harness.explore import (
     CI_EXAMPLES,
@@ -191,22 +192,12 @@ def test_cli_explore_keys_off_exit_1_and_the_printed_replay_fails_again(
 
 
 @pytest.mark.io
-def test_cli_explore_refuses_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
-    """In this process (a refusal starts no worker; ``test_inputs.py`` proves that)."""
-    from harness.cli import main
-
-    def status(*argv: str) -> int | str | None:
-        try:
-            return main(["explore", *argv])
-        except SystemExit as exc:  # argparse refuses an option's value itself
-            return exc.code
-
-    monkeypatch.chdir(tmp_path)
-    assert status("--examples", "0") == 2
-    capsys.readouterr()
-    assert status("nope.toml") == 2 and "nope.toml" in capsys.readouterr().err
-    assert not (tmp_path / "reports").exists()
+def test_cli_explore_refuses_bad_input(tmp_path: Path) -> None:
+    """In this process (``input_helpers.call``): exit 2, one error line naming what is
+    wrong, nothing written, no process started."""
+    assert_refused(call("shopops-chaos", ["explore", "--examples", "0"], tmp_path), 2,
+                   "--examples")
+    assert_refused(call("shopops-chaos", ["explore", "nope.toml"], tmp_path), 2, "nope.toml")
 
 
 # ------------------------------------------------------------------ scenario files
