@@ -12,6 +12,7 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -232,10 +233,24 @@ def test_a_target_that_says_it_sent_nothing_after_a_delivery_fails() -> None:
 
 # -- real executions of the plain-Python starter ---------------------------------------------
 
-def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def forked() -> Iterator[object]:
+    """One fork server for the module's starter executions (the harness's side preloaded,
+    no framework): each worker a fork instead of a fresh interpreter. Fresh interpreters
+    run the starter in ``test_a_target_worker_forked_after_preload_is_killed_at_a_boundary_
+    point``, with the same verdict."""
+    from harness.fork_launcher import ForkLauncher
+
+    with ForkLauncher(modules=("harness.target_worker",), fallback=None,
+                      preload=("harness.target_worker", "harness.boundaries")) as launcher:
+        yield launcher
+
+
+def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(tmp_path,
+                                                                         forked) -> None:
     s = load_scenario(TARGETS_DIR / "python-starter.toml")
     r = execute(ExecutionPlan(s, CrashSchedule((KillPoint("t6.gateway_accepted", 1),))),
-                tmp_path / "x", worker_timeout_s=120)
+                tmp_path / "x", launcher=forked, worker_timeout_s=120)
     assert r.verdict is Verdict.PASS, r.reasons
     assert r.evidence.deliveries == 1 and [k.label for k in r.evidence.kills] == [
         "t6.gateway_accepted"]
@@ -251,10 +266,10 @@ def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(tmp_pa
     assert status["draft_identical"] is CheckStatus.PASS
 
 
-def test_a_keys_off_duplicate_replays_with_its_printed_command(tmp_path) -> None:
+def test_a_keys_off_duplicate_replays_with_its_printed_command(tmp_path, forked) -> None:
     s = load_scenario(TARGETS_DIR / "python-starter-keys-off.toml")
     r = execute(ExecutionPlan(s, CrashSchedule((KillPoint("t6.gateway_accepted", 1),))),
-                tmp_path / "x", worker_timeout_s=120)
+                tmp_path / "x", launcher=forked, worker_timeout_s=120)
     assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 2, r.reasons
     argv = shlex.split(r.plan.replay)
     assert argv[:2] == ["shopops-chaos", "run"]
