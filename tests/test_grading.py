@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from input_helpers import call
 
+from harness import sandbox
 from harness.grading import RubricError, RubricItem, grade, load_rubric
 from harness.schedule import CrashSchedule
 from harness.sut import Sut
@@ -63,6 +64,29 @@ def test_a_trusted_variant_that_does_not_start_scores_zero_with_the_reason(
     assert result.score == 0 and "variant forgot a module" in test.output, test.output
     assert "could not be started" in result.output
     assert not (tmp_path / "out" / "run").exists()  # no execution ran
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["untrusted", "trusted"])
+def test_a_preflight_that_hangs_is_killed_at_its_deadline(tmp_path: Path,
+                                                          trusted: bool) -> None:
+    """``--help`` started through the grade's launcher (sealed fork server, or the server
+    preloaded from the folder) that never returns: killed at the preflight's deadline, and
+    said so. Any deadline holds: the hang never ends, however loaded the machine."""
+    from harness.grading import _launcher
+    from harness.preflight import preflight
+
+    folder = student(tmp_path, cli_main="def main(argv=None):  # noqa: F811\n"
+                                        "    import time\n"
+                                        "    time.sleep(3600)\n")
+    sut = Sut(path=folder, trusted=trusted)
+    launcher = _launcher(sut, None)
+    try:
+        problem = preflight(sut, timeout_s=1.0, launcher=launcher)
+    finally:
+        launcher.close()
+    assert problem == "`python -m shopops --help` did not finish within 1 s", problem
+    if not trusted and sandbox.available():
+        assert sandbox.strays() == []  # the hung process of its uid is gone
 
 
 def test_a_hanging_implementation_is_killed_and_scores_zero(tmp_path: Path) -> None:
