@@ -153,13 +153,15 @@ def test_a_proven_duplicate_stays_fail_when_the_worker_then_refuses(tmp_path: Pa
     with ``ApprovalRefused``. The gateway's log holds the proof: ``fail``, and the checks
     that a refusal leaves undecided say so."""
     from harness.execution import execute
+    from harness.fork_launcher import ForkLauncher
     from harness.model import CheckStatus, CrashSchedule, ExecutionPlan, Scenario
-    from harness.spawn_launcher import SpawnLauncher
 
     (mutant,) = [m for m in MUTANTS if m.name == "double-send-then-refusal"]
     sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
     plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
-    result = execute(plan, tmp_path / "exe", launcher=SpawnLauncher())
+    assert sut.path is not None  # our own code: forked from a server preloaded from it
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
+        result = execute(plan, tmp_path / "exe", launcher=launcher)
     ev = result.evidence
     assert ev.deliveries == 2
     (refused,) = [w for w in ev.workers if w.returncode == 1]
