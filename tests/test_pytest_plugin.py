@@ -88,10 +88,11 @@ def test_scenario_folders_from_the_ini_option_and_the_command_line(
     named.assert_outcomes(passed=2)
     named.stdout.fnmatch_lines(["elsewhere/other.toml::other*PASSED*",
                                 "more/more.toml::more*PASSED*"])
-    bad = pytester.runpytest_subprocess("config.toml")
+    # refusals before anything runs: in this process (no worker, no fork server)
+    bad = pytester.runpytest_inprocess("config.toml")
     bad.assert_outcomes(errors=1)  # named explicitly: a scenario error naming the file
     bad.stdout.fnmatch_lines(["*config.toml*"])
-    missing = pytester.runpytest_subprocess("--crash-scenarios", "nowhere")
+    missing = pytester.runpytest_inprocess("--crash-scenarios", "nowhere")
     missing.stderr.fnmatch_lines(["*--crash-scenarios nowhere: no such folder*"])
 
 
@@ -151,12 +152,13 @@ def test_an_item_run_while_learning_reports_its_own_time(pytester: pytest.Pytest
 
 
 def test_options_ini_and_fixtures_are_documented(pytester: pytest.Pytester) -> None:
-    helped = pytester.runpytest_subprocess("--help")
+    # nothing runs: in this process
+    helped = pytester.runpytest_inprocess("--help")
     helped.stdout.fnmatch_lines(["*ShopOps crash harness*", "*--crash-timeout*",
                                  "*--crash-keep*", "*--crash-launcher*",
                                  "*--crash-scenarios*", "*--crash-replan*",
                                  "*crash_scenarios*"])
-    fixtures = pytester.runpytest_subprocess("--fixtures")
+    fixtures = pytester.runpytest_inprocess("--fixtures")
     fixtures.stdout.fnmatch_lines(["crash_runner*", "*Run one execution of a crash schedule*"])
     fixtures.stdout.fnmatch_lines(["mock_gateway*"])
     fixtures.stdout.fnmatch_lines(["checkpoint_db*"])
