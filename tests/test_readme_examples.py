@@ -73,7 +73,7 @@ def test_the_readme_shows_the_commands_this_file_runs() -> None:
     assert "pytest 'scenarios/o1001.toml::o1001[t6.gateway_accepted]'" in pytests
 
 
-def test_adding_a_kill_scenario_as_the_readme_says(tmp_path: Path) -> None:
+def test_adding_a_kill_scenario_as_the_readme_says(tmp_path: Path, inner_pyc: Path) -> None:
     project = _project(tmp_path, "late-approval.toml")
     mine = project / "scenarios" / "my-scenario.toml"
     shutil.copy(project / "scenarios" / "late-approval.toml", mine)  # step 1
@@ -90,12 +90,12 @@ def test_adding_a_kill_scenario_as_the_readme_says(tmp_path: Path) -> None:
     assert replay.returncode == 0, replay.stdout + replay.stderr
     items = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                             "scenarios/my-scenario.toml"], cwd=project, capture_output=True,
-                           text=True, timeout=600, env=inner_env())
+                           text=True, timeout=600, env=inner_env(inner_pyc))
     assert items.returncode == 0, items.stdout + items.stderr
     assert "3 passed" in items.stdout
 
 
-def test_points_and_the_pytest_selection_examples(tmp_path: Path) -> None:
+def test_points_and_the_pytest_selection_examples(tmp_path: Path, inner_pyc: Path) -> None:
     project = _project(tmp_path, "gateway-5xx.toml", "o1001.toml")
     points = _chaos("points", cwd=project)
     assert points.returncode == 0 and "t6.request_leaving" in points.stdout
@@ -104,7 +104,7 @@ def test_points_and_the_pytest_selection_examples(tmp_path: Path) -> None:
              "passed"),
             ("pytest 'scenarios/o1001.toml::o1001[t6.gateway_accepted]'", "1 passed")):
         proc = subprocess.run([sys.executable, "-m", *shlex.split(command), "-q",
-                               "-p", "no:cacheprovider"], cwd=project, env=inner_env(),
+                               "-p", "no:cacheprovider"], cwd=project, env=inner_env(inner_pyc),
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, command + "\n" + proc.stdout + proc.stderr
         assert outcome in proc.stdout and "failed" not in proc.stdout
