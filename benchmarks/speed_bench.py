@@ -15,7 +15,11 @@ Prints progress, then on its last line a JSON object::
   (default 5000) of one schedule: flat means no growth with run length;
 - ``peak_rss_mib``: the harness process's peak resident memory;
 - ``leaked_*``: open fds, child processes and temp-dir entries after the long run minus
-  before it.
+  before it;
+- ``cpu_ms_per_execution`` (harness, fork server, workers, total) and
+  ``noop_worker_cpu_ms``: where an execution's CPU goes, and the floor a forked worker that
+  does nothing sets (``benchmarks/cpu_bench.py``, 40 executions of
+  ``o1001[t6.gateway_accepted]``).
 
 Run: ``python benchmarks/speed_bench.py [--jobs 2] [--long 5000]`` (minutes, not a test).
 """
@@ -36,6 +40,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cpu_bench import executions as cpu_split  # noqa: E402
+from cpu_bench import noop_workers  # noqa: E402
 from matrix_bench import ROOT, measure  # noqa: E402
 
 from harness.execution import ExecutionPlan, execute  # noqa: E402
@@ -97,6 +103,12 @@ def main() -> int:
     first, last, leaks = long_run(args.long, args.jobs)
     print(f"long run: {args.long} executions, first 100 {first:.1f} ms each, last 100 "
           f"{last:.1f} ms each; leaks {leaks}", flush=True)
+    split = cpu_split("t6.gateway_accepted", 40)
+    noop, _ = noop_workers(30)
+    print(f"CPU per execution: harness {split['harness_cpu_ms']:.1f} ms, fork server "
+          f"{split['fork_server_cpu_ms']:.1f} ms, workers {split['workers_cpu_ms']:.1f} ms "
+          f"({split['workers_per_execution']}); a forked worker doing nothing {noop:.1f} ms",
+          flush=True)
     figures = {
         "speedup_fork_vs_spawn": round(spawn["per_worker_ms"] / fork["per_worker_ms"], 2),
         "single_matrix_s": round(fork["matrix_wall_s"], 3),
@@ -106,6 +118,9 @@ def main() -> int:
         "per_execution_ms_5000": round(last, 1),
         "executions_long": args.long,
         **leaks,
+        "cpu_ms_per_execution": {k.removesuffix("_cpu_ms"): round(split[k], 1) for k in (
+            "harness_cpu_ms", "fork_server_cpu_ms", "workers_cpu_ms", "total_cpu_ms")},
+        "noop_worker_cpu_ms": round(noop, 1),
     }
     print(json.dumps(figures))
     return 0
