@@ -14,7 +14,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-__all__ = ["PRELOAD", "TARGET_PRELOAD", "preload", "run_module", "shopops_root"]
+__all__ = ["FRAMEWORKS", "PRELOAD", "TARGET_BASE", "TARGET_PRELOAD", "preload", "run_module",
+           "shopops_root", "target_preload"]
 
 
 #: What ``python -m shopops run`` imports, before or while it runs (``netrc`` and ``shlex``
@@ -36,10 +37,20 @@ PRELOAD = (
 #: every worker. Neither starts a thread on import (``harness.forkserver`` checks). The
 #: boundary points are installed in the child, after the fork and before the target is
 #: imported (``harness.boundaries.install`` wraps modules that are already imported).
-TARGET_PRELOAD = (
-    "harness.target_worker", "harness.boundaries", "harness.targets.context",
-    "langgraph.graph", "langgraph.types", "langgraph.checkpoint.sqlite", "dbos",
-)
+TARGET_BASE = ("harness.target_worker", "harness.boundaries", "harness.targets.context")
+#: Each framework a target may use, by its top-level package, and what preloading it means.
+FRAMEWORKS = {
+    "langgraph": ("langgraph.graph", "langgraph.types", "langgraph.checkpoint.sqlite"),
+    "dbos": ("dbos",),
+}
+TARGET_PRELOAD = TARGET_BASE + tuple(m for mods in FRAMEWORKS.values() for m in mods)
+
+
+def target_preload(frameworks: Sequence[str]) -> tuple[str, ...]:
+    """What a target server preloads for targets using ``frameworks`` (names of
+    ``FRAMEWORKS``; others are ignored): the harness's side and those frameworks only."""
+    return TARGET_BASE + tuple(m for name in FRAMEWORKS if name in frameworks
+                               for m in FRAMEWORKS[name])
 
 
 def preload(extra: Sequence[str] = ()) -> None:

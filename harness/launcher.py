@@ -48,11 +48,9 @@ def make_launcher(name: str) -> Launcher:
         return SpawnLauncher()
     if name == "fork":
         from harness.fork_launcher import ForkLauncher
-        from harness.fork_worker import TARGET_PRELOAD
+        from harness.target_servers import TargetServers
 
-        # target workers (python -m harness.target_worker) fork from a second server that
-        # preloads the frameworks, started at the first target worker; anything else spawns
-        targets = ForkLauncher(modules=("harness.target_worker",), preload=TARGET_PRELOAD,
-                               start_timeout_s=120.0, degrade=True)
-        return ForkLauncher(fallback=targets)
+        # target workers (python -m harness.target_worker) fork from servers that preload
+        # the frameworks their code uses, started at their first worker; the rest spawns
+        return ForkLauncher(fallback=TargetServers())  # type: ignore[arg-type]
     raise ValueError(f"unknown launcher {name!r}; allowed: {', '.join(LAUNCHERS)}")

@@ -15,6 +15,7 @@ from harness.launcher import Launcher
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
 from harness.processes import Worker
 from harness.sut_boot import TITLE_ENV
+from harness.target_servers import FRAMEWORKS_ENV, frameworks_of
 from harness.targets.drive import TargetDriver
 from shopops.approvals import ENV_SOCKET
 from shopops.checkpoint import CheckpointRow
@@ -113,7 +114,8 @@ class Workers:
 
     def env(self) -> dict[str, str]:
         """The worker's environment: ours without any ``SHOPOPS_*``, plus the channel, the
-        approval service and the simulated clock."""
+        approval service, the simulated clock and, for a target, the frameworks its code
+        uses (``harness.target_servers.FRAMEWORKS_ENV``)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
         env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
@@ -122,6 +124,9 @@ class Workers:
         env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
         if self.clock_offset_s:
             env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
+        if self.target is not None:  # the fork server to start it from (target_servers)
+            target = self.target.target
+            env[FRAMEWORKS_ENV] = ",".join(frameworks_of(target.folder, target.extra))
         return env
 
     def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> WorkerRun:
