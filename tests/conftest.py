@@ -28,7 +28,8 @@ MODULES = {
              "test_shard", "test_crash_sample",  # their real runs are marked processes
              "test_layering", "test_story_steps", "test_action_checks"},
     "io": {"test_checkpoint", "test_mock_gateway", "test_loop",  # test_merge: processes
-           "test_inputs", "test_inputs_fuzz", "test_store_files"},  # in this process
+           "test_inputs", "test_inputs_fuzz", "test_store_files",  # in this process
+           "test_peers", "test_inspect_fast_path"},
 }
 
 

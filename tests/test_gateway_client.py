@@ -172,6 +172,7 @@ def test_a_loopback_gateway_ignores_the_environments_proxy_settings(base: str,
         assert gateway_client.session.trust_env is trusted
 
 
+@pytest.mark.io  # a real gateway on loopback
 def test_a_proxy_in_the_environment_does_not_stand_between_loop_and_gateway(
         monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """A real gateway on 127.0.0.1 and HTTP_PROXY naming a port nobody listens on: the send
