@@ -6,8 +6,11 @@ matrix keeps a representative sample (``tests/crash_sample.py``: every single ki
 pairs covering every first kill and every second-kill label); the rest is deselected. The
 whole matrix runs with ``--crash-soak``, or when files or folders are named
 (``pytest scenarios/o1001-double.toml``, ``pytest scenarios``), and always under
-``shopops-chaos run``. The plugin itself collects every item as before: this file changes
-only what this project's default test run selects (tests/README.md).
+``shopops-chaos run``. And the items of a rubric scenario are deselected when a selected
+test grades the reference over that scenario's whole kill matrix and asserts ``pass`` on
+every execution (tests/test_mutants.py): each execution is run once. The plugin itself
+collects every item as before: this file changes only what this project's default test
+run selects (tests/README.md).
 """
 
 from __future__ import annotations
@@ -41,10 +44,43 @@ def pytest_collection_modifyitems(config: pytest.Config,
                                   items: list[pytest.Item]) -> Generator[None, None, None]:
     """Deselect the double-crash pairs outside the sample, in the default run only; before
     any other plugin's hook (a wrapper), so the items are still in plan order."""
-    if (not config.getoption("--crash-soak", False)
-            and config.args_source is pytest.Config.ArgsSource.TESTPATHS):
+    default = (not config.getoption("--crash-soak", False)
+               and config.args_source is pytest.Config.ArgsSource.TESTPATHS)
+    if default:
         _sample(config, items)
-    return (yield)
+    result = yield
+    if default:  # after -k/-m and the others: what is still selected
+        _proven_elsewhere(config, items)
+    return result
+
+
+#: The tests that grade the reference over whole kill matrices and assert ``pass`` on every
+#: execution (tests/test_mutants.py), and how each names the scenarios it covers.
+_GRADES = {
+    "test_the_reference_scores_full_marks": lambda item: item.module.part_scenarios(
+        item.callspec.params["part"]),
+    "test_the_reference_grade_is_deterministic": lambda item: item.module.DETERMINISM,
+}
+
+
+def _proven_elsewhere(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the scenario items whose every execution a selected grade of the reference
+    runs and asserts ``pass`` on (``_GRADES``): in the default run each execution of a
+    rubric scenario is one test, not two (~30 test-seconds). Only what such a grade still
+    selected after ``-k``/``-m`` covers is dropped."""
+    from harness.pytest_plugin import ExecutionItem
+
+    covered: set[str] = set()
+    for item in items:
+        names = _GRADES.get(getattr(item, "originalname", ""))
+        if names is not None and getattr(item, "module", None) is not None:
+            covered |= set(names(item))
+    dropped = [i for i in items if isinstance(i, ExecutionItem)
+               and i.plan.scenario.name in covered and not i.plan.scenario.double]
+    if dropped:
+        gone = {id(i) for i in dropped}
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if id(i) not in gone]
 
 
 def _sample(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -97,3 +97,50 @@ def test_the_default_run_deselects_the_pairs_outside_the_sample_and_naming_runs_
     default = collected()
     assert default == double_sample(named) and len(default) < len(named)
     assert collected("--crash-soak") == named
+
+
+SINGLE = """name = "s"
+[crash]
+points = ["t0.case_started", "t4.parked"]
+"""
+
+GRADES = '''
+import pytest
+
+def part_scenarios(part):
+    return {"first": ("s",), "second": ("other",)}[part]
+
+DETERMINISM = ("other",)
+
+@pytest.mark.parametrize("part", ["first", "second"])
+def test_the_reference_scores_full_marks(part):
+    pass
+'''
+
+
+def test_items_a_selected_grade_of_the_reference_runs_are_not_run_twice(
+        pytester: pytest.Pytester) -> None:
+    """The root ``conftest.py``: a scenario's items are deselected in the default run when a
+    selected full-marks grade of the reference covers that scenario (it runs and checks each
+    of its executions); kept when ``-k`` deselects the grade, when the file is named, and
+    with ``--crash-soak``."""
+    pytester.makeini("[pytest]\ntestpaths = scenarios tests\n")
+    shutil.copy(ROOT / "conftest.py", pytester.path / "conftest.py")
+    (pytester.path / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "crash_sample.py", pytester.path / "tests")
+    (pytester.path / "tests" / "test_mutants.py").write_text(GRADES)
+    (pytester.path / "scenarios").mkdir()
+    (pytester.path / "scenarios" / "s.toml").write_text(SINGLE)
+
+    def items(*args: str) -> list[str]:
+        result = pytester.runpytest_inprocess("--collect-only", "-q", *args)
+        assert result.ret == 0, result.stdout.str()
+        return [ln.split("[", 1)[1][:-1] for ln in result.outlines
+                if ln.startswith("scenarios/s.toml::")]
+
+    every = items("scenarios/s.toml")
+    assert every == ["no-kill", "t0.case_started", "t4.parked"]
+    assert items() == []  # the grade's part "first" covers s
+    assert items("-k", "s and not full_marks") == every  # no grade selected: the items run
+    assert items("-k", "second or s.toml") == every  # the selected part covers another
+    assert items("--crash-soak") == every
