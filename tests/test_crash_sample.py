@@ -128,7 +128,8 @@ def test_items_a_selected_grade_of_the_reference_runs_are_not_run_twice(
     shutil.copy(ROOT / "conftest.py", pytester.path / "conftest.py")
     (pytester.path / "tests").mkdir()
     shutil.copy(ROOT / "tests" / "crash_sample.py", pytester.path / "tests")
-    (pytester.path / "tests" / "test_mutants.py").write_text(GRADES)
+    # not named test_mutants.py: in this process that module is the real one
+    (pytester.path / "tests" / "test_grades_stub.py").write_text(GRADES)
     (pytester.path / "scenarios").mkdir()
     (pytester.path / "scenarios" / "s.toml").write_text(SINGLE)
 
