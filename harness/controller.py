@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import psutil
+
 from harness.channel import Hit
 from harness.evidence import EventLog
 from harness.model import Delivery, EventKind, HitCounter, KillPoint, NoteDelivery
@@ -30,6 +32,8 @@ from harness.processes import Worker
 from shopops import labels
 
 _CONTINUE = {"do": "continue"}
+#: ``KillController._worker_above``: a live sender that descends from no worker.
+_FOREIGN = object()
 #: Seconds a held worker waits for its release before the controller lets it go anyway.
 HOLD_LIMIT_S = 60.0
 
@@ -139,13 +143,29 @@ class KillController:
 
         Args:
             delivery: the new delivery (an email, or an order note).
-            sender_pid: the pid the request came from, if known; a pid that is not one of
-                this execution's workers is ignored and the current worker is the sender.
+            sender_pid: the pid the request came from (the kernel's: the gateway's
+                connection owner), if known. A descendant of a worker (a child it started
+                to send) stands for that worker. A live process that is neither a worker
+                nor a descendant of one is refused — not counted, no kill, a ``tampering``
+                event (``no_tampering`` fails): the delivery stays in the ledger, but no
+                worker is credited or killed for it. A pid that cannot be looked up (gone)
+                or ``None``: the current worker is the sender.
             label: the gateway-side point reached: ``t6.gateway_accepted`` for an email,
                 ``t6.note_accepted`` (``labels.NOTE_ACCEPTED``) for an order note.
         """
         with self._lock:
             worker = self.by_pid.get(sender_pid) if sender_pid is not None else None
+            if worker is None and sender_pid is not None:
+                above = self._worker_above(sender_pid)
+                if above is not _FOREIGN:
+                    worker = above  # type: ignore[assignment]
+                else:
+                    self.events.add(
+                        EventKind.TAMPERING, label, sender_pid, None,
+                        f"{delivery.delivery_id} was delivered for pid {sender_pid}, which "
+                        "is neither a worker of this execution nor a descendant of one: "
+                        "not counted, nobody killed", ref=delivery.delivery_id)
+                    return
             worker = worker or self.current
             pid, index = (worker.pid, worker.index) if worker else (None, None)
             self.events.add(EventKind.DELIVERY, label, pid, index,
@@ -154,6 +174,15 @@ class KillController:
             self.totals.hit(label)
             if worker is not None:
                 self._maybe_kill(label, worker)
+
+    def _worker_above(self, pid: int) -> Worker | None | object:
+        """The worker ``pid`` descends from; ``_FOREIGN`` if it is alive and descends from
+        none; ``None`` if it cannot be looked up (it is gone, or not ours to read)."""
+        try:
+            parents = psutil.Process(pid).parents()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None
+        return next((self.by_pid[p.pid] for p in parents if p.pid in self.by_pid), _FOREIGN)
 
     def _maybe_kill(self, label: str, worker: Worker) -> bool:
         point = self.since_kill.hit(label)

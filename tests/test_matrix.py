@@ -217,3 +217,44 @@ def test_a_loaded_scenario_plans_the_ids_of_one_built_in_code(tmp_path: Path) ->
                               ())
     assert ids(loaded) == ids(built) == ["o1001[t6.gateway_accepted]"]
 
+
+
+def _delivery(n: int = 1):
+    from harness.model import Delivery
+
+    return Delivery(f"dlv-{n:06d}", n, f"k-{n}", "0" * 64, "case-O-1001", "to", "s", "b",
+                    "2026-12-01T00:00:00+00:00")
+
+
+@pytest.mark.processes  # a real child process stands for a worker's
+def test_a_delivery_from_a_process_no_worker_started_kills_and_credits_nobody() -> None:
+    """The gateway's sender is the kernel's; a live process that is neither a worker nor a
+    descendant of one (pid 1 here) is refused as tampering: no kill, no hit counted, no
+    worker credited. A child of the worker stands for the worker; a sender that is gone
+    falls back to the current worker."""
+    import os
+    import subprocess
+    import sys
+
+    from harness.model import EventKind
+
+    log = EventLog()
+    me = FakeWorker(os.getpid(), 0)  # this process plays the worker: its child descends
+    ctl = KillController((KillPoint("t6.gateway_accepted"),), log)
+    ctl.attach(me)
+    ctl.on_gateway_accepted(_delivery(1), sender_pid=1)
+    (event,) = log.snapshot()
+    assert event.kind is EventKind.TAMPERING and event.pid == 1 and event.worker is None
+    assert me.kills == [] and ctl.pending == [KillPoint("t6.gateway_accepted")]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ctl.on_gateway_accepted(_delivery(2), sender_pid=child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert me.kills == [os.getpid()]  # the kill point fired, on the worker it descends from
+    delivered = [e for e in log.snapshot() if e.kind is EventKind.DELIVERY]
+    assert [(e.pid, e.worker) for e in delivered] == [(os.getpid(), 0)]
+    gone = child.pid  # reaped: nothing to look up
+    ctl.on_gateway_accepted(_delivery(3), sender_pid=gone)
+    assert [e.pid for e in log.snapshot() if e.kind is EventKind.DELIVERY][-1] == os.getpid()
