@@ -23,6 +23,8 @@ from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
 
 RUN_ID = "run-1"
+#: Hosts a worker reaches without a proxy (``NO_PROXY``): the harness's own, on loopback.
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass(frozen=True)
@@ -114,8 +116,8 @@ class Workers:
 
     def env(self) -> dict[str, str]:
         """The worker's environment: ours without any ``SHOPOPS_*``, plus the channel, the
-        approval service, the simulated clock and, for a target, the frameworks its code
-        uses (``harness.target_servers.FRAMEWORKS_ENV``)."""
+        approval service, the simulated clock, loopback in ``NO_PROXY`` and, for a target, the
+        frameworks its code uses (``harness.target_servers.FRAMEWORKS_ENV``)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
         env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
@@ -124,6 +126,12 @@ class Workers:
         env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
         if self.clock_offset_s:
             env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
+        # the gateway and the services are the harness's, on loopback: no proxy from our
+        # environment may stand between a worker and them (requests and urllib honour
+        # NO_PROXY; an implementation's own client would otherwise fail through a proxy)
+        for name in ("NO_PROXY", "no_proxy"):
+            given = [h for h in env.get(name, "").split(",") if h.strip()]
+            env[name] = ",".join(dict.fromkeys(given + list(_LOOPBACK)))
         if self.target is not None:  # the fork server to start it from (target_servers)
             target = self.target.target
             env[FRAMEWORKS_ENV] = ",".join(frameworks_of(target.folder, target.extra))

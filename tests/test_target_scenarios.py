@@ -246,8 +246,14 @@ def forked() -> Iterator[object]:
         yield launcher
 
 
-def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(tmp_path,
-                                                                         forked) -> None:
+def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(
+        tmp_path, forked, monkeypatch: pytest.MonkeyPatch) -> None:
+    """... with a proxy nobody listens on in the harness's environment: the workers reach
+    the harness's gateway on loopback without it (``NO_PROXY``; the starter's own client
+    failed with ProxyError before, a FAIL blamed on the implementation)."""
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "example.invalid")
     s = load_scenario(TARGETS_DIR / "python-starter.toml")
     r = execute(ExecutionPlan(s, CrashSchedule((KillPoint("t6.gateway_accepted", 1),))),
                 tmp_path / "x", launcher=forked, worker_timeout_s=120)
@@ -260,6 +266,7 @@ def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(tmp_pa
     # the resume was handed the ticket the human's approval issued
     ctx = json.loads((tmp_path / "x" / "worker-1.context.json").read_text())
     assert ctx["ticket"] is not None and ctx["ticket"].startswith("apr-")
+    assert os.environ["NO_PROXY"] == "example.invalid"  # ours untouched; the workers' extended
     assert json.loads((tmp_path / "x" / "worker-0.context.json").read_text())["ticket"] is None
     status = {c.check_id: c.status for c in r.checks}
     assert status["storage_safe"] is CheckStatus.NOT_APPLICABLE
