@@ -97,37 +97,65 @@ def work(
                 return _dead_letter(state, store, run_id, lease, max_attempts)
             store.save(state, run_id=run_id, lease=lease)  # durable before any work
         if state.phase == Phase.AWAITING_APPROVAL and state.draft is not None:
-            digest = state.draft.digest()
-            if ticket is None:
-                issued = services.approvals.ticket_for(case_id, digest)
-                ticket = issued.ticket_id if issued else None
-            latest = services.approvals.latest_request(case_id)
-            note = _note_decision(state, services)
-            if note == "rejected":  # the note was refused: nothing of the case is done
-                state.transition(Phase.REJECTED)
-                store.save(state, run_id=run_id, lease=lease)
-            elif ticket is not None and note != "pending":
-                if note is not None:
-                    grant_note(state, note, queue=services.approvals)
-                grant_approval(state, ticket, queue=services.approvals)
-            elif latest is not None and latest.status == "rejected" and (
-                    latest.draft_digest == digest):
-                if latest.feedback and state.draft_revision < MAX_REVISIONS:
-                    _redraft(state, latest.feedback)
-                else:
-                    state.transition(Phase.REJECTED)
-                store.save(state, run_id=run_id, lease=lease)
+            _decide(state, ticket, services, store, run_id, lease)
         if Phase(state.phase) not in TERMINAL:
             state.max_steps = state.step + STEP_BUDGET
             state.done = False
     try:
         if state.phase in (Phase.APPROVED, Phase.SENDING):
             services.require_gateway()  # fail before any state change, not after the key
-        return run_loop(state, store=store, run_id=run_id, services=services, lease=lease)
+        result = run_loop(state, store=store, run_id=run_id, services=services, lease=lease)
+        if (result.stopped == "parked" and state.draft is not None
+                and services.approvals.ticket_for(case_id, state.draft.digest()) is not None):
+            # The request this worker just parked on had been approved already: an earlier
+            # worker asked for the same draft, the human approved, and that worker was
+            # killed before it parked. The approval is durable (Chapter 8): take it now
+            # instead of parking on it and asking the human again.
+            _decide(state, None, services, store, run_id, lease)
+            if state.phase == Phase.AWAITING_APPROVAL:  # e.g. the order note still pending
+                return result
+            if Phase(state.phase) not in TERMINAL:
+                state.max_steps = state.step + STEP_BUDGET
+                state.done = False
+            if state.phase in (Phase.APPROVED, Phase.SENDING):
+                services.require_gateway()
+            result = run_loop(state, store=store, run_id=run_id, services=services,
+                              lease=lease)
+        return result
     finally:
         if lease is not None:  # a worker that stops on its own hands the case back
             with contextlib.suppress(CheckpointError):
                 store.release_lease(lease)
+
+
+def _decide(state: State, ticket: str | None, services: Services, store: CheckpointStore,
+            run_id: str, lease: Lease | None) -> None:
+    """The human's decision on a parked case (``awaiting_approval`` with a draft): take
+    ``ticket`` or the queue's usable ticket for this draft (and the note's decision), end
+    the case on a refused note, or redraft / reject on a rejection of this draft; else it
+    stays parked. A decision that changes the phase is checkpointed, or applied by
+    ``grant_approval``."""
+    assert state.draft is not None
+    case_id, digest = state.case_id, state.draft.digest()
+    if ticket is None:
+        issued = services.approvals.ticket_for(case_id, digest)
+        ticket = issued.ticket_id if issued else None
+    latest = services.approvals.latest_request(case_id)
+    note = _note_decision(state, services)
+    if note == "rejected":  # the note was refused: nothing of the case is done
+        state.transition(Phase.REJECTED)
+        store.save(state, run_id=run_id, lease=lease)
+    elif ticket is not None and note != "pending":
+        if note is not None:
+            grant_note(state, note, queue=services.approvals)
+        grant_approval(state, ticket, queue=services.approvals)
+    elif latest is not None and latest.status == "rejected" and (
+            latest.draft_digest == digest):
+        if latest.feedback and state.draft_revision < MAX_REVISIONS:
+            _redraft(state, latest.feedback)
+        else:
+            state.transition(Phase.REJECTED)
+        store.save(state, run_id=run_id, lease=lease)
 
 
 def _note_decision(state: State, services: Services) -> str | None:
