@@ -78,8 +78,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "step-reset-on-resume",
-        (("worker.py", "            state.max_steps = state.step + STEP_BUDGET\n",
-          "            state.step = 0\n            state.max_steps = state.step + STEP_BUDGET\n"),),
+        (("worker.py", "TERMINAL:\n            state.max_steps = state.step + STEP_BUDGET\n",
+          "TERMINAL:\n            state.step = 0\n"
+          "            state.max_steps = state.step + STEP_BUDGET\n"),),
         ("Checklist 4",),
         "o1001[t4.parked]",
     ),
@@ -111,7 +112,9 @@ MUTANTS: tuple[Mutant, ...] = (
           "        if store is not None and state.phase == Phase.COMPLETED:\n"
           "            store.save("),),
         ("Exactly one delivery",),
-        "o1001[no-kill]",
+        # not no-kill: with no park checkpoint the next worker re-proposes the same draft and
+        # takes the approval already given (worker.py), so an unkilled story still sends once
+        "o1001[t6.gateway_accepted]",
     ),
     Mutant(
         "load-ignores-schema-version",
@@ -256,8 +259,8 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "rejection-ignored",
-        (("worker.py", """            elif latest is not None and latest.status == "rejected" and (""",
-          """            elif False and latest is not None and latest.status == "rejected" and ("""),),
+        (("worker.py", """    elif latest is not None and latest.status == "rejected" and (""",
+          """    elif False and latest is not None and latest.status == "rejected" and ("""),),
         ("Rejections",),
         "rejection[no-kill]",
     ),

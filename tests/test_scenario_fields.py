@@ -472,6 +472,8 @@ def test_the_readme_commented_alternatives_are_valid(tmp_path: Path, table: str,
 SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "late-approval": {"approve_delay_h": 6.0},
     "approval-mid-resume": {"approve_at": KillPoint("t6.checkpoint_loaded")},
+    "approved-before-repark": {"approve_at": KillPoint("t6.checkpoint_loaded"),
+                               "baseline": False},
     "approve-twice": {"approve_twice": True, "expect_deliveries": 1},
     "rejection": {"human_action": "reject", "expect_deliveries": 0},
     "rejection-feedback": {"human_action": "reject", "expect_deliveries": 1,
