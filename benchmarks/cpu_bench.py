@@ -27,6 +27,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -96,10 +97,25 @@ def noop_workers(n: int) -> tuple[float, float]:
     return per * 1000, started * 1000
 
 
+def count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer from ``low`` to ``high`` (argparse's usage error
+    naming the option otherwise)."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= n <= high:
+            raise argparse.ArgumentTypeError(f"{n} is not from {low} to {high}")
+        return n
+    return parse
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--schedule", default="t6.gateway_accepted")
-    parser.add_argument("--executions", type=int, default=40)
+    parser.add_argument("--executions", type=count(1, 100_000), default=40,
+                        help="executions measured, 1 to 100000 (default 40)")
     args = parser.parse_args()
     figures = executions(args.schedule, args.executions)
     print(f"per execution ({figures['workers_per_execution']} workers): wall "

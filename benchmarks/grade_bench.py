@@ -43,7 +43,7 @@ def timed(sut: Sut, out: Path, items: int, jobs: int, launcher: str | None
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--items", type=int, default=len(DEFAULT_RUBRIC),
                         help="first N rubric items (default: all)")
     parser.add_argument("--jobs", type=int, default=2, help="parallel executions")

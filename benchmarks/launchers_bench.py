@@ -32,7 +32,7 @@ from harness.scenario import load_scenario  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--jobs", type=int, default=2, help="parallel executions (default 2)")
     parser.add_argument("--rounds", type=int, default=1, help="rounds per launcher (median)")
     args = parser.parse_args()

@@ -66,7 +66,7 @@ def measure(scenario: Scenario, *, launcher: str, jobs: int | None) -> dict[str,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--jobs", type=int, default=None, help="parallel executions")
     parser.add_argument("--launcher", choices=("fork", "spawn"), default="fork",
                         help="how workers start (default fork, as shopops-chaos run)")

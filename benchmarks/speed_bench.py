@@ -42,8 +42,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cpu_bench import count, noop_workers  # noqa: E402
 from cpu_bench import executions as cpu_split  # noqa: E402
-from cpu_bench import noop_workers  # noqa: E402
 from matrix_bench import ROOT, measure  # noqa: E402
 
 from harness.execution import ExecutionPlan, execute  # noqa: E402
@@ -88,9 +88,11 @@ def long_run(n: int, jobs: int) -> tuple[float, float, dict[str, int]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--long", type=int, default=5000, help="executions of the long run")
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    parser.add_argument("--jobs", type=count(1, 64), default=2,
+                        help="parallel executions, 1 to 64 (default 2)")
+    parser.add_argument("--long", type=count(200, 100_000), default=5000,
+                        help="executions of the long run, 200 to 100000 (default 5000)")
     args = parser.parse_args()
     o1001 = load_scenario(ROOT / "scenarios" / "o1001.toml")
     fork = measure(o1001, launcher="fork", jobs=args.jobs)

@@ -77,7 +77,7 @@ def _median_execution(scenario: Scenario, launcher: Launcher, rounds: int,
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--rounds", type=int, default=3,
                         help="executions per target, 1..20 (the median is reported)")
     parser.add_argument("--only", choices=sorted(TARGETS), action="append",

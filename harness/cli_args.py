@@ -24,6 +24,13 @@ _DURATIONS = v.argtype(v.existing_path, "summary")
 _EXISTING_FOLDER = v.argtype(v.existing_folder, "folder")
 
 
+
+#: What ``shopops-chaos --help`` says first (the module docstring is for developers).
+DESCRIPTION = ("Crash-test a durable agent loop: run it in real processes, SIGKILL it at "
+               "every labelled point of its crash timeline, resume it, and judge from the "
+               "harness's own evidence whether work was lost, a human asked twice or an "
+               "email sent twice.")
+
 def _schedule(text: str) -> str:
     """``--schedule``: the text, once it parses as a crash schedule (``CrashSchedule``)."""
     if not text.strip():
@@ -34,7 +41,7 @@ def _schedule(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (``shopops-chaos --help``)."""
-    parser = argparse.ArgumentParser(prog="shopops-chaos", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="shopops-chaos", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the kill matrix of scenario files and write reports")
     p.add_argument("paths", nargs="*", help="scenario files or folders (default: scenarios/)")
