@@ -27,7 +27,7 @@ from harness.model import (
     WorkerRole,
     WorkersStep,
 )
-from harness.story_parse import parse_story
+from harness.story_parse import mistyped, parse_story
 from harness.targets.spec import parse_target, target_limits
 from shopops import labels
 from shopops.errors import ShopOpsError
@@ -177,9 +177,9 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
             if key not in allowed:
                 raise fail(dotted, f"unknown field; allowed in [{table or 'top level'}]: "
                            + ", ".join(allowed))
-            if not isinstance(value, allowed[key]):
-                raise fail(dotted, f"must be {_type_text(allowed[key])}, got "
-                           f"{type(value).__name__}")
+            why = mistyped(allowed[key], value)
+            if why is not None:
+                raise fail(dotted, why)
     case, sut, crash, expect = (data.get(t, {}) for t in ("case", "sut", "crash", "expect"))
     if not data:
         raise fail("name", "the file is empty; a scenario needs at least a name or a table "
@@ -363,13 +363,6 @@ def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{value!r} must be a string")
     return value
-
-
-def _type_text(expected: type | tuple[type, ...]) -> str:
-    names = {str: "a string", bool: "true or false", list: "a list", int: "an integer",
-             float: "a number"}
-    types = expected if isinstance(expected, tuple) else (expected,)
-    return " or ".join(names.get(t, t.__name__) for t in types)
 
 
 def _line_of(text: str, dotted: str) -> int | None:

@@ -108,10 +108,9 @@ def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail,
         if key not in allowed:
             raise bad(key, f"unknown field for step = \"{kind}\"; allowed: "
                       + ", ".join(["step", "when", *allowed]))
-        if isinstance(value, bool) and bool not in _types(allowed[key]):
-            raise bad(key, f"must be {_type_text(allowed[key])}, got bool")
-        if not isinstance(value, allowed[key]):
-            raise bad(key, f"must be {_type_text(allowed[key])}, got {type(value).__name__}")
+        why = mistyped(allowed[key], value, strict_bool=True)
+        if why is not None:
+            raise bad(key, why)
     when = _choice(table, "when", When.ALWAYS, When, bad)
 
     def point(key: str, required: bool) -> KillPoint | None:
@@ -299,8 +298,27 @@ def _types(expected: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def _type_text(expected: type | tuple[type, ...]) -> str:
-    names = {str: "a string", bool: "true or false", int: "an integer", float: "a number"}
+    names = {str: "a string", bool: "true or false", list: "a list", int: "an integer",
+             float: "a number"}
     return " or ".join(dict.fromkeys(names.get(t, t.__name__) for t in _types(expected)))
+
+
+def mistyped(expected: type | tuple[type, ...], value: Any, *,
+             strict_bool: bool = False) -> str | None:
+    """Why ``value`` (as TOML parsed it) is not of the ``expected`` type(s), naming the value
+    as it was written (``true``, ``1e+09``, ``"x"``); ``None`` if it is. A boolean passes as
+    an integer (Python's ``bool`` is an ``int``: a table's range check then refuses it,
+    naming the range) unless ``strict_bool`` (a story step's fields). The one rule for a
+    scenario's tables and its story steps."""
+    types = _types(expected)
+    if isinstance(value, types) and not (strict_bool and isinstance(value, bool)
+                                         and bool not in types):
+        return None
+    shown = ("true" if value is True else "false" if value is False
+             else f'"{value[:60]}"' if isinstance(value, str) else repr(value)[:60])
+    kind = {bool: "a boolean", str: "a string", int: "an integer", float: "a number",
+            list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
+    return f"must be {_type_text(expected)}, got {kind} {shown}"
 
 
 def _header_line(text: str, index: int) -> int | None:

@@ -151,15 +151,15 @@ def test_unknown_field_in_crash(tmp_path: Path) -> None:
 
 WRONG_TYPES = [
     ('[sut]\nidempotency_keys = "yes"\n', "sut.idempotency_keys", 2,
-     "must be true or false, got str"),
-    ("[crash]\nbaseline = 1\n", "crash.baseline", 2, "must be true or false, got int"),
-    ("[crash]\npoints = 3\n", "crash.points", 2, "must be a string or a list, got int"),
-    ('[crash]\nschedules = "t4.parked"\n', "crash.schedules", 2, "must be a list, got str"),
-    ("[case]\norder_id = 1001\n", "case.order_id", 2, "must be a string, got int"),
+     "must be true or false, got a string"),
+    ("[crash]\nbaseline = 1\n", "crash.baseline", 2, "must be true or false, got an integer"),
+    ("[crash]\npoints = 3\n", "crash.points", 2, "must be a string or a list, got an integer"),
+    ('[crash]\nschedules = "t4.parked"\n', "crash.schedules", 2, "must be a list, got a string"),
+    ("[case]\norder_id = 1001\n", "case.order_id", 2, "must be a string, got an integer"),
     ('[expect]\nfailing_checks = "draft_identical"\n', "expect.failing_checks", 2,
-     "must be a list, got str"),
+     "must be a list, got a string"),
     ('name = "x"\ncase = "O-1001"\n', "case", 2, "must be a table [case]"),
-    ("description = 7\n", "description", 1, "must be a string, got int"),
+    ("description = 7\n", "description", 1, "must be a string, got an integer"),
 ]
 
 
