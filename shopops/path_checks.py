@@ -24,8 +24,9 @@ MAX_SOCKET_PATH = 107
 
 def show(value: object, limit: int = 60) -> str:
     """``repr(value)``, shortened so a 5000-character value still gives one short line
-    (the count is of the value's own characters, not of its quotes)."""
-    text = repr(value)
+    (the count is of the value's own characters, not of its quotes); a boolean as TOML and
+    JSON write it (``true``), since only a file gives one."""
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
     size = len(value) if isinstance(value, (str, bytes)) else len(text)
     return text if len(text) <= limit else f"{text[:limit - 15]}...({size} chars)"
 
