@@ -107,11 +107,11 @@ class KillController:
                                 "hit from an unknown pid")
                 return dict(_CONTINUE)
             point = self.totals.hit(hit.label)
+            hook = self.hooks.pop(point, None)  # the story's act at this hit comes first:
+            if hook is not None:  # a human who approves "when a worker gets there" has
+                hook(worker)  # approved even if the worker is killed there
             if self._maybe_kill(hit.label, worker):
                 return None
-            hook = self.hooks.pop(point, None)
-            if hook is not None:
-                hook(worker)
             hold = self.holds.get(point)
             if hold is not None and not hold.held.is_set():
                 hold.worker = worker

@@ -258,3 +258,17 @@ def test_a_delivery_from_a_process_no_worker_started_kills_and_credits_nobody() 
     gone = child.pid  # reaped: nothing to look up
     ctl.on_gateway_accepted(_delivery(3), sender_pid=gone)
     assert [e.pid for e in log.snapshot() if e.kind is EventKind.DELIVERY][-1] == os.getpid()
+
+
+def test_a_story_hook_and_a_kill_at_one_hit_run_hook_first() -> None:
+    """The module's order: hooks due at a hit, then the kill. A human who approves "when a
+    worker gets there" has approved even when the schedule kills the worker there (the
+    kill used to win: the approval never came and the reference was judged a lost send)."""
+    log = EventLog()
+    worker = FakeWorker(100, 0)
+    ctl = KillController((KillPoint("t6.checkpoint_loaded"),), log)
+    ctl.attach(worker)
+    acted: list[int] = []
+    ctl.add_hook(KillPoint("t6.checkpoint_loaded"), lambda w: acted.append(w.pid))
+    assert ctl.on_hit(Hit("t6.checkpoint_loaded", 100, 1, "off")) is None  # killed
+    assert acted == [100] and worker.kills == [100] and not ctl.hooks
