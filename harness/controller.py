@@ -175,6 +175,18 @@ class KillController:
             if worker is not None:
                 self._maybe_kill(label, worker)
 
+    def stands_for_a_worker(self, pid: int | None) -> bool:
+        """Whether a gateway request from ``pid`` is this execution's: a worker, a
+        descendant of one, or a pid that cannot be told (``None``, gone) — not a live
+        process outside every worker's tree (``harness.mock_gateway``: only such requests
+        take the scenario's faults)."""
+        if pid is None:
+            return True
+        with self._lock:
+            if pid in self.by_pid:
+                return True
+            return self._worker_above(pid) is not _FOREIGN
+
     def _worker_above(self, pid: int) -> Worker | None | object:
         """The worker ``pid`` descends from; ``_FOREIGN`` if it is alive and descends from
         none; ``None`` if it cannot be looked up (it is gone, or not ours to read)."""

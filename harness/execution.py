@@ -141,6 +141,8 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     gateway.on_note_accepted = lambda note: controller.on_gateway_accepted(
         note, senders.get(("note", note.request_seq)), labels.NOTE_ACCEPTED)
     gateway.set_faults(plan.scenario.gateway_faults)
+    gateway.fault_case = plan.scenario.case_id  # only the loop's own sends meet the faults
+    gateway.faults_for = controller.stands_for_a_worker
     with FailpointChannel(controller.on_hit) as channel, gateway, ApprovalService(
             workdir / "approvals.db", allowed_uid=uid, on_tamper=lambda line: events.add(
                 EventKind.TAMPERING, None, None, None, line)) as approvals:

@@ -28,7 +28,9 @@ The sender of a request is the kernel's answer (``harness.peers``: the owner of 
 connection), logged as ``worker_pid``/``worker_uid``; the ``X-ShopOps-Worker-Pid`` header is
 only logged (``claimed_pid``) so that a claim for another process can be shown as tampering.
 
-Faults (``FaultSpec``) are consumed one per ``POST /v1/messages`` in FIFO order; an empty
+Faults (``FaultSpec``) are consumed one per well-formed ``POST /v1/messages`` in FIFO order
+(of the execution's case, from one of its workers, when ``fault_case``/``faults_for`` are
+set: a dummy request cannot spend the fault the loop's send was meant to meet); an empty
 plan means normal behaviour. ``latency`` sleeps ``ms`` then answers normally; ``error`` answers
 ``status`` (5xx) and delivers nothing; ``drop_after_accept`` delivers, commits, then closes
 the TCP connection with no reply; ``delay_after_accept`` delivers, commits, then holds the
@@ -125,6 +127,11 @@ class MockGateway:
         self.on_note_request = on_note_request
         self.allowed_uid = allowed_uid
         self.candidates = candidates or (lambda: [os.getpid()])
+        #: only a message of this case takes a fault (``None``: any case)
+        self.fault_case: str | None = None
+        #: only a message whose sender's pid (``None``: unknown) this accepts takes a fault
+        #: (``None``: any sender); the execution gives its kill controller's ``stands_for``
+        self.faults_for: Callable[[int | None], bool] | None = None
         self._control = control
         self._control_dir: str | None = None
         self._control_serving: ServerThread | None = None
@@ -272,14 +279,15 @@ class MockGateway:
                          server_host=self.host) if port is not None else None)
         refused = self.allowed_uid is not None and (peer is None
                                                     or peer.uid != self.allowed_uid)
-        fault = None if refused or ledger is not EMAIL else self._take_fault()
-        if fault is not None and fault.kind == "latency":
-            time.sleep((fault.ms or 0) / 1000.0)
         raw = request.get_data()
         message, problem = ledgers.parse(ledger, raw)
         key = request.headers.get("Idempotency-Key")
         if key is not None and not key.strip():
             problem = ("Idempotency-Key", "must be a non-empty string when present")
+        fault = (self._take_fault() if not refused and ledger is EMAIL
+                 and self._faultable(message, problem, peer) else None)
+        if fault is not None and fault.kind == "latency":
+            time.sleep((fault.ms or 0) / 1000.0)
         claimed = request.headers.get("X-ShopOps-Worker-Pid", "")
         evidence = {
             "received_at": ledgers.iso(received), "received_epoch": received,
@@ -324,6 +332,19 @@ class MockGateway:
         if fault is not None and fault.kind == "delay_after_accept":
             self._stopping.wait((fault.ms or 0) / 1000.0)
         return _json(reply, status)
+
+    def _faultable(self, message: dict[str, str] | None, problem: object,
+                   peer: object) -> bool:
+        """Whether a request takes the next fault: a well-formed message, of ``fault_case``
+        when set, from a sender ``faults_for`` accepts (when set). So a dummy request — a
+        junk body, another case, a process outside the execution — cannot spend a fault
+        that the loop's own send was meant to meet."""
+        if message is None or problem is not None:
+            return False
+        if self.fault_case is not None and message.get("case_id") != self.fault_case:
+            return False
+        pid = getattr(peer, "pid", None)
+        return self.faults_for is None or self.faults_for(pid)
 
     def _record(self, conn: sqlite3.Connection, ledger: Ledger, seq: int
                 ) -> RequestRecord | None:

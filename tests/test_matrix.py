@@ -272,3 +272,24 @@ def test_a_story_hook_and_a_kill_at_one_hit_run_hook_first() -> None:
     ctl.add_hook(KillPoint("t6.checkpoint_loaded"), lambda w: acted.append(w.pid))
     assert ctl.on_hit(Hit("t6.checkpoint_loaded", 100, 1, "off")) is None  # killed
     assert acted == [100] and worker.kills == [100] and not ctl.hooks
+
+
+@pytest.mark.processes  # a real child process stands for a worker's
+def test_which_senders_stand_for_a_worker() -> None:
+    """Whose gateway requests take the scenario's faults: a worker, its descendants, and a
+    pid that cannot be told; not a live process outside every worker's tree (pid 1)."""
+    import os
+    import subprocess
+    import sys
+
+    ctl = KillController((), EventLog())
+    ctl.attach(FakeWorker(os.getpid(), 0))
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert ctl.stands_for_a_worker(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert ctl.stands_for_a_worker(os.getpid()) and ctl.stands_for_a_worker(None)
+    assert ctl.stands_for_a_worker(child.pid)  # gone: cannot be told
+    assert not ctl.stands_for_a_worker(1)

@@ -420,3 +420,23 @@ def test_the_client_adds_a_note_with_its_key(gateway: MockGateway, db: Path) -> 
                            idempotency_key="note-key")
     assert (first.delivery_id, first.duplicate, again.duplicate) == ("nte-000001", False, True)
     assert {r.idempotency_key for r in read_log(db).note_requests} == {"note-key"}
+
+
+def test_only_a_well_formed_send_of_the_case_from_a_worker_takes_a_fault(
+        gateway: MockGateway, http: requests.Session, db: Path) -> None:
+    """A dummy request cannot spend the fault the loop's send was meant to meet: a junk
+    body, a message of another case, or a sender the execution does not stand for is
+    answered without the fault, which stays for the next well-formed send of the case."""
+    senders: list[int | None] = []
+    gateway.fault_case = MESSAGE["case_id"]
+    gateway.faults_for = lambda pid: senders.append(pid) or pid != os.getpid()
+    gateway.set_faults([{"kind": "error", "status": 503}])
+    junk = http.post(gateway.url + "/v1/messages", data=b"not json", timeout=(2, 5))
+    assert junk.status_code == 400
+    assert post(http, gateway, "k-other", case_id="case-O-2").status_code == 201
+    assert post(http, gateway, "k-mine").status_code == 201  # this process: refused
+    assert gateway.pending_faults() == (FaultSpec("error", status=503),)
+    assert senders == [os.getpid()]  # asked only for the well-formed send of the case
+    gateway.faults_for = None  # any sender
+    assert post(http, gateway, "k-2").status_code == 503
+    assert gateway.pending_faults() == ()
