@@ -201,12 +201,12 @@ class ApprovalService:
         """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
         (calls from all connections run one at a time)."""
         with self._calls:
-            return self.answer(self._store, self._log, pid, uid, line)
+            return self._answer(pid, uid, line)
 
-    def answer(self, store: SqliteStore, log: sqlite3.Connection, pid: int, uid: int,
-               line: bytes) -> dict[str, Any]:
-        """The reply to one request ``line`` from ``pid``/``uid`` (the kernel's), run on
-        ``store`` and logged through ``log`` (connections of the calling thread)."""
+    def _answer(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
+        """The reply to one request ``line`` from ``pid``/``uid`` (the kernel's), run on the
+        service's store and logged in its call log (the caller holds ``_calls``)."""
+        store, log = self._store, self._log
         op: str | None = None
         args: dict[str, Any] = {}
         try:
