@@ -98,13 +98,8 @@ def work(
             store.save(state, run_id=run_id, lease=lease)  # durable before any work
         if state.phase == Phase.AWAITING_APPROVAL and state.draft is not None:
             _decide(state, ticket, services, store, run_id, lease)
-        if Phase(state.phase) not in TERMINAL:
-            state.max_steps = state.step + STEP_BUDGET
-            state.done = False
     try:
-        if state.phase in (Phase.APPROVED, Phase.SENDING):
-            services.require_gateway()  # fail before any state change, not after the key
-        result = run_loop(state, store=store, run_id=run_id, services=services, lease=lease)
+        result = _run(state, store, run_id, services, lease)
         if (result.stopped == "parked" and state.draft is not None
                 and services.approvals.ticket_for(case_id, state.draft.digest()) is not None):
             # The request this worker just parked on had been approved already: an earlier
@@ -112,20 +107,25 @@ def work(
             # killed before it parked. The approval is durable (Chapter 8): take it now
             # instead of parking on it and asking the human again.
             _decide(state, None, services, store, run_id, lease)
-            if state.phase == Phase.AWAITING_APPROVAL:  # e.g. the order note still pending
-                return result
-            if Phase(state.phase) not in TERMINAL:
-                state.max_steps = state.step + STEP_BUDGET
-                state.done = False
-            if state.phase in (Phase.APPROVED, Phase.SENDING):
-                services.require_gateway()
-            result = run_loop(state, store=store, run_id=run_id, services=services,
-                              lease=lease)
+            if state.phase != Phase.AWAITING_APPROVAL:  # not while the note is pending
+                result = _run(state, store, run_id, services, lease)
         return result
     finally:
         if lease is not None:  # a worker that stops on its own hands the case back
             with contextlib.suppress(CheckpointError):
                 store.release_lease(lease)
+
+
+def _run(state: State, store: CheckpointStore, run_id: str, services: Services,
+         lease: Lease | None) -> LoopResult:
+    """Run the loop from ``state`` with a fresh step budget (a case not yet terminal), the
+    gateway checked first when the next step sends (fail before any state change)."""
+    if Phase(state.phase) not in TERMINAL:
+        state.max_steps = state.step + STEP_BUDGET
+        state.done = False
+    if state.phase in (Phase.APPROVED, Phase.SENDING):
+        services.require_gateway()
+    return run_loop(state, store=store, run_id=run_id, services=services, lease=lease)
 
 
 def _decide(state: State, ticket: str | None, services: Services, store: CheckpointStore,

@@ -78,9 +78,9 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "step-reset-on-resume",
-        (("worker.py", "TERMINAL:\n            state.max_steps = state.step + STEP_BUDGET\n",
-          "TERMINAL:\n            state.step = 0\n"
-          "            state.max_steps = state.step + STEP_BUDGET\n"),),
+        (("worker.py", "TERMINAL:\n        state.max_steps = state.step + STEP_BUDGET\n",
+          "TERMINAL:\n        state.step = 0\n"
+          "        state.max_steps = state.step + STEP_BUDGET\n"),),
         ("Checklist 4",),
         "o1001[t4.parked]",
     ),
@@ -221,13 +221,13 @@ MUTANTS: tuple[Mutant, ...] = (
         # Shown only by a story the tables could not tell (issue 9, A): resumes after the
         # case completed. A worker that "makes sure it went out" sends again.
         "completed-case-sent-again",
-        (("worker.py", """        if Phase(state.phase) not in TERMINAL:
-            state.max_steps""", """        if state.phase == Phase.COMPLETED and state.draft is not None:  # "make sure"
-            services.require_gateway().send(
-                case_id=case_id, to=state.draft.to, subject=state.draft.subject,
-                body=state.draft.body, idempotency_key=f"{state.send_idempotency_key}:again")
-        if Phase(state.phase) not in TERMINAL:
-            state.max_steps"""),),
+        (("worker.py", """    if Phase(state.phase) not in TERMINAL:
+        state.max_steps""", """    if state.phase == Phase.COMPLETED and state.draft is not None:  # "make sure"
+        services.require_gateway().send(
+            case_id=state.case_id, to=state.draft.to, subject=state.draft.subject,
+            body=state.draft.body, idempotency_key=f"{state.send_idempotency_key}:again")
+    if Phase(state.phase) not in TERMINAL:
+        state.max_steps"""),),
         ("Exactly one delivery",),
         "resume-after-completion[no-kill]",
     ),
