@@ -16,11 +16,22 @@ run selects (tests/README.md).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
 
 import pytest
+
+# Bytecode caches are written, even where PYTHONDONTWRITEBYTECODE is set (it is on the CI
+# machine): otherwise every interpreter the suite starts (the xdist workers, ~120 fork
+# servers, ~70 ``shopops-chaos`` runs, the inner pytest sessions) compiles ``harness/`` and
+# ``shopops/`` again, and pytest rewrites the asserts of every test module again in each
+# xdist worker (~5 s of a worker's collection). The caches go to ``__pycache__`` folders,
+# which git ignores. Set here, in the process that loads this file first, so the worker
+# processes and their subprocesses inherit it.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 def _load_double_sample() -> Callable[[Iterable[str]], list[str]]:
