@@ -156,6 +156,32 @@ def test_the_worker_gets_exactly_the_env_passed(
         assert armed.wait(DEADLINE_S).returncode == -signal.SIGKILL
 
 
+def test_a_forked_worker_environ_is_replaced_by_its_difference_exactly() -> None:
+    """``run_module`` sets only what differs from the server's environment: the result is
+    the given env, in ``os.environ`` and at the C level (what ``getenv`` and a program the
+    worker starts see), for a variable removed, changed, added and kept."""
+    import ctypes
+
+    from harness.fork_worker import _replace_environ
+
+    getenv = ctypes.CDLL(None).getenv
+    getenv.restype = ctypes.c_char_p
+    saved = dict(os.environ)
+    target = {k: v for k, v in saved.items() if k != "PATH"}  # removed
+    target |= {"HOME": saved.get("HOME", "") + "-changed", "REPLACE_ENV_NEW": "added"}
+    try:
+        os.environ["REPLACE_ENV_GONE"] = "x"
+        _replace_environ(target)
+        assert dict(os.environ) == target
+        for name in ("PATH", "REPLACE_ENV_GONE"):
+            assert getenv(name.encode()) is None
+        assert getenv(b"HOME") == target["HOME"].encode()
+        assert getenv(b"REPLACE_ENV_NEW") == b"added"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 # -------------------------------------------------------------------------- exit statuses
 
 
