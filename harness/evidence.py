@@ -13,18 +13,19 @@ import contextlib
 import sqlite3
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from harness.mock_gateway import read_log
 from harness.model.evidence import Event, Evidence, Gap, GatewayLog, WorkerRun
 from harness.model.kinds import EventKind, EvidenceSource
 from shopops.approvals import ApprovalRequest, Ticket
-from shopops.checkpoint import CheckpointRow, read_history
+from shopops.checkpoint import CheckpointRow, read_history, read_latest
 from shopops.checkpoint_file import open_readonly
 from shopops.errors import NotACheckpointDatabase
 
 __all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "read_approvals",
-           "read_checkpoints", "read_gateway"]
+           "latest_checkpoint", "read_checkpoints", "read_gateway"]
 
 
 class EventLog:
@@ -64,6 +65,19 @@ def read_checkpoints(db: Path, case_id: str) -> tuple[tuple[CheckpointRow, ...],
         return tuple(read_history(db, case_id)), None
     except (sqlite3.Error, NotACheckpointDatabase) as exc:
         return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} unreadable: {exc}")
+
+
+def latest_checkpoint(db: Path, case_id: str, skip: Collection[int] = ()) -> CheckpointRow | None:
+    """The case's newest raw checkpoint row whose ``seq`` is not in ``skip`` (rows the
+    harness injected), inspected read-only first like ``read_checkpoints``; ``None`` when
+    there is none or the file cannot be read (``read_checkpoints`` gives that file's gap
+    when the evidence is collected)."""
+    if not db.exists():
+        return None
+    try:
+        return read_latest(db, case_id, skip)
+    except (sqlite3.Error, NotACheckpointDatabase, FileNotFoundError):
+        return None
 
 
 def read_approvals(db: Path, case_id: str) -> tuple[tuple[ApprovalRequest, ...],

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.controller import KillController
-from harness.evidence import EventLog, read_checkpoints
+from harness.evidence import EventLog, latest_checkpoint
 from harness.launcher import Launcher
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
 from harness.processes import Worker
@@ -195,11 +195,9 @@ class Workers:
         for a target: its state is read once, at the end, through its own API)."""
         if self.target is not None:
             return None
-        injected = {r.seq for r in self.injected}
-        rows, _ = read_checkpoints(self.ckpt_db, self.s.case_id)
-        rows = tuple(r for r in rows if r.seq not in injected)
+        row = latest_checkpoint(self.ckpt_db, self.s.case_id, {r.seq for r in self.injected})
         try:
-            return rows[-1].state().phase if rows else None
+            return row.state().phase if row is not None else None
         except ShopOpsError:
             return None
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from shopops import checkpoint_file
@@ -32,13 +32,15 @@ from shopops.checkpoint_rows import (
     _utc_iso,
 )
 from shopops.checkpoint_rows import read_history as _read_rows
+from shopops.checkpoint_rows import read_latest as _read_latest
 from shopops.checkpoint_schema import CHECKPOINT_DB as CHECKPOINT_DB
 from shopops.checkpoint_schema import NO_UPDATE, SCHEMA, Transaction
 from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
 from shopops.failpoints import failpoint
 from shopops.state import SCHEMA_VERSION, State
 
-__all__ = ["CheckpointRow", "CheckpointStore", "DeadLetter", "Lease", "read_history"]
+__all__ = ["CheckpointRow", "CheckpointStore", "DeadLetter", "Lease", "read_history",
+           "read_latest"]
 
 MIGRATION_V1_V2 = "v1_to_v2_preferred_channel"
 
@@ -70,6 +72,22 @@ def read_history(path: str | os.PathLike[str], case_id: str,
     if os.path.lexists(path):
         checkpoint_file.inspect(path, CHECKPOINT_DB, create=False)
     return _read_rows(path, case_id, run_id)
+
+
+def read_latest(path: str | os.PathLike[str], case_id: str,
+                skip: Collection[int] = ()) -> CheckpointRow | None:
+    """The case's newest raw row whose ``seq`` is not in ``skip`` (``None``: no such row),
+    read-only, once the file is known to be ours — ``read_history``'s last row without
+    reading the rest (``checkpoint_rows.read_latest``).
+
+    Raises:
+        FileNotFoundError: no database at ``path`` (none is created).
+        NotACheckpointDatabase: the file is not a checkpoint database
+            (``checkpoint_file.inspect``): nothing is read from it.
+    """
+    if os.path.lexists(path):
+        checkpoint_file.inspect(path, CHECKPOINT_DB, create=False)
+    return _read_latest(path, case_id, skip)
 
 
 class CheckpointStore:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -202,5 +203,30 @@ def read_history(path: str | os.PathLike[str], case_id: str,
     conn = open_readonly(db)  # leaves no -wal/-shm behind (shopops.checkpoint_file)
     try:
         return _select_rows(conn, os.fspath(path), case_id, run_id)
+    finally:
+        conn.close()
+
+
+def read_latest(path: str | os.PathLike[str], case_id: str,
+                skip: Collection[int] = ()) -> CheckpointRow | None:
+    """The case's newest raw row (highest ``seq``) whose ``seq`` is not in ``skip``, or
+    ``None``, through a read-only connection like ``read_history``: one row is read and
+    built instead of the whole history (the harness asks for the latest phase after every
+    worker).
+
+    Raises:
+        FileNotFoundError: no database at ``path`` (none is created).
+    """
+    db = Path(path)
+    if not db.exists():
+        raise FileNotFoundError(f"checkpoint database {db} does not exist")
+    conn = open_readonly(db)  # leaves no -wal/-shm behind (shopops.checkpoint_file)
+    try:
+        seqs = sorted({int(seq) for seq in skip})
+        sql = f"{_row_sql(conn)} WHERE case_id = ?"
+        if seqs:
+            sql += f" AND seq NOT IN ({', '.join('?' * len(seqs))})"
+        r = conn.execute(sql + " ORDER BY seq DESC LIMIT 1", [case_id, *seqs]).fetchone()
+        return None if r is None else CheckpointRow._from_sql(r, os.fspath(path))
     finally:
         conn.close()

@@ -19,12 +19,19 @@ from typing import Any
 
 import pytest
 
-from shopops.checkpoint import CheckpointRow, CheckpointStore, Lease, read_history
+from shopops.checkpoint import (
+    CheckpointRow,
+    CheckpointStore,
+    Lease,
+    read_history,
+    read_latest,
+)
 from shopops.errors import (
     CheckpointCorrupt,
     CheckpointNotFound,
     FencedOff,
     LeaseHeld,
+    NotACheckpointDatabase,
     StateInvalid,
     UnsupportedSchemaVersion,
 )
@@ -160,6 +167,43 @@ def test_read_history_is_read_only(store: CheckpointStore, db: Path, tmp_path: P
     with pytest.raises(FileNotFoundError):
         read_history(missing, CASE)
     assert not missing.exists()
+
+
+def test_read_latest_is_the_last_row_of_the_history_read_only(
+        store: CheckpointStore, db: Path, tmp_path: Path) -> None:
+    """``read_latest`` is ``read_history``'s last row (every run of the case), skipping the
+    seqs asked, without writing or leaving a file; a file that is not ours is refused
+    unread, as ``read_history`` refuses it."""
+    assert read_latest(db, CASE) is None  # the store's file, no row yet
+    for step in (1, 2):
+        store.save(parked(step), RUN)
+    store.save(parked(7), "run-2")
+    other = insert_raw(db, 2, b"{}", case_id="case-O-9999")  # another case's row is later
+    before = db.read_bytes()
+    history = read_history(db, CASE)
+    latest = read_latest(db, CASE)
+    assert latest == history[-1] and latest.seq == 3 and latest.run_id == "run-2"
+    assert latest.db_path == str(db) and latest.state().step == 7
+    assert read_latest(db, CASE, {3}) == history[1]
+    assert read_latest(db, CASE, {3, 2, 1}) is None
+    assert read_latest(db, "case-O-9999").seq == other
+    assert read_latest(db, "case-O-0000") is None
+    assert db.read_bytes() == before
+    missing = tmp_path / "nope.db"
+    with pytest.raises(FileNotFoundError):
+        read_latest(missing, CASE)
+    assert not missing.exists()
+    foreign = tmp_path / "foreign.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        conn.execute("CREATE TABLE checkpoints (seq INTEGER, case_id TEXT)")
+        conn.execute("INSERT INTO checkpoints VALUES (1, ?)", (CASE,))
+        conn.commit()
+    body = foreign.read_bytes()
+    with pytest.raises(NotACheckpointDatabase):
+        read_latest(foreign, CASE)
+    assert foreign.read_bytes() == body
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("foreign")) == [
+        "foreign.db"]
 
 
 # --- busy timeout: concurrent writers wait -------------------------------------------------
