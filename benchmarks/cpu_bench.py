@@ -111,9 +111,21 @@ def count(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def schedule(text: str) -> str:
+    """An argparse ``type``: a crash schedule ``CrashSchedule.parse`` accepts (its error,
+    which lists the labels, as argparse's usage error otherwise)."""
+    try:
+        CrashSchedule.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--schedule", default="t6.gateway_accepted")
+    parser.add_argument("--schedule", type=schedule, default="t6.gateway_accepted",
+                        help="the crash schedule of every execution, e.g. t4.parked or "
+                             "t4.parked>t6.gateway_accepted (default t6.gateway_accepted)")
     parser.add_argument("--executions", type=count(1, 100_000), default=40,
                         help="executions measured, 1 to 100000 (default 40)")
     args = parser.parse_args()

@@ -26,7 +26,7 @@ MODULES = {
              "test_scenario_fields", "test_scenario_loop_fields",
              "test_approvals", "test_gateway_client",
              "test_shard", "test_crash_sample",  # their real runs are marked processes
-             "test_layering", "test_story_steps", "test_action_checks"},
+             "test_layering", "test_story_steps", "test_action_checks", "test_bench_args"},
     "io": {"test_checkpoint", "test_mock_gateway", "test_loop",  # test_merge: processes
            "test_inputs", "test_inputs_fuzz", "test_store_files",  # in this process
            "test_peers", "test_inspect_fast_path"},
