@@ -175,9 +175,14 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     checkpoint history, approval records and gateway log read back from the files (read
     only; a file that cannot be read becomes a ``Gap``). ``home``: where the execution's
     folder will be once moved out of the scratch area (``harness.scratch``); the evidence
-    names that folder, and a gap's reason names its files there."""
+    names that folder, and a gap's reason and the story's errors name its files there
+    (a worker's own output is kept as it printed it)."""
     s = plan.scenario
     home = home or record.workdir
+
+    def at_home(text: str) -> str:  # the harness's own text names the files where they stay
+        return text.replace(str(record.workdir), str(home))
+
     target = s.target
     # a target keeps its own storage (read through its API by the story): no checkpoints
     checkpoints, g1 = (read_checkpoints(record.checkpoints_db, s.case_id) if target is None
@@ -192,12 +197,13 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
         checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
         unreached=tuple(controller.pending) + _unreached_points(controller),
-        errors=record.errors,
-        gaps=tuple(Gap(g.source, g.reason.replace(str(record.workdir), str(home)))
-                   for g in (g1, g2, g3, g4) if g is not None),
+        errors=tuple(at_home(e) for e in record.errors),
+        gaps=tuple(Gap(g.source, at_home(g.reason)) for g in (g1, g2, g3, g4)
+                   if g is not None),
         workdir=str(home), expected_deliveries=s.expect_deliveries,
         injected=record.injected, v1_rows=record.v1_rows,
-        migrations=migrations(record.checkpoints_db),
+        # only from a file read_checkpoints inspected and read: not from one it refused
+        migrations=migrations(record.checkpoints_db) if target is None and g1 is None else (),
         max_attempts=s.max_attempts,
         gates=(DEFAULT_GATE, NOTE_GATE) if s.order_note else (DEFAULT_GATE,),
         target="reference" if target is None else target.name,

@@ -100,3 +100,32 @@ def test_an_execution_runs_in_scratch_and_its_evidence_names_the_run_folder(
     assert {"checkpoints.db", "approvals.db", "gateway.db"} <= names, names
     area = scratch.area()
     assert area is not None and list(area.iterdir()) == []  # nothing left behind
+
+
+def test_the_story_errors_and_gaps_name_the_run_folder_not_the_scratch_area(
+        tmp_path: Path) -> None:
+    """``collect`` runs before the files move home: a story error or a gap that names one of
+    them must name it where it stays (a scratch path is gone once the execution ends). And a
+    checkpoint file a worker overwrote with garbage is a gap, not a harness error: reading its
+    migrations raised ``sqlite3.DatabaseError`` and ended the whole run with exit 2."""
+    from harness.controller import KillController
+    from harness.evidence import EventLog
+    from harness.execution import collect
+    from harness.model.story import StoryRecord
+
+    work, home = tmp_path / "scratch" / "e1", tmp_path / "run" / "e1"
+    work.mkdir(parents=True)
+    (work / "checkpoints.db").write_bytes(b"not a database, certainly not SQLite")
+    plan = ExecutionPlan(load_scenario(ROOT / "scenarios" / "o1001.toml"), CrashSchedule())
+    events = EventLog()
+    record = StoryRecord(
+        steps=(), workers=(), errors=(f"the migrated checkpoint cannot be read: "
+                                      f"{work / 'checkpoints.db'} is damaged",),
+        approval_event=None, checkpoint_seq_at_approval=None, injected=(), v1_rows=0,
+        checkpoints_db=work / "checkpoints.db", approvals_db=work / "approvals.db",
+        gateway_db=work / "gateway.db", workdir=work)
+    evidence = collect(plan, record, KillController((), events), events, home)
+    texts = [*evidence.errors, *(g.reason for g in evidence.gaps)]
+    assert len(evidence.errors) == 1 and evidence.gaps, texts
+    assert all(str(home / "checkpoints.db") in t for t in texts[:2]), texts
+    assert not any(str(work) in t for t in texts), texts
