@@ -345,6 +345,9 @@ def test_serve_prints_url_and_stops_on_sigterm(db: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+    # the whole log is in the one file: no -wal/-shm left that a copy of it would miss
+    assert sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name)) == [
+        db.name]
     assert len(read_log(db).deliveries) == 1
 
 
