@@ -10,7 +10,9 @@ records from the queue's file, deliveries from the gateway's own log.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Collection
@@ -24,8 +26,8 @@ from shopops.checkpoint import CheckpointRow, read_history, read_latest
 from shopops.checkpoint_file import open_readonly
 from shopops.errors import NotACheckpointDatabase
 
-__all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "read_approvals",
-           "latest_checkpoint", "read_checkpoints", "read_gateway"]
+__all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "latest_checkpoint",
+           "not_a_file", "read_approvals", "read_checkpoints", "read_gateway"]
 
 
 class EventLog:
@@ -56,11 +58,31 @@ class EventLog:
             return tuple(self._events)
 
 
+def not_a_file(db: Path) -> str | None:
+    """Why ``db`` is not read as evidence, or ``None`` for a regular file. Every file the
+    harness reads back is one it (or the loop through SQLite) created as a regular file, so
+    anything else was put there by a worker and is refused without following or opening
+    it: a symlink (even to a real database: the evidence is this execution's own file; a
+    loop would raise on resolving), a folder, a FIFO (opening it would block the harness
+    until a writer came) or a device. The one rule for all three readers."""
+    try:
+        mode = os.lstat(db).st_mode
+    except OSError as exc:
+        return f"cannot be examined: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("is a symlink" if stat.S_ISLNK(mode) else "is a folder" if stat.S_ISDIR(mode)
+            else "is a FIFO" if stat.S_ISFIFO(mode) else "is not a regular file")
+    return f"{kind}, not a database file (a worker put it there; not read)"
+
+
 def read_checkpoints(db: Path, case_id: str) -> tuple[tuple[CheckpointRow, ...], Gap | None]:
     """The case's raw checkpoint rows, or ``()`` and the ``Gap`` if unreadable (a missing
     file is no gap: nothing was written)."""
-    if not db.exists():
+    if not os.path.lexists(db):
         return (), None
+    if (why := not_a_file(db)) is not None:
+        return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} {why}")
     try:
         return tuple(read_history(db, case_id)), None
     except (sqlite3.Error, NotACheckpointDatabase) as exc:
@@ -72,7 +94,7 @@ def latest_checkpoint(db: Path, case_id: str, skip: Collection[int] = ()) -> Che
     harness injected), inspected read-only first like ``read_checkpoints``; ``None`` when
     there is none or the file cannot be read (``read_checkpoints`` gives that file's gap
     when the evidence is collected)."""
-    if not db.exists():
+    if not os.path.lexists(db) or not_a_file(db) is not None:
         return None
     try:
         return read_latest(db, case_id, skip)
@@ -83,8 +105,10 @@ def latest_checkpoint(db: Path, case_id: str, skip: Collection[int] = ()) -> Che
 def read_approvals(db: Path, case_id: str) -> tuple[tuple[ApprovalRequest, ...],
                                                     tuple[Ticket, ...], Gap | None]:
     """The queue's requests and tickets for the case, read-only."""
-    if not db.exists():
+    if not os.path.lexists(db):
         return (), (), None
+    if (why := not_a_file(db)) is not None:
+        return (), (), Gap(EvidenceSource.APPROVALS, f"approval database {db} {why}")
     try:
         with contextlib.closing(open_readonly(db)) as conn:  # leaves no -wal/-shm behind
             reqs = conn.execute("SELECT * FROM approval_requests WHERE case_id = ? "
@@ -97,7 +121,10 @@ def read_approvals(db: Path, case_id: str) -> tuple[tuple[ApprovalRequest, ...],
 
 
 def read_gateway(db: Path) -> tuple[GatewayLog, Gap | None]:
-    """The gateway's log, or an empty log and the ``Gap``."""
+    """The gateway's log, or an empty log and the ``Gap`` (a missing file is one: the
+    gateway creates its log before the first worker starts)."""
+    if (why := not_a_file(db)) is not None:
+        return GatewayLog((), ()), Gap(EvidenceSource.GATEWAY, f"gateway log {db} {why}")
     try:
         return read_log(db), None
     except sqlite3.Error as exc:
