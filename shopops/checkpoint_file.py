@@ -122,6 +122,15 @@ def _master_of(schema: tuple[str, ...] | str) -> tuple[tuple[Any, ...], ...]:
         return tuple(conn.execute(_MASTER_SQL))
 
 
+def prime(*kinds: OurSchema) -> None:
+    """Fill ``inspect``'s caches for ``kinds`` (each schema run once in ``:memory:``):
+    a process that forks workers (the harness's fork server) does it once, before the
+    fork, instead of every child doing it at its first ``inspect`` of each kind."""
+    for ours in kinds:
+        _master_of(ours.schema)
+        _layout_of(ours.schema)
+
+
 def _read_layout(conn: sqlite3.Connection) -> tuple[dict[str, Table], frozenset[str]]:
     names = frozenset(n for (n,) in conn.execute(
         "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'"))

@@ -54,3 +54,19 @@ def test_one_object_more_than_ours_is_compared_in_full_and_refused(name: str,
         conn.commit()
     with pytest.raises(NotOurDatabase, match="tables that are not ours: extra"):
         cf.inspect(db, ours, create=False)
+
+
+def test_a_primed_process_inspects_without_running_the_schema_again(tmp_path: Path) -> None:
+    """``prime`` (what the fork server does before any fork) leaves nothing for a child's
+    first ``inspect`` to build: neither the fast path's ``sqlite_master`` nor the full
+    comparison's layout is computed again, and the verdicts are unchanged."""
+    cf.prime(CHECKPOINT_DB, APPROVAL_QUEUE)
+    ours, foreign = tmp_path / "c.db", tmp_path / "f.db"
+    CheckpointStore(ours).close()
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        conn.execute("CREATE TABLE checkpoints (seq INTEGER)")
+    before = (cf._master_of.cache_info().misses, cf._layout_of.cache_info().misses)
+    assert cf.inspect(ours, CHECKPOINT_DB, create=False) is cf.FileState.OURS
+    with pytest.raises(NotOurDatabase):
+        cf.inspect(foreign, CHECKPOINT_DB, create=False)  # compared in full: the layout
+    assert (cf._master_of.cache_info().misses, cf._layout_of.cache_info().misses) == before
