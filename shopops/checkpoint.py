@@ -27,6 +27,7 @@ from shopops.checkpoint_rows import (
     CheckpointRow,
     DeadLetter,
     _row_sql,
+    _select_latest,
     _select_rows,
     _upgrade_v1_state,
     _utc_iso,
@@ -70,8 +71,9 @@ def read_history(path: str | os.PathLike[str], case_id: str,
             (``checkpoint_file.inspect``): nothing is read from it.
     """
     if os.path.lexists(path):
-        checkpoint_file.inspect(path, CHECKPOINT_DB, create=False)
-    return _read_rows(path, case_id, run_id)
+        with checkpoint_file.inspected(path, CHECKPOINT_DB) as conn:  # read what was judged
+            return _select_rows(conn, os.fspath(path), case_id, run_id)
+    return _read_rows(path, case_id, run_id)  # FileNotFoundError
 
 
 def read_latest(path: str | os.PathLike[str], case_id: str,
@@ -86,8 +88,9 @@ def read_latest(path: str | os.PathLike[str], case_id: str,
             (``checkpoint_file.inspect``): nothing is read from it.
     """
     if os.path.lexists(path):
-        checkpoint_file.inspect(path, CHECKPOINT_DB, create=False)
-    return _read_latest(path, case_id, skip)
+        with checkpoint_file.inspected(path, CHECKPOINT_DB) as conn:
+            return _select_latest(conn, os.fspath(path), case_id, skip)
+    return _read_latest(path, case_id, skip)  # FileNotFoundError
 
 
 class CheckpointStore:

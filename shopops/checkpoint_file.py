@@ -23,7 +23,7 @@ import errno
 import os
 import sqlite3
 import stat
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -236,6 +236,38 @@ def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> F
             NOT NULL, default, primary key) or other UNIQUE constraints.
     """
     where = os.fspath(path)
+    found = _examine(where, ours, create)
+    if found is not None:
+        return found
+    with contextlib.closing(_open_checked(where, ours)) as conn:
+        return _judge(conn, where, ours, create)
+
+
+@contextlib.contextmanager
+def inspected(path: str | os.PathLike[str], ours: OurSchema) -> Iterator[sqlite3.Connection]:
+    """``inspect(path, ours, create=False)``, then the read-only connection that was
+    inspected, to read through (closed on exit): what is read is the file that was
+    judged ours, with one connection instead of two (``open_readonly``: nothing is
+    written and no side file is left).
+
+    Raises:
+        as ``inspect`` with ``create=False``; ``ours.error`` also for a missing or empty
+        file's ``NEW`` (there is nothing of ours to read).
+    """
+    where = os.fspath(path)
+    if _examine(where, ours, False) is not None:  # pragma: no cover - create=False raises
+        raise _refuse(where, ours, "an empty file (no schema)")
+    conn = _open_checked(where, ours)
+    try:
+        if _judge(conn, where, ours, False) is not FileState.OURS:  # pragma: no cover
+            raise _refuse(where, ours, "a SQLite file without tables")
+        yield conn
+    finally:
+        conn.close()
+
+
+def _examine(where: str, ours: OurSchema, create: bool) -> FileState | None:
+    """What ``inspect`` decides before opening the file (``None``: open and judge it)."""
     st = _stat(where, ours)
     if st is None:
         if create:
@@ -255,11 +287,22 @@ def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> F
             head = f.read(len(SQLITE_HEADER))
         if head != SQLITE_HEADER:
             raise _refuse(where, ours, f"not a SQLite file (it begins {head!r})")
+    return None
+
+
+def _open_checked(where: str, ours: OurSchema) -> sqlite3.Connection:
     try:
-        with contextlib.closing(open_readonly(where)) as conn:
-            check = conn.execute("PRAGMA quick_check(1)").fetchone()
-            exact = tuple(conn.execute(_MASTER_SQL)) == _master_of(ours.schema)
-            tables, names = ({}, frozenset()) if exact else _read_layout(conn)
+        return open_readonly(where)
+    except sqlite3.Error as exc:
+        raise _refuse(where, ours, f"an unreadable SQLite file ({exc})") from None
+
+
+def _judge(conn: sqlite3.Connection, where: str, ours: OurSchema, create: bool) -> FileState:
+    """``inspect``'s verdict on the opened file."""
+    try:
+        check = conn.execute("PRAGMA quick_check(1)").fetchone()
+        exact = tuple(conn.execute(_MASTER_SQL)) == _master_of(ours.schema)
+        tables, names = ({}, frozenset()) if exact else _read_layout(conn)
     except sqlite3.Error as exc:
         raise _refuse(where, ours, f"an unreadable SQLite file ({exc})") from None
     if check is None or check[0] != "ok":

@@ -222,11 +222,17 @@ def read_latest(path: str | os.PathLike[str], case_id: str,
         raise FileNotFoundError(f"checkpoint database {db} does not exist")
     conn = open_readonly(db)  # leaves no -wal/-shm behind (shopops.checkpoint_file)
     try:
-        seqs = sorted({int(seq) for seq in skip})
-        sql = f"{_row_sql(conn)} WHERE case_id = ?"
-        if seqs:
-            sql += f" AND seq NOT IN ({', '.join('?' * len(seqs))})"
-        r = conn.execute(sql + " ORDER BY seq DESC LIMIT 1", [case_id, *seqs]).fetchone()
-        return None if r is None else CheckpointRow._from_sql(r, os.fspath(path))
+        return _select_latest(conn, os.fspath(path), case_id, skip)
     finally:
         conn.close()
+
+
+def _select_latest(conn: sqlite3.Connection, path: str, case_id: str,
+                   skip: Collection[int] = ()) -> CheckpointRow | None:
+    """``read_latest`` through an open connection (``path`` names the file in rows)."""
+    seqs = sorted({int(seq) for seq in skip})
+    sql = f"{_row_sql(conn)} WHERE case_id = ?"
+    if seqs:
+        sql += f" AND seq NOT IN ({', '.join('?' * len(seqs))})"
+    r = conn.execute(sql + " ORDER BY seq DESC LIMIT 1", [case_id, *seqs]).fetchone()
+    return None if r is None else CheckpointRow._from_sql(r, path)

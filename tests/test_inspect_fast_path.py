@@ -17,7 +17,7 @@ from harness.mock_gateway import MockGateway
 from shopops import checkpoint_file as cf
 from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore
-from shopops.errors import NotOurDatabase
+from shopops.errors import CheckpointNotFound, NotOurDatabase
 
 MAKERS = {
     "checkpoints": (CHECKPOINT_DB, lambda p: CheckpointStore(p).close()),
@@ -70,3 +70,27 @@ def test_a_primed_process_inspects_without_running_the_schema_again(tmp_path: Pa
     with pytest.raises(NotOurDatabase):
         cf.inspect(foreign, CHECKPOINT_DB, create=False)  # compared in full: the layout
     assert (cf._master_of.cache_info().misses, cf._layout_of.cache_info().misses) == before
+
+
+def test_inspected_reads_through_the_connection_it_judged(tmp_path: Path) -> None:
+    """``inspected`` refuses what ``inspect`` refuses (nothing read, nothing left), and
+    otherwise hands over the read-only connection it inspected, closed on exit."""
+    db, foreign = tmp_path / "c.db", tmp_path / "f.db"
+    CheckpointStore(db).close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with cf.inspected(db, CHECKPOINT_DB) as conn:
+        assert conn.execute("SELECT count(*) FROM checkpoints").fetchone() == (0,)
+        with pytest.raises(sqlite3.OperationalError):
+            conn.execute("INSERT INTO checkpoints (case_id) VALUES ('x')")
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")  # closed
+    with contextlib.closing(sqlite3.connect(foreign)) as other:
+        other.execute("CREATE TABLE checkpoints (seq INTEGER)")
+    body = foreign.read_bytes()
+    for path, error in ((foreign, NotOurDatabase), (tmp_path, NotOurDatabase),
+                        (tmp_path / "missing.db", CheckpointNotFound)):
+        with pytest.raises(error):
+            with cf.inspected(path, CHECKPOINT_DB):
+                raise AssertionError("read a file that is not ours")
+    assert foreign.read_bytes() == body
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["f.db"])
