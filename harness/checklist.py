@@ -29,8 +29,9 @@ def draft_identical(ev: Evidence) -> CheckResult:
     draft with feedback: then the rejected draft may give way (once) to a new one, and the
     newest draft is the one that must be approved and delivered."""
     states, problems = _states(ev)
-    drafts = [(seq, s.draft) for seq, s in states if s.draft is not None]
-    lines = [f"checkpoint seq {seq}: draft {d.digest()[:12]}" for seq, d in drafts]
+    # each checkpointed draft's digest, computed once: (seq, digest) in seq order
+    drafts = [(seq, s.draft.digest()) for seq, s in states if s.draft is not None]
+    lines = [f"checkpoint seq {seq}: draft {d[:12]}" for seq, d in drafts]
     owed = _redrafts_owed(ev)
     lines += [f"draft {d[:12]} rejected with feedback: a redraft is owed" for d in sorted(owed)]
     held = {s.approval_ticket for _, s in states if s.approval_ticket}
@@ -39,15 +40,15 @@ def draft_identical(ev: Evidence) -> CheckResult:
     delivered = [(d.delivery_id, _digest(d.to, d.subject, d.body))
                  for d in ev.gateway.deliveries_for(ev.case_id)]
     lines += [f"delivery {i}: body+subject+to {g[:12]}" for i, g in delivered]
-    digests = {d.digest() for _, d in drafts}
-    runs = [d.digest() for i, (_, d) in enumerate(drafts)
-            if i == 0 or d.digest() != drafts[i - 1][1].digest()]  # each draft in turn
+    digests = {d for _, d in drafts}
+    runs = [d for i, (_, d) in enumerate(drafts)
+            if i == 0 or d != drafts[i - 1][1]]  # each draft in turn
     unowed = [d for d in runs[:-1] if d not in owed] + [d for d in set(runs)
                                                        if runs.count(d) > 1]
     lost = []
     for seq, s in states:
         before = [d for sq, d in drafts if sq < seq]
-        if s.draft is None and before and before[-1].digest() not in owed:
+        if s.draft is None and before and before[-1] not in owed:
             lost.append(seq)
     lines += [f"checkpoint seq {seq}: the draft is gone" for seq in lost]
     if problems:
