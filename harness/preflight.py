@@ -17,6 +17,7 @@ import tempfile
 from harness import sandbox
 from harness.launcher import Launcher
 from harness.model import SRC, Sut
+from harness.processes import output_tail
 from harness.sut import sealed_argv
 
 __all__ = ["preflight", "sealed"]
@@ -86,8 +87,7 @@ def _preflight_through(launcher: Launcher, sut: Sut, argv: list[str], env: dict[
             return f"`python -m {sut.module} --help` could not be started: {exc}"
         if info.timed_out:
             return f"`python -m {sut.module} --help` did not finish within {timeout_s:g} s"
-        with open(err, encoding="utf-8", errors="replace") as f:
-            return _started(sut, info.returncode, f.read())
+        return _started(sut, info.returncode, output_tail(err))
 
 
 def _preflight_sealed(server: Launcher, sut: Sut, argv: list[str], env: dict[str, str],

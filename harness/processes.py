@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -225,3 +226,39 @@ def reaping_on_signals() -> Iterator[None]:
         REGISTRY.reap_all()
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
+
+
+#: How much of a worker's output file the harness reads back: its last 64 KiB.
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
+def output_tail(path: str | os.PathLike[str], lines: int | None = None,
+                limit: int = OUTPUT_TAIL_BYTES) -> str:
+    """The end of a worker's output file as text (UTF-8, undecodable bytes replaced): at
+    most its last ``limit`` bytes, and of those the last ``lines`` lines (all with
+    ``None``). ``""`` when it cannot be opened or is not a regular file.
+
+    The worker may have replaced the file the harness gave it (``/proc/self/fd/2`` names
+    it): it is opened without following a symlink and without blocking (a FIFO would block
+    the harness until a writer came), and never read whole (a worker without a file-size
+    limit can write gigabytes).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        size = os.fstat(fd)
+        if not stat.S_ISREG(size.st_mode):
+            return ""
+        os.lseek(fd, max(0, size.st_size - limit), os.SEEK_SET)
+        chunks, left = [], limit
+        while left > 0 and (chunk := os.read(fd, left)):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    text = b"".join(chunks).decode("utf-8", "replace")
+    return text if lines is None else "\n".join(text.splitlines()[-lines:])

@@ -13,7 +13,7 @@ from harness.controller import KillController
 from harness.evidence import EventLog, latest_checkpoint
 from harness.launcher import Launcher
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
-from harness.processes import Worker
+from harness.processes import Worker, output_tail
 from harness.sut_boot import TITLE_ENV
 from harness.target_servers import FRAMEWORKS_ENV, frameworks_of
 from harness.targets.drive import TargetDriver
@@ -179,8 +179,9 @@ class Workers:
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
         self._phase = self.latest_phase()
         run = WorkerRun(index, started.role, worker.pid, info.returncode,
-                        info.killed_by_harness, info.timed_out, info.leftovers, _tail(out),
-                        _tail(err), round(info.elapsed_s, 4), self._phase,
+                        info.killed_by_harness, info.timed_out, info.leftovers,
+                        output_tail(out, 15), output_tail(err, 15), round(info.elapsed_s, 4),
+                        self._phase,
                         started.phase_before)
         self.runs.append(run)
         self.runs.sort(key=lambda r: r.index)
@@ -201,10 +202,3 @@ class Workers:
         except ShopOpsError:
             return None
 
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])

@@ -29,7 +29,8 @@ MODULES = {
              "test_layering", "test_story_steps", "test_action_checks", "test_bench_args"},
     "io": {"test_checkpoint", "test_mock_gateway", "test_loop",  # test_merge: processes
            "test_inputs", "test_inputs_fuzz", "test_store_files",  # in this process
-           "test_peers", "test_inspect_fast_path", "test_evidence_files"},
+           "test_peers", "test_inspect_fast_path", "test_evidence_files",
+           "test_output_tail"},
 }
 
 
