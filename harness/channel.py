@@ -26,6 +26,10 @@ from dataclasses import dataclass
 
 from harness.serving import ServerThread
 
+#: The longest hit line the channel reads, in bytes (a hit is ~100): a worker that sends a
+#: longer one without a newline is dropped instead of buffered in the harness's memory.
+MAX_LINE = 4096
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -73,7 +77,9 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def _serve_worker(self) -> None:
         pid, uid, _ = peer_credentials(self.request)
-        for line in self.rfile:
+        while line := self.rfile.readline(MAX_LINE):
+            if not line.endswith(b"\n"):
+                return  # longer than any hit (or cut off): dropped, never buffered whole
             try:
                 data = json.loads(line)
                 claimed = int(data["pid"])

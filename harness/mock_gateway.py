@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
@@ -81,6 +82,16 @@ __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSp
            "GatewayLog", "MockGateway", "RequestRecord", "read_log", "serve", "serve_command"]
 
 MESSAGE_FIELDS = EMAIL.fields
+
+
+#: The largest request body the gateway reads, in bytes (a message is a few KiB). A larger
+#: one is not read (werkzeug's ``Request.max_content_length``): the request is logged, with
+#: status 413 and the digest of an empty body, and answered 413.
+MAX_BODY = 1 << 20
+
+
+class _Request(Request):
+    max_content_length = MAX_BODY
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -235,7 +246,7 @@ class MockGateway:
 
     # -- HTTP ---------------------------------------------------------------------------
     def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        request = Request(environ)
+        request = _Request(environ)
         ledger = next((led for led in ledgers.LEDGERS if led.path == request.path), None)
         if request.method == "POST" and ledger is not None:
             response = self._post(request, ledger)
@@ -244,7 +255,7 @@ class MockGateway:
         return response(environ, start_response)
 
     def _control_wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
-        request = Request(environ)
+        request = _Request(environ)
         route = (request.method, request.path)
         if route == ("POST", "/_control/faults"):
             response = self._post_faults(request)
@@ -279,8 +290,12 @@ class MockGateway:
                          server_host=self.host) if port is not None else None)
         refused = self.allowed_uid is not None and (peer is None
                                                     or peer.uid != self.allowed_uid)
-        raw = request.get_data()
-        message, problem = ledgers.parse(ledger, raw)
+        try:
+            raw, too_large = request.get_data(), False
+        except RequestEntityTooLarge:
+            raw, too_large = b"", True
+        message, problem = ((None, ("body", f"larger than {MAX_BODY} bytes")) if too_large
+                            else ledgers.parse(ledger, raw))
         key = request.headers.get("Idempotency-Key")
         if key is not None and not key.strip():
             problem = ("Idempotency-Key", "must be a non-empty string when present")
@@ -297,7 +312,9 @@ class MockGateway:
             "fault": fault.label if fault else None,
             "worker_pid": peer.pid if peer else None,
             "worker_uid": peer.uid if peer else None,
-            "claimed_pid": int(claimed) if claimed.isdigit() else None,
+            # what the request says about itself: recorded, never believed (and bounded:
+            # int() refuses more than 4300 digits, which would end the request unlogged)
+            "claimed_pid": int(claimed) if claimed.isdigit() and len(claimed) <= 12 else None,
             "remote_port": port,
         }
         if refused:
@@ -312,13 +329,14 @@ class MockGateway:
             self._report(ledger, record)
             return _json({"error": "injected_fault", "status": status}, status)
         if problem is not None:
+            code = 413 if too_large else 400
             with self._transaction() as conn:
                 record = self._record(conn, ledger,
-                                      ledgers.insert_request(conn, ledger, evidence, 400))
+                                      ledgers.insert_request(conn, ledger, evidence, code))
             self._report(ledger, record)
             field, why = problem
             return _json({"error": "invalid_request", "field": field,
-                          "detail": f"{field}: {why}"}, 400)
+                          "detail": f"{field}: {why}"}, code)
         assert message is not None
         with self._transaction() as conn:
             status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)

@@ -443,3 +443,51 @@ def test_only_a_well_formed_send_of_the_case_from_a_worker_takes_a_fault(
     gateway.faults_for = None  # any sender
     assert post(http, gateway, "k-2").status_code == 503
     assert gateway.pending_faults() == ()
+
+
+# -- what a worker can send that the harness must not take whole (never trust the code) ---
+
+def test_a_body_over_the_limit_is_logged_as_413_and_never_delivered(
+        gateway: MockGateway, http: requests.Session) -> None:
+    from harness.mock_gateway import MAX_BODY
+
+    big = post(http, gateway, "k-big", body="x" * (MAX_BODY + 1))
+    assert big.status_code == 413, big.text
+    assert big.json()["field"] == "body"
+    ok = post(http, gateway, "k-ok")
+    assert ok.status_code == 201, ok.text
+    log = gateway.log()
+    assert [r.status for r in log.requests] == [413, 201]
+    assert [d.idempotency_key for d in log.deliveries] == ["k-ok"]
+
+
+def test_an_absurd_claimed_pid_is_logged_not_a_lost_request(gateway: MockGateway,
+                                                            http: requests.Session) -> None:
+    """``int()`` refuses over 4300 digits: the request used to end in a 500, unlogged."""
+    reply = http.post(gateway.url + "/v1/messages", json=MESSAGE, timeout=(2, 5),
+                      headers={"Idempotency-Key": "k-1", "X-ShopOps-Worker-Pid": "9" * 5000})
+    assert reply.status_code == 201, reply.text
+    (record,) = gateway.log().requests
+    assert record.claimed_pid is None and record.status == 201
+
+
+def test_the_failpoint_channel_drops_an_endless_line_instead_of_buffering_it() -> None:
+    from harness.channel import MAX_LINE, FailpointChannel, Hit
+
+    hits: list[Hit] = []
+    with FailpointChannel(lambda hit: hits.append(hit) or {"do": "continue"}) as channel:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.connect("\0" + channel.path[1:])
+            sock.settimeout(30)
+            sock.sendall(b"{" + b" " * (4 * MAX_LINE))  # no newline, and the write side open
+            try:  # the harness hangs up: an end of file, or a reset (our bytes left unread)
+                assert sock.recv(1) == b""
+            except ConnectionResetError:
+                pass
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:  # still serving
+            sock.connect("\0" + channel.path[1:])
+            sock.settimeout(30)
+            sock.sendall(json.dumps({"label": "t0.case_started", "pid": os.getpid(),
+                                     "occurrence": 1}).encode() + b"\n")
+            assert json.loads(sock.makefile("rb").readline()) == {"do": "continue"}
+    assert [h.label for h in hits] == ["t0.case_started"]
