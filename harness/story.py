@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.approval_service import SERVICE_QUEUE
 from harness.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.evidence import EventLog, read_checkpoints
+from harness.evidence import EventLog, latest_checkpoint
 from harness.launcher import Launcher
 from harness.model import (
     DEFAULT_GATE,
@@ -263,8 +263,8 @@ class _Engine:
     def _approve(self, hours: float, gate: str = DEFAULT_GATE) -> None:
         """The human approves the case's pending request on ``gate``: the queue issues the
         ticket (t5). The first approval of the story is the one the checks date from."""
-        rows, _ = read_checkpoints(self.w.ckpt_db, self.s.case_id)
-        seq_now = rows[-1].seq if rows else 0
+        latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)  # injected rows too
+        seq_now = latest.seq if latest is not None else 0
         try:
             with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600),
                                kind=SERVICE_QUEUE) as queue:
@@ -366,9 +366,9 @@ class _Engine:
     def _request_migrated(self) -> None:
         """After a migration, the queue holds the parked case's request, as it did all
         along before the upgrade."""
-        rows, _ = read_checkpoints(self.w.ckpt_db, self.s.case_id)
+        latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
         try:
-            draft = rows[-1].state().draft if rows else None
+            draft = latest.state().draft if latest is not None else None
         except ShopOpsError as exc:
             self.w.errors.append(f"the migrated checkpoint cannot be read: {exc}")
             return
