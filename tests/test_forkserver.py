@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -154,6 +155,24 @@ def test_the_worker_gets_exactly_the_env_passed(
         armed = shopops_run(launcher, probe_dir, base_env(SHOPOPS_FAILPOINTS="t0.case_started="
                                                           "kill"), "armed", db="c2.db")
         assert armed.wait(DEADLINE_S).returncode == -signal.SIGKILL
+
+
+def test_the_preload_and_its_warm_up_leave_no_descriptor_thread_or_file() -> None:
+    """What the server does before its first fork (imports, the parser, inspect's caches,
+    the gateway client's path up to the socket) opens nothing a child would inherit: the
+    same descriptors after as before, one thread, no file left in the temp folder."""
+    code = (
+        "import os, sys, tempfile, threading\n"
+        "before = sorted(os.listdir('/proc/self/fd'))\n"
+        "from harness.fork_worker import preload\n"
+        "preload()\n"
+        "print(before == sorted(os.listdir('/proc/self/fd')), threading.active_count())\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=DEADLINE_S, cwd=ROOT, env={**os.environ, "TMPDIR": tmp})
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == ["True", "1"], out
+        assert os.listdir(tmp) == []
 
 
 def test_a_forked_worker_environ_is_replaced_by_its_difference_exactly() -> None:
