@@ -203,6 +203,7 @@ def _run(args: argparse.Namespace) -> int:
                          schedule=schedule, worker_timeout_s=args.timeout, progress=progress,
                          repeat=args.repeat, fail_fast=args.fail_fast, on_repeat=on_repeat,
                          sut=sut, shard=shard, durations=durations,
+                         keep_databases=args.keep_all,
                          where_planned=schedule is not None and len(scenarios) > 1)
     except Exception as exc:  # a harness error is never a verdict about the loop
         import traceback

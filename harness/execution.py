@@ -43,9 +43,10 @@ from harness.model import (
     KillPoint,
     RequestRecord,
     StoryRecord,
+    Verdict,
 )
 from harness.sandbox import Sandbox, available, install_code, install_fixtures
-from harness.scratch import in_scratch, move_home
+from harness.scratch import DATABASE_SUFFIXES, in_scratch, move_home
 from harness.sealed_launcher import SealedLauncher
 from harness.spawn_launcher import SpawnLauncher
 from harness.storage_faults import migrations
@@ -59,7 +60,7 @@ __all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
 
 
 def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = None,
-            worker_timeout_s: float = 30.0) -> ExecutionResult:
+            worker_timeout_s: float = 30.0, keep_databases: bool = True) -> ExecutionResult:
     """Run one execution in ``workdir`` (created; its files are the evidence) and judge it.
 
     Args:
@@ -68,6 +69,9 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         launcher: how workers start (default: a fresh interpreter each).
         worker_timeout_s: seconds each worker may run before the harness kills it (the
             story is then cut short).
+        keep_databases: with ``False``, a passing execution's SQLite files are not moved
+            to ``workdir`` (a run drops them anyway: ``reports.drop_passing_databases``);
+            the evidence was read from them before, and any other verdict keeps them.
 
     Returns:
         ``ExecutionResult``. Never leaves a process running: every worker is reaped before
@@ -78,6 +82,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     final.mkdir(parents=True, exist_ok=True)
     workdir = in_scratch(final)
     events = EventLog()
+    keep = True  # the databases go home unless a passing verdict says otherwise
     sandbox = Sandbox() if plan.sut.untrusted and available() else None
     try:
         if sandbox is not None:
@@ -100,15 +105,16 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                 events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
                            f"{line}")
         evidence = collect(plan, record, controller, events, final)
-        if sandbox is not None:
+        checks = decide(evidence, (run_checks(evidence) if plan.scenario.target is None
+                                   else target_checks(evidence)), plan)
+        verdict, reasons = judge(evidence, checks, plan)
+        keep = keep_databases or verdict != Verdict.PASS
+        if sandbox is not None and keep:
             _keep_databases(sandbox.path, final)  # straight home: no second copy
     finally:
         if sandbox is not None:
             sandbox.close()
-        move_home(workdir, final)
-    checks = decide(evidence, (run_checks(evidence) if plan.scenario.target is None
-                               else target_checks(evidence)), plan)
-    verdict, reasons = judge(evidence, checks, plan)
+        move_home(workdir, final, leave=() if keep else DATABASE_SUFFIXES)
     return ExecutionResult(plan, evidence, checks, verdict, reasons,
                            round(time.monotonic() - started, 4))
 

@@ -105,6 +105,7 @@ def run(
     sut: Sut = REFERENCE,
     shard: Shard | None = None,
     durations: dict[str, float] | None = None,
+    keep_databases: bool = True,
     where_planned: bool = False,
 ) -> RunResult:
     """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
@@ -138,6 +139,10 @@ def run(
             that owns it), cuts the matrix with ``cut_matrix`` and runs only its own units;
             the same cut in every repeat. ``None``: the whole matrix.
         durations: seconds per execution id of an earlier run, to balance the shards.
+        keep_databases: ``False``: passing executions leave their SQLite files behind in
+            the scratch area instead of copying them into ``out_dir``
+            (``execution.execute``), for a run that drops them anyway (``--keep-all``
+            not given).
 
     Returns:
         the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
@@ -167,7 +172,7 @@ def run(
 
         def do(plan: ExecutionPlan) -> ExecutionResult:
             return execute(plan, exe_dir / execution_dirname(plan, salt), launcher=launcher,
-                           worker_timeout_s=worker_timeout_s)
+                           worker_timeout_s=worker_timeout_s, keep_databases=keep_databases)
 
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
         traces: dict[Future[ExecutionResult], Scenario] = {}

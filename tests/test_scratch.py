@@ -100,6 +100,25 @@ def test_an_execution_runs_in_scratch_and_its_evidence_names_the_run_folder(
     assert {"checkpoints.db", "approvals.db", "gateway.db"} <= names, names
     area = scratch.area()
     assert area is not None and list(area.iterdir()) == []  # nothing left behind
+    # a run that drops passing databases does not copy them home in the first place
+    lean = execute(plan, tmp_path / "run" / "e2", keep_databases=False)
+    assert lean.verdict == "pass" and len(lean.evidence.checkpoints) == len(
+        result.evidence.checkpoints)  # the evidence was read before the move
+    names = {p.name for p in (tmp_path / "run" / "e2").iterdir()}
+    assert "worker-0.out" in names and not [n for n in names if ".db" in n], names
+    assert list(area.iterdir()) == []
+
+
+def test_move_home_leaves_the_files_it_is_told_to_leave(fresh_area: Path,
+                                                         tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    work = scratch.in_scratch(home)
+    for name in ("c.db", "c.db-wal", "g.db-shm", "worker-0.out", "notes.dbx"):
+        (work / name).write_text(name)
+    scratch.move_home(work, home, leave=scratch.DATABASE_SUFFIXES)
+    assert sorted(p.name for p in home.iterdir()) == ["notes.dbx", "worker-0.out"]
+    assert not work.exists() and list(fresh_area.glob("*/*")) == []
 
 
 def test_the_story_errors_and_gaps_name_the_run_folder_not_the_scratch_area(

@@ -23,6 +23,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.scratch import DATABASE_SUFFIXES as _DB_SUFFIXES
+
 if TYPE_CHECKING:
     from harness.model import ExecutionResult
 
@@ -36,7 +38,6 @@ DEFAULT_KEEP_RUNS = 10
 COMPLETE_MARKS = ("summary.json", "explore.json")
 #: A run id (``harness.runner.new_run_id``), optionally prefixed (``grade-``).
 RUN_ID = re.compile(r"(?:[a-z]+-)?(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)")
-_DB_SUFFIXES = (".db", ".db-wal", ".db-shm", ".db-journal")
 
 
 def point_latest(out_dir: Path) -> Path:
