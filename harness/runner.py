@@ -56,6 +56,8 @@ def _takes_final(progress: Progress) -> bool:
     return len(positional) >= 4 or any(p.kind is p.VAR_POSITIONAL for p in params)
 
 
+#: Seconds between reapings while an interrupted run waits for its executions to return.
+_REAP_EVERY_S = 0.5
 _NOT_PLANNED = "not in its kill matrix (its listed points and schedules)"
 _NOT_REACHED = "not in its kill matrix (its trace run does not reach it)"
 
@@ -164,6 +166,13 @@ def run(
     order: list[tuple[int, str]] = []
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
                               thread_name_prefix="execution")
+    submitted: list[Future[ExecutionResult]] = []
+
+    def launch(fn: Callable[[ExecutionPlan], ExecutionResult], plan: ExecutionPlan
+               ) -> Future[ExecutionResult]:
+        fut = pool.submit(fn, plan)
+        submitted.append(fut)
+        return fut
     salt = secrets.token_hex(16) if sut.untrusted else ""
 
     def matrix(rep: int) -> bool:
@@ -188,14 +197,14 @@ def run(
             if stop or (rep, plan.id) in order:  # the double matrix may reach one again
                 return
             order.append((rep, plan.id))
-            pending[pool.submit(do, plan)] = plan
+            pending[launch(do, plan)] = plan
             total += 1
 
         def trace(scenario: Scenario) -> None:  # the no-kill execution is the trace run
             nonlocal total
             plan = ExecutionPlan(scenario, CrashSchedule(), sut)
             order.append((rep, plan.id))
-            traces[pool.submit(do, plan)] = scenario
+            traces[launch(do, plan)] = scenario
             total += 1
 
         def drop(res: ExecutionResult) -> None:  # a trace run nobody reports
@@ -251,7 +260,7 @@ def run(
         for scenario in scenarios:
             if shard is None and schedule is not None and where_planned:
                 if scenario.points is None:  # learn its matrix first
-                    scouts[pool.submit(do, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
+                    scouts[launch(do, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
                         scenario)
                 elif _in_matrix(scenario, schedule, ()):
                     submit(ExecutionPlan(scenario, schedule, sut))
@@ -321,8 +330,15 @@ def run(
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         REGISTRY.reap_all()
+        # a worker that was being started while that reaping ran (past the launcher's check
+        # of STOPPING, not yet registered) would hold its execution, and this wait, until
+        # its deadline: reap again until every execution has returned
+        # (done(): a future cancelled above is never "notified", so wait() would not count it)
+        while running := [f for f in submitted if not f.done()]:
+            wait(running, timeout=_REAP_EVERY_S)
+            REGISTRY.reap_all()
         pool.shutdown(wait=True)
-        REGISTRY.reap_all()  # a worker started in the window before STOPPING was seen
+        REGISTRY.reap_all()
         STOPPING.clear()  # scoped to this run: a later run in the same process starts clean
         if owned:
             launcher.close()
