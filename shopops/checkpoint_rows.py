@@ -6,10 +6,11 @@ raise — do not silently guess"). ``shopops.checkpoint`` writes them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -197,14 +198,8 @@ def read_history(path: str | os.PathLike[str], case_id: str,
     Raises:
         FileNotFoundError: no database at ``path`` (none is created).
     """
-    db = Path(path)
-    if not db.exists():
-        raise FileNotFoundError(f"checkpoint database {db} does not exist")
-    conn = open_readonly(db)  # leaves no -wal/-shm behind (shopops.checkpoint_file)
-    try:
+    with _readonly(path) as conn:
         return _select_rows(conn, os.fspath(path), case_id, run_id)
-    finally:
-        conn.close()
 
 
 def read_latest(path: str | os.PathLike[str], case_id: str,
@@ -217,12 +212,24 @@ def read_latest(path: str | os.PathLike[str], case_id: str,
     Raises:
         FileNotFoundError: no database at ``path`` (none is created).
     """
+    with _readonly(path) as conn:
+        return _select_latest(conn, os.fspath(path), case_id, skip)
+
+
+@contextlib.contextmanager
+def _readonly(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
+    """A read-only connection to an existing file, closed on exit; it leaves no -wal/-shm
+    behind (``shopops.checkpoint_file.open_readonly``).
+
+    Raises:
+        FileNotFoundError: no database at ``path`` (none is created).
+    """
     db = Path(path)
     if not db.exists():
         raise FileNotFoundError(f"checkpoint database {db} does not exist")
-    conn = open_readonly(db)  # leaves no -wal/-shm behind (shopops.checkpoint_file)
+    conn = open_readonly(db)
     try:
-        return _select_latest(conn, os.fspath(path), case_id, skip)
+        yield conn
     finally:
         conn.close()
 
