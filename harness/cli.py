@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "merge":
             return _merge(args)
         if args.command == "gateway":
-            from harness.mock_gateway import serve_command
+            from harness.gateway_serve import serve_command
 
             return serve_command(args.db, port=args.port)
         return _run(args)

@@ -50,10 +50,8 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import sqlite3
-import sys
 import tempfile
 import threading
 import time
@@ -74,12 +72,11 @@ from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
 from harness.peers import tcp_peer
 from harness.serving import ServerThread
 from shopops.checkpoint_file import inspect
-from shopops.errors import NotOurDatabase
 
 _log = logging.getLogger(__name__)
 
 __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
-           "GatewayLog", "MockGateway", "RequestRecord", "read_log", "serve", "serve_command"]
+           "GatewayLog", "MockGateway", "RequestRecord", "read_log"]
 
 MESSAGE_FIELDS = EMAIL.fields
 
@@ -392,51 +389,6 @@ class MockGateway:
 #: The log endpoints of the control socket and the ``GatewayLog`` field each serves.
 _LOGS = {"/_log/requests": "requests", "/_log/deliveries": "deliveries",
          "/_log/note-requests": "note_requests", "/_log/notes": "notes"}
-
-
-def serve(db_path: str | Path, host: str = "127.0.0.1", port: int = 0) -> None:
-    """Run the gateway in the foreground until SIGINT/SIGTERM (for ``shopops-chaos gateway serve``).
-
-    Prints one line, ``gateway listening on URL (log: DB)``, flushed, once it accepts
-    connections. Must be called from the main thread (it installs signal handlers).
-    """
-    stopping = threading.Event()
-    previous = {sig: signal.signal(sig, lambda *_: stopping.set())
-                for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with MockGateway(db_path, host=host, port=port) as gateway:
-            print(f"gateway listening on {gateway.url} (log: {db_path})", flush=True)
-            while not stopping.wait(0.2):
-                pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def serve_command(db_path: str, port: int) -> int:
-    """``shopops-chaos gateway serve``: ``serve`` and its exit status — 0 once stopped, 2
-    when ``db_path`` is not a gateway log (refused read-only, unchanged; one error line)."""
-    try:
-        serve(db_path, port=port)
-    except NotOurDatabase as exc:
-        print(f"shopops-chaos gateway serve: error: argument --db: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-def _parse_message(raw: bytes) -> tuple[dict[str, str] | None, tuple[str, str] | None]:
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None, ("body", "request body must be a JSON object")
-    if not isinstance(data, dict):
-        return None, ("body", "request body must be a JSON object")
-    for field in MESSAGE_FIELDS:
-        if field not in data:
-            return None, (field, "missing")
-        if not isinstance(data[field], str):
-            return None, (field, f"must be a string, got {type(data[field]).__name__}")
-    return {field: data[field] for field in MESSAGE_FIELDS}, None
 
 
 def _drop_connection(environ: dict[str, Any]) -> Response:
