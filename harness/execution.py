@@ -193,6 +193,8 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     # a target keeps its own storage (read through its API by the story): no checkpoints
     checkpoints, g1 = (read_checkpoints(record.checkpoints_db, s.case_id) if target is None
                        else ((), None))
+    if target is None and g1 is None and not os.path.lexists(record.checkpoints_db):
+        g1 = _gone(record.checkpoints_db, events)
     g4 = (Gap(EvidenceSource.TARGET, record.target_error)
           if record.target_error is not None else None)
     requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
@@ -216,6 +218,21 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         target_states=record.target_states,
         target_exposes=frozenset() if target is None else target.exposes,
     )
+
+
+def _gone(db: Path, events: EventLog) -> Gap | None:
+    """The gap of a checkpoint file that is missing although the harness's own trace shows
+    a worker past a committed checkpoint (``labels.AFTER_A_CHECKPOINT``): a worker deleted
+    it, or put a symlink or a FIFO there that the sandbox's sweep removed. An empty history
+    would pass the checks over it without evidence. ``None`` when no such point was hit
+    (nothing was written yet: no file is the truth)."""
+    hit = next((e.label for e in events.snapshot() if e.kind is EventKind.HIT
+                and e.label in labels.AFTER_A_CHECKPOINT), None)
+    if hit is None:
+        return None
+    return Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} is gone although a "
+               f"worker reached {hit} (a committed checkpoint, in the harness's trace): "
+               "removed or replaced by a worker")
 
 
 def _unreached_points(controller: KillController) -> tuple[KillPoint, ...]:

@@ -98,6 +98,11 @@ AFTER_APPROVAL = frozenset({"t6.approval_granted", "t6.send_key_persisted",
                             "t6.email_sent_saved", "t6.note_request_leaving",
                             "t6.note_accepted", "t6.note_reply_received",
                             "t7.completed_saved"})
+#: Points a worker reaches only once a checkpoint of its case is committed (or, loaded, read
+#: back): past one of them the checkpoint file cannot be missing unless something removed it.
+AFTER_A_CHECKPOINT = frozenset({"t3.checkpoint_saved", "t6.checkpoint_loaded",
+                                "t6.send_key_persisted", "t6.email_sent_saved",
+                                "t7.completed_saved"})
 #: The point every resuming worker passes first (concurrent resumers are held there).
 CHECKPOINT_LOADED = "t6.checkpoint_loaded"
 #: The point a fresh case start passes (a case started over after a fault passes it again).

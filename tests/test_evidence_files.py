@@ -64,3 +64,38 @@ def test_a_planted_file_is_a_gap_with_its_reason(name: str, planted: str,
     (gap,) = got
     assert gap is not None, f"a planted {planted} {name} read as nothing written"
     assert gap.source is source and str(db) in gap.reason and reason in gap.reason, gap
+
+
+def _collect(tmp_path: Path, hits: tuple[str, ...]) -> object:
+    from harness.controller import KillController
+    from harness.evidence import EventLog
+    from harness.execution import collect
+    from harness.model import CrashSchedule, EventKind, ExecutionPlan
+    from harness.model.story import StoryRecord
+    from harness.scenario import load_scenario
+
+    root = Path(__file__).resolve().parent.parent
+    plan = ExecutionPlan(load_scenario(root / "scenarios" / "o1001.toml"), CrashSchedule())
+    events = EventLog()
+    for label in hits:
+        events.add(EventKind.HIT, label, 4242, 0)
+    record = StoryRecord(
+        steps=(), workers=(), errors=(), approval_event=None, checkpoint_seq_at_approval=None,
+        injected=(), v1_rows=0, checkpoints_db=tmp_path / "checkpoints.db",
+        approvals_db=tmp_path / "approvals.db", gateway_db=tmp_path / "gateway.db",
+        workdir=tmp_path)
+    return collect(plan, record, KillController((), events), events, tmp_path)
+
+
+def test_a_checkpoint_file_gone_after_a_committed_checkpoint_is_a_gap(tmp_path: Path) -> None:
+    """Found by a hostile implementation: a worker that replaced its database with a FIFO
+    (swept from the sandbox) or deleted it got full marks on checks over an empty history.
+    The harness's own trace says a checkpoint was committed: the missing file is a gap."""
+    evidence = _collect(tmp_path, ("t0.case_started", "t3.checkpoint_saved"))
+    (gap,) = [g for g in evidence.gaps if g.source is EvidenceSource.CHECKPOINTS]
+    assert "is gone although a worker reached t3.checkpoint_saved" in gap.reason
+
+
+def test_a_checkpoint_file_never_written_is_no_gap(tmp_path: Path) -> None:
+    evidence = _collect(tmp_path, ("t0.case_started", "t1.get_customer"))
+    assert not [g for g in evidence.gaps if g.source is EvidenceSource.CHECKPOINTS]
