@@ -71,8 +71,11 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     ``None``: the workers open that file themselves.
 
     A harness error while the story runs cuts it short: it is recorded in
-    ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). Every
-    worker is reaped before this returns.
+    ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
+    ``ShopOpsError`` raised while the harness acts on what the workers left (no checkpoint
+    to forge a ticket into, a refused human act), as "the story could not go on": the
+    implementation's doing, not the harness's (``harness.retry`` runs again only the
+    latter). Every worker is reaped before this returns.
 
     Raises:
         HarnessStopping, KeyboardInterrupt, SystemExit: the run is being stopped.
@@ -85,6 +88,8 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
         engine.read_target()
     except (HarnessStopping, KeyboardInterrupt, SystemExit):
         raise
+    except ShopOpsError as exc:  # what the implementation left could not be acted on
+        engine.w.errors.append(f"the story could not go on: {type(exc).__name__}: {exc}")
     except Exception as exc:  # judged with the reason; the run goes on
         engine.w.errors.append(f"harness error during the story: {type(exc).__name__}: "
                                f"{exc}")
