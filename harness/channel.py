@@ -78,8 +78,11 @@ class _Handler(socketserver.StreamRequestHandler):
     def _serve_worker(self) -> None:
         pid, uid, _ = peer_credentials(self.request)
         while line := self.rfile.readline(MAX_LINE):
-            if not line.endswith(b"\n"):
-                return  # longer than any hit (or cut off): dropped, never buffered whole
+            if not line.endswith(b"\n"):  # dropped, never buffered whole
+                if len(line) >= MAX_LINE and self.server.on_tamper is not None:
+                    self.server.on_tamper(f"pid {pid} (uid {uid}) sent a failpoint-channel "
+                                          f"line over {MAX_LINE} bytes: dropped")
+                return
             try:
                 data = json.loads(line)
                 claimed = int(data["pid"])
@@ -102,8 +105,10 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, path: str, on_hit: OnHit) -> None:
+    def __init__(self, path: str, on_hit: OnHit,
+                 on_tamper: Callable[[str], None] | None = None) -> None:
         self.on_hit = on_hit
+        self.on_tamper = on_tamper
         super().__init__(path, _Handler)
 
 
@@ -114,11 +119,13 @@ class FailpointChannel:
     Args:
         on_hit: called in a server thread for every hit; returns the reply dict
             (``{"do": "continue"}``) or ``None`` if it killed the worker.
+        on_tamper: called with one line when a sender sends what no hit is (a line over
+            ``MAX_LINE`` bytes): the harness records it as tampering.
     """
 
-    def __init__(self, on_hit: OnHit) -> None:
+    def __init__(self, on_hit: OnHit, on_tamper: Callable[[str], None] | None = None) -> None:
         self.path = f"@shopops-ctl-{os.getpid()}-{uuid.uuid4().hex[:16]}"
-        self._server = _Server("\0" + self.path[1:], on_hit)
+        self._server = _Server("\0" + self.path[1:], on_hit, on_tamper)
         self._serving = ServerThread(self._server, "failpoint-channel")
 
     def close(self) -> None:

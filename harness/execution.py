@@ -149,9 +149,11 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     gateway.set_faults(plan.scenario.gateway_faults)
     gateway.fault_case = plan.scenario.case_id  # only the loop's own sends meet the faults
     gateway.faults_for = controller.stands_for_a_worker
-    with FailpointChannel(controller.on_hit) as channel, gateway, ApprovalService(
-            workdir / "approvals.db", allowed_uid=uid, on_tamper=lambda line: events.add(
-                EventKind.TAMPERING, None, None, None, line)) as approvals:
+    def tampered(line: str) -> None:
+        events.add(EventKind.TAMPERING, None, None, None, line)
+
+    with FailpointChannel(controller.on_hit, tampered) as channel, gateway, ApprovalService(
+            workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, channel=channel.path,
                        worker_timeout_s=worker_timeout_s,

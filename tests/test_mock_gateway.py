@@ -475,7 +475,9 @@ def test_the_failpoint_channel_drops_an_endless_line_instead_of_buffering_it() -
     from harness.channel import MAX_LINE, FailpointChannel, Hit
 
     hits: list[Hit] = []
-    with FailpointChannel(lambda hit: hits.append(hit) or {"do": "continue"}) as channel:
+    tampered: list[str] = []
+    with FailpointChannel(lambda hit: hits.append(hit) or {"do": "continue"},
+                          tampered.append) as channel:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.connect("\0" + channel.path[1:])
             sock.settimeout(30)
@@ -491,3 +493,5 @@ def test_the_failpoint_channel_drops_an_endless_line_instead_of_buffering_it() -
                                      "occurrence": 1}).encode() + b"\n")
             assert json.loads(sock.makefile("rb").readline()) == {"do": "continue"}
     assert [h.label for h in hits] == ["t0.case_started"]
+    assert tampered == [f"pid {os.getpid()} (uid {os.geteuid()}) sent a failpoint-channel line "
+                        f"over {MAX_LINE} bytes: dropped"]
