@@ -102,6 +102,11 @@ class Worker:
         REGISTRY.discard(self)
         return self._exit
 
+    def exited(self) -> bool:
+        """Whether the worker is known to have exited, after a look of at most 1 ms (nothing
+        is killed; ``wait`` still reaps it and reports as usual)."""
+        return self._exit is not None or self._reap(0.001) is not None
+
     def _reap(self, timeout_s: float | None) -> int | None:
         """Block until the worker has exited and was reaped, at most ``timeout_s`` seconds
         (``None``: no limit); its return code (negative: killed by that signal), or

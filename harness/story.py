@@ -14,6 +14,7 @@ injected fault, which it records.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -96,6 +97,10 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     finally:
         engine.close()
     return engine.record()
+
+
+#: Seconds between checks, while the story waits for a hold, that its workers still live.
+_HOLD_POLL_S = 0.05
 
 
 class _CutShort(Exception):
@@ -203,7 +208,7 @@ class _Engine:
         hold = self.controller.add_hold(KillPoint(label, self.controller.totals.seen(label)
                                                   + 1))
         started = [self.w.start(step.role, step.owner) for _ in range(step.count)]
-        if not hold.held.wait(self.w.timeout):
+        if not self._held_or_gone(hold, started):
             self.w.errors.append(f"no concurrent worker reached {label}")
         others = [st for st in started if st.worker is not hold.worker]
         runs = [self.w.finish(st) for st in others]
@@ -211,12 +216,23 @@ class _Engine:
         runs += [self.w.finish(st) for st in started if st.worker is hold.worker]
         return runs
 
+    def _held_or_gone(self, hold: Hold, started: list[Started]) -> bool:
+        """Wait until ``hold`` holds a worker (``True``), or until every worker of
+        ``started`` has exited — none can reach the point any more — or the worker deadline
+        passed (``False``). Checked every ``_HOLD_POLL_S``: a worker that exits at once (an
+        implementation that does nothing) does not cost the story the whole deadline."""
+        deadline = time.monotonic() + self.w.timeout
+        while not hold.held.wait(_HOLD_POLL_S):
+            if time.monotonic() >= deadline or all(st.worker.exited() for st in started):
+                return hold.held.is_set()
+        return True
+
     def _until_held(self, step: WorkersStep) -> None:
         """Start one worker in the background and wait until a pending hold holds it."""
         hold = next(h for h in reversed(self.holds.values()) if not h.release.is_set())
         started = self.w.start(step.role, step.owner)
         self.unrecovered = False
-        if not hold.held.wait(self.w.timeout):
+        if not self._held_or_gone(hold, [started]):
             self.w.errors.append(f"no worker reached {hold.point} to be held")
             hold.release.set()
             self.w.finish(started)

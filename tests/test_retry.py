@@ -100,34 +100,3 @@ def _stray_signal(tmp_path: Path, flags: Path) -> None:
     assert graded.score == 10, graded.tests[0].output
     assert "Run again" in graded.output and "signal 15" in graded.output
     assert any(line.startswith("retrying o1001[t4.parked]") for line in lines)
-
-
-def test_a_story_stopped_by_what_the_implementation_left_is_not_a_harness_error(
-        tmp_path: Path) -> None:
-    """Found by a hostile implementation that does nothing and exits 0: the story's forged
-    ticket needs a checkpoint to write into, ``CheckpointNotFound`` was reported as
-    "harness error during the story" and the grade ran it again as if the machine were to
-    blame. It is the implementation's doing: said so, and not retried."""
-    from harness.execution import execute
-    from harness.fork_launcher import ForkLauncher
-    from harness.model import CrashSchedule, ExecutionPlan
-    from harness.retry import outside_cause
-    from harness.scenario import load_scenario
-    from harness.sut import Sut
-
-    root = Path(__file__).resolve().parent.parent
-    code = tmp_path / "sut"
-    shutil.copytree(root / "shopops", code / "shopops",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    main = code / "shopops" / "__main__.py"
-    main.write_text('import sys\nif "--db" in sys.argv:\n    sys.exit(0)\n' + main.read_text())
-    plan = ExecutionPlan(load_scenario(root / "scenarios" / "forged-ticket-in-state.toml"),
-                         CrashSchedule(), Sut(path=code, trusted=True))
-    with ForkLauncher(code_path=str(code.resolve()), fallback=None) as launcher:
-        result = execute(plan, tmp_path / "exe", launcher=launcher)
-    assert result.verdict != "pass", result.reasons
-    errors = result.evidence.errors
-    assert any(e.startswith("the story could not go on: CheckpointNotFound") for e in errors), \
-        errors
-    assert not any(e.startswith("harness error") for e in errors), errors
-    assert outside_cause(result) is None
