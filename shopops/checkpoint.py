@@ -32,8 +32,6 @@ from shopops.checkpoint_rows import (
     _upgrade_v1_state,
     _utc_iso,
 )
-from shopops.checkpoint_rows import read_history as _read_rows
-from shopops.checkpoint_rows import read_latest as _read_latest
 from shopops.checkpoint_schema import CHECKPOINT_DB as CHECKPOINT_DB
 from shopops.checkpoint_schema import NO_UPDATE, SCHEMA, Transaction
 from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
@@ -73,14 +71,14 @@ def read_history(path: str | os.PathLike[str], case_id: str,
     if os.path.lexists(path):
         with checkpoint_file.inspected(path, CHECKPOINT_DB) as conn:  # read what was judged
             return _select_rows(conn, os.fspath(path), case_id, run_id)
-    return _read_rows(path, case_id, run_id)  # FileNotFoundError
+    raise FileNotFoundError(f"checkpoint database {path} does not exist")
 
 
 def read_latest(path: str | os.PathLike[str], case_id: str,
                 skip: Collection[int] = ()) -> CheckpointRow | None:
     """The case's newest raw row whose ``seq`` is not in ``skip`` (``None``: no such row),
     read-only, once the file is known to be ours — ``read_history``'s last row without
-    reading the rest (``checkpoint_rows.read_latest``).
+    reading the rest.
 
     Raises:
         FileNotFoundError: no database at ``path`` (none is created).
@@ -90,7 +88,7 @@ def read_latest(path: str | os.PathLike[str], case_id: str,
     if os.path.lexists(path):
         with checkpoint_file.inspected(path, CHECKPOINT_DB) as conn:
             return _select_latest(conn, os.fspath(path), case_id, skip)
-    return _read_latest(path, case_id, skip)  # FileNotFoundError
+    raise FileNotFoundError(f"checkpoint database {path} does not exist")
 
 
 class CheckpointStore:

@@ -6,11 +6,10 @@ raise — do not silently guess"). ``shopops.checkpoint`` writes them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -198,45 +197,21 @@ def read_history(path: str | os.PathLike[str], case_id: str,
     Raises:
         FileNotFoundError: no database at ``path`` (none is created).
     """
-    with _readonly(path) as conn:
-        return _select_rows(conn, os.fspath(path), case_id, run_id)
-
-
-def read_latest(path: str | os.PathLike[str], case_id: str,
-                skip: Collection[int] = ()) -> CheckpointRow | None:
-    """The case's newest raw row (highest ``seq``) whose ``seq`` is not in ``skip``, or
-    ``None``, through a read-only connection like ``read_history``: one row is read and
-    built instead of the whole history (the harness asks for the latest phase after every
-    worker).
-
-    Raises:
-        FileNotFoundError: no database at ``path`` (none is created).
-    """
-    with _readonly(path) as conn:
-        return _select_latest(conn, os.fspath(path), case_id, skip)
-
-
-@contextlib.contextmanager
-def _readonly(path: str | os.PathLike[str]) -> Iterator[sqlite3.Connection]:
-    """A read-only connection to an existing file, closed on exit; it leaves no -wal/-shm
-    behind (``shopops.checkpoint_file.open_readonly``).
-
-    Raises:
-        FileNotFoundError: no database at ``path`` (none is created).
-    """
     db = Path(path)
     if not db.exists():
         raise FileNotFoundError(f"checkpoint database {db} does not exist")
-    conn = open_readonly(db)
+    conn = open_readonly(db)  # leaves no -wal/-shm behind (shopops.checkpoint_file)
     try:
-        yield conn
+        return _select_rows(conn, os.fspath(path), case_id, run_id)
     finally:
         conn.close()
 
 
 def _select_latest(conn: sqlite3.Connection, path: str, case_id: str,
                    skip: Collection[int] = ()) -> CheckpointRow | None:
-    """``read_latest`` through an open connection (``path`` names the file in rows)."""
+    """The case's newest raw row (highest ``seq``) whose ``seq`` is not in ``skip``, or
+    ``None``, through an open connection (``path`` names the file in rows): one row is read
+    and built instead of the whole history (``shopops.checkpoint.read_latest``)."""
     seqs = sorted({int(seq) for seq in skip})
     sql = f"{_row_sql(conn)} WHERE case_id = ?"
     if seqs:
