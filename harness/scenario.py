@@ -52,6 +52,12 @@ _LEASE_TTL_S = Number(0.1, LEASE_TTL_S.hi, "seconds")
 #: sut.read_timeout_s: 0.05 s to a minute.
 _READ_TIMEOUT_S = Number(0.05, 60, "seconds")
 _MAX_ATTEMPTS = Number(1, 100, "attempts", integer=True)
+#: The range of each numeric table field: its range check, and the type check's message
+#: (``story_parse.mistyped``), name it.
+_RANGES: dict[str, Number] = {
+    "sut.read_timeout_s": _READ_TIMEOUT_S, "sut.max_attempts": _MAX_ATTEMPTS,
+    "human.delay_hours": DELAY_HOURS, "concurrency.resumers": _RESUMERS,
+    "concurrency.lease_ttl_s": _LEASE_TTL_S, "storage.lock_ms": LOCK_MS}
 
 
 class ScenarioError(ShopOpsError, ValueError):
@@ -177,7 +183,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
             if key not in allowed:
                 raise fail(dotted, f"unknown field; allowed in [{table or 'top level'}]: "
                            + ", ".join(allowed))
-            why = mistyped(allowed[key], value)
+            why = mistyped(allowed[key], value, rule=_RANGES.get(dotted))
             if why is not None:
                 raise fail(dotted, why)
     case, sut, crash, expect = (data.get(t, {}) for t in ("case", "sut", "crash", "expect"))
@@ -241,9 +247,9 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         except ValueError as exc:
             raise fail(dotted, str(exc)) from None
 
-    def positive(table: dict[str, Any], dotted: str, default: float, rule: Number) -> float:
+    def positive(table: dict[str, Any], dotted: str, default: float) -> float:
         try:
-            return float(rule.check(table.get(dotted.split(".")[1], default)))
+            return float(_RANGES[dotted].check(table.get(dotted.split(".")[1], default)))
         except ValueError as exc:
             raise fail(dotted, str(exc)) from None
 
@@ -260,14 +266,14 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
     if worker_error is not None and worker_error not in WORKER_ERRORS:
         raise fail("expect.worker_error",
                    f"{worker_error!r}; allowed: {', '.join(WORKER_ERRORS)}")
-    read_timeout = (positive(sut, "sut.read_timeout_s", 5, _READ_TIMEOUT_S)
+    read_timeout = (positive(sut, "sut.read_timeout_s", 5)
                     if "read_timeout_s" in sut else None)
-    max_attempts = (int(positive(sut, "sut.max_attempts", 5, _MAX_ATTEMPTS))
+    max_attempts = (int(positive(sut, "sut.max_attempts", 5))
                     if "max_attempts" in sut else None)
     feedback = human.get("feedback")
     if feedback is not None and not 0 < len(feedback.strip()) <= 2000:
         raise fail("human.feedback", "must be 1-2000 characters of text")
-    resumers = int(positive(conc, "concurrency.resumers", 1, _RESUMERS))
+    resumers = int(positive(conc, "concurrency.resumers", 1))
     story: tuple[Step, ...] = ()
     if STORY in data:
         for table, keys in _STORY_REPLACES.items():
@@ -287,14 +293,14 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         schedules=schedules, baseline=crash.get("baseline", True),
         double=crash.get("double", False), human_action=action, reject_feedback=feedback,
         approve_at=point(human, "human.approve_at"),
-        approve_delay_h=positive(human, "human.delay_hours", 0, DELAY_HOURS),
+        approve_delay_h=positive(human, "human.delay_hours", 0),
         approve_twice=human.get("twice", False), ticket=ticket,
         gateway_faults=tuple(faults), resumers=resumers, leases=conc.get("leases", False),
-        lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30, _LEASE_TTL_S),
+        lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30),
         takeover_at=point(conc, "concurrency.takeover_at"),
         same_owner=conc.get("same_owner", False), storage_fault=fault,
         lock_at=point(storage, "storage.lock_at"),
-        lock_ms=int(positive(storage, "storage.lock_ms", 300, LOCK_MS)),
+        lock_ms=int(positive(storage, "storage.lock_ms", 300)),
         expect_failing=frozenset(failing),
         expect_deliveries=_deliveries(expect, fail),
         expect_worker_error=worker_error, story=story,

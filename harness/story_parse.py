@@ -34,7 +34,7 @@ from harness.model import (
     WorkersStep,
 )
 from shopops import labels
-from shopops.validators import DELAY_HOURS, FREE_TEXT, LOCK_MS
+from shopops.validators import DELAY_HOURS, FREE_TEXT, LOCK_MS, Number
 
 __all__ = ["GATES", "STEP_FIELDS", "parse_story"]
 
@@ -55,6 +55,12 @@ STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
 #: Upper bounds (absurd values are bad input): workers per step, hold/lock ms, clock, hours.
 #: (the delay of a decision, a lock's ms and feedback text use ``shopops.validators``).
 MAX_COUNT, MAX_MS, MAX_CLOCK_S = 4, 600_000, 10 * 365 * 86400.0
+_COUNT = Number(1, MAX_COUNT, "workers", integer=True)
+_HOLD_MS = Number(0, MAX_MS, "milliseconds", integer=True)
+#: The range of each numeric step field (``mistyped`` names it when the type is wrong too).
+_RANGES: dict[tuple[StepKind, str], Number] = {
+    (StepKind.WORKERS, "count"): _COUNT, (StepKind.HOLD, "ms"): _HOLD_MS,
+    (StepKind.STORAGE, "ms"): LOCK_MS, (StepKind.HUMAN, "delay_hours"): DELAY_HOURS}
 #: Roles that start by loading a checkpoint (where workers started together are made to
 #: overlap: ``labels.CHECKPOINT_LOADED``).
 _LOADING = (WorkerRole.RECHECK, WorkerRole.RESUME, WorkerRole.TAKEOVER)
@@ -108,7 +114,7 @@ def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail,
         if key not in allowed:
             raise bad(key, f"unknown field for step = \"{kind}\"; allowed: "
                       + ", ".join(["step", "when", *allowed]))
-        why = mistyped(allowed[key], value, strict_bool=True)
+        why = mistyped(allowed[key], value, strict_bool=True, rule=_RANGES.get((kind, key)))
         if why is not None:
             raise bad(key, why)
     when = _choice(table, "when", When.ALWAYS, When, bad)
@@ -124,10 +130,10 @@ def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail,
             raise bad(key, str(exc)) from None
 
     def ms(key: str, default: int) -> int:
-        value = table.get(key, default)
-        if not 0 <= value <= MAX_MS:
-            raise bad(key, f"{value!r}: milliseconds in 0..{MAX_MS}")
-        return int(value)
+        try:
+            return int(_HOLD_MS.check(table.get(key, default)))
+        except ValueError as exc:
+            raise bad(key, str(exc)) from None
 
     if kind is StepKind.WORKERS:
         return _workers(table, when, leases, bad)
@@ -168,9 +174,10 @@ def _workers(table: dict[str, Any], when: When, leases: bool,
     role = _choice(table, "role", None, WorkerRole, bad)
     if role is None:
         raise bad("role", "required; allowed: " + ", ".join(WorkerRole))
-    count = table.get("count", 1)
-    if not 1 <= count <= MAX_COUNT:
-        raise bad("count", f"{count!r}: 1..{MAX_COUNT} workers")
+    try:
+        count = int(_COUNT.check(table.get("count", 1)))
+    except ValueError as exc:
+        raise bad("count", str(exc)) from None
     recover_raw = table.get("recover", NO_RECOVERY)
     if recover_raw != NO_RECOVERY and recover_raw not in tuple(WorkerRole):
         raise bad("recover", f"{recover_raw!r}; allowed: {NO_RECOVERY}, "
@@ -304,12 +311,14 @@ def _type_text(expected: type | tuple[type, ...]) -> str:
 
 
 def mistyped(expected: type | tuple[type, ...], value: Any, *,
-             strict_bool: bool = False) -> str | None:
+             strict_bool: bool = False, rule: Number | None = None) -> str | None:
     """Why ``value`` (as TOML parsed it) is not of the ``expected`` type(s), naming the value
     as it was written (``true``, ``1e+09``, ``"x"``); ``None`` if it is. A boolean passes as
     an integer (Python's ``bool`` is an ``int``: a table's range check then refuses it,
-    naming the range) unless ``strict_bool`` (a story step's fields). The one rule for a
-    scenario's tables and its story steps."""
+    naming the range) unless ``strict_bool`` (a story step's fields). With ``rule`` (the
+    field's range, ``shopops.validators.Number``), the message says what is allowed in full
+    (``must be an integer from 0 to 60000 milliseconds, got a number 1.5``), as the range
+    check would. The one rule for a scenario's tables and its story steps."""
     types = _types(expected)
     if isinstance(value, types) and not (strict_bool and isinstance(value, bool)
                                          and bool not in types):
@@ -318,7 +327,8 @@ def mistyped(expected: type | tuple[type, ...], value: Any, *,
              else f'"{value[:60]}"' if isinstance(value, str) else repr(value)[:60])
     kind = {bool: "a boolean", str: "a string", int: "an integer", float: "a number",
             list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
-    return f"must be {_type_text(expected)}, got {kind} {shown}"
+    wanted = rule.allowed if rule is not None else _type_text(expected)
+    return f"must be {wanted}, got {kind} {shown}"
 
 
 def _header_line(text: str, index: int) -> int | None:

@@ -23,7 +23,8 @@ def write(folder: Path, text: str) -> Path:
                                              ("nan", "must be a finite number"),
                                              ("inf", "must be a finite number"),
                                              ("61", "from 0.05 to 60 seconds"),
-                                             ('"5"', "must be an integer or a number")])
+                                             ('"5"', "must be a finite number from 0.05 "
+                                                     "to 60 seconds, got a string")])
 def test_bad_read_timeouts_are_refused(tmp_path: Path, value: str, says: str) -> None:
     path = write(tmp_path, f"[sut]\nread_timeout_s = {value}\n")
     err = refused(path)
@@ -32,7 +33,8 @@ def test_bad_read_timeouts_are_refused(tmp_path: Path, value: str, says: str) ->
 
 
 @pytest.mark.parametrize(("value", "says"), [("0", "from 1 to 100"), ("101", "from 1 to 100"),
-                                             ("2.5", "must be an integer")])
+                                             ("2.5", "must be an integer from 1 to 100 "
+                                                     "attempts, got a number 2.5")])
 def test_bad_max_attempts_are_refused(tmp_path: Path, value: str, says: str) -> None:
     path = write(tmp_path, f"[sut]\nmax_attempts = {value}\n")
     err = refused(path)
