@@ -61,8 +61,9 @@ CREATE TABLE IF NOT EXISTS service_calls (
 
 #: The service's file as ``checkpoint_file.inspect`` accepts it: an approval queue plus the
 #: service's call log. The harness opens its queue file with it (``kind=SERVICE_QUEUE``).
-SERVICE_QUEUE = dataclasses.replace(APPROVAL_QUEUE,
-                                    schema=(APPROVAL_QUEUE.schema, _LOG_SCHEMA))
+SERVICE_QUEUE = dataclasses.replace(APPROVAL_QUEUE, schema=(
+    *((APPROVAL_QUEUE.schema,) if isinstance(APPROVAL_QUEUE.schema, str)
+      else APPROVAL_QUEUE.schema), _LOG_SCHEMA))
 
 
 class _Refused(Exception):

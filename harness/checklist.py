@@ -13,7 +13,16 @@ from harness.check_support import draft_digest as _digest
 from harness.check_support import gate_tickets
 from harness.check_support import parsed_states as _states
 from harness.check_support import redrafts_owed as _redrafts_owed
-from harness.model import DEFAULT_GATE, NOTE_GATE, CheckResult, Evidence, key_text
+from harness.model import (
+    DEFAULT_GATE,
+    NOTE_GATE,
+    CheckResult,
+    Delivery,
+    Evidence,
+    NoteDelivery,
+    key_text,
+)
+from shopops.approval_records import Ticket
 from shopops.phases import PRE_APPROVAL, Phase
 from shopops.state import note_digest
 
@@ -242,6 +251,7 @@ def ticket_server_issued(ev: Evidence) -> CheckResult:
     lines += [f"checkpointed ticket {t} was never issued by the queue"
               + (f" on gate {gate}" if gate != DEFAULT_GATE else "") for t, gate in forged]
     unbacked = []
+    sent: list[tuple[Delivery | NoteDelivery, str, tuple[Ticket, ...], str]]
     sent = [(d, _digest(d.to, d.subject, d.body), emails, "draft")
             for d in ev.gateway.deliveries_for(ev.case_id)]
     sent += [(n, note_digest(n.order_id, n.body), notes, "note")

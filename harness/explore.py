@@ -188,7 +188,8 @@ class ExploreResult:
 
     def counts(self) -> dict[str, int]:
         """Executions by verdict, and in all."""
-        out = {v: sum(e.verdict == v for e in self.examples) for v in tuple(Verdict)}
+        out: dict[str, int] = {v.value: sum(e.verdict == v for e in self.examples)
+                               for v in tuple(Verdict)}
         out["executions"] = len(self.examples)
         out["shrink_executions"] = sum(e.shrinking for e in self.examples)
         # unknown although a check failed on the harness's evidence: verdict precedence

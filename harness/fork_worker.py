@@ -118,8 +118,9 @@ def _warm_gateway_client() -> None:
             "POST", client.base_url + "/send", headers={"X-ShopOps-Worker-Pid": "1",
                                                        "Idempotency-Key": "warm-up"},
             json={"case_id": "case-O-1", "to": "a@example.com", "subject": "s", "body": "b"}))
-        session.merge_environment_settings(prepared.url, {}, None, None, None)
-        session.get_adapter(prepared.url)
+        url = prepared.url or client.base_url
+        session.merge_environment_settings(url, {}, None, None, None)
+        session.get_adapter(url)
     finally:
         client.close()
 

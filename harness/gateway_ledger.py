@@ -164,7 +164,8 @@ def accept(conn: sqlite3.Connection, ledger: Ledger, evidence: dict[str, Any],
     seq = insert_request(conn, ledger, evidence, status, delivery_id if status != 409 else None,
                          duplicate=status == 200)
     if status == 201:
-        delivery = ledger.record(delivery_id, seq, key, digest,  # type: ignore[arg-type]
+        # each ledger's record takes its own fields after the common four
+        delivery = ledger.record(delivery_id, seq, key, digest,  # type: ignore[call-arg]
                                  *(message[f] for f in ledger.fields), iso(time.time()))
         record = {"n": n, **dataclasses.asdict(delivery)}
         conn.execute(_insert_sql(ledger.deliveries, record), record)
