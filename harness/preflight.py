@@ -67,6 +67,8 @@ def preflight(sut: Sut, timeout_s: float = 60.0, launcher: Launcher | None = Non
                 return f"`python -m {sut.module} --help` did not finish within {timeout_s:g} s"
             err.seek(0)
             stderr = err.read().decode("utf-8", "replace")
+    except sandbox.CodeRefused as exc:
+        return f"its folder cannot be installed: {exc}"
     except (OSError, sandbox.SandboxError) as exc:
         return f"`python -m {sut.module} --help` could not be started: {exc}"
     finally:
@@ -101,6 +103,8 @@ def _preflight_sealed(server: Launcher, sut: Sut, argv: list[str], env: dict[str
     assert sut.path is not None
     try:
         box = sandbox.Sandbox()
+    except sandbox.CodeRefused as exc:
+        return f"its folder cannot be installed: {exc}"
     except (OSError, sandbox.SandboxError) as exc:
         return f"`python -m {sut.module} --help` could not be started: {exc}"
     try:
@@ -109,6 +113,8 @@ def _preflight_sealed(server: Launcher, sut: Sut, argv: list[str], env: dict[str
                                   str(sandbox.install_fixtures(DEFAULT_FIXTURES)),
                                   server)  # type: ignore[arg-type]
         return _preflight_through(launcher, sut, argv, env, str(box.path), timeout_s)
+    except sandbox.CodeRefused as exc:
+        return f"its folder cannot be installed: {exc}"
     except (OSError, sandbox.SandboxError) as exc:
         return f"`python -m {sut.module} --help` could not be started: {exc}"
     finally:

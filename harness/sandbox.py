@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from harness import scratch
+from harness.code_copy import CopyRefused, copy_file, copy_tree
 
 #: First uid/gid of the pool; ``POOL_SIZE`` consecutive ids, none of them in /etc/passwd.
 UID_BASE = 4_170_000
@@ -48,6 +49,11 @@ _area: Path | None = None
 
 class SandboxError(OSError):
     """The sandbox could not be set up (no free uid, not root, a folder not creatable)."""
+
+
+class CodeRefused(SandboxError):
+    """An implementation's folder cannot be installed: it holds a symlink, a FIFO, a
+    socket or a device, or is too large (``harness.code_copy``; the message says which)."""
 
 
 def available() -> bool:
@@ -241,6 +247,9 @@ def install_code(package_dir: Path, module: str) -> Path:
 
     Raises:
         SandboxError: ``module`` is not a package or module in ``package_dir``.
+        CodeRefused: the package holds what may not be copied as root (a symlink, a FIFO,
+            a socket, a device; over ``harness.code_copy.MAX_FILES`` files or
+            ``MAX_BYTES``): nothing is copied.
     """
     return _install(package_dir, module)
 
@@ -252,17 +261,20 @@ def _install(src: Path, module: str | None) -> Path:
         cached = _installed.get((str(src), module))
         if cached is not None:
             return cached
-        if module is None:
-            shutil.copytree(src, target, symlinks=False)
-        elif (src / module).is_dir():
-            target.mkdir(mode=0o755)
-            shutil.copytree(src / module, target / module, symlinks=False,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        elif (src / f"{module}.py").is_file():
-            target.mkdir(mode=0o755)
-            shutil.copyfile(src / f"{module}.py", target / f"{module}.py")
-        else:
-            raise SandboxError(f"{src}: no package {module}/ or module {module}.py")
+        try:  # as root, of a folder that is the implementation's: harness.code_copy
+            if module is None:
+                copy_tree(src, target)
+            elif (src / module).is_dir():
+                target.mkdir(mode=0o755)
+                copy_tree(src / module, target / module, skip=("__pycache__", "*.pyc"))
+            elif (src / f"{module}.py").is_file():
+                target.mkdir(mode=0o755)
+                copy_file(src / f"{module}.py", target / f"{module}.py")
+            else:
+                raise SandboxError(f"{src}: no package {module}/ or module {module}.py")
+        except CopyRefused as exc:
+            shutil.rmtree(target, ignore_errors=True)  # nothing half-copied is left
+            raise CodeRefused(str(exc)) from None
         if module is not None:  # compiled, never run: workers cannot write __pycache__
             compileall.compile_dir(str(target), quiet=1, workers=1)
         os.chmod(target, 0o755)

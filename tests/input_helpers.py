@@ -35,6 +35,8 @@ def tree(root: Path) -> dict[str, str]:
                 found[rel] = "-> " + os.readlink(p)
             elif p.is_dir():
                 found[rel] = "dir"
+            elif not p.is_file():  # a FIFO or a socket: never opened (it would block)
+                found[rel] = "special"
             else:
                 found[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
     return found

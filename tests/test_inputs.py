@@ -240,3 +240,23 @@ def test_bad_failpoint_spec_in_a_fresh_shopops_is_one_line(tmp_path: Path) -> No
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("shopops: error: FailpointSpecError: SHOPOPS_FAILPOINTS")
     assert tree(tmp_path) == {}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="sealed (a copy made as root) needs root")
+@pytest.mark.parametrize("make", ["symlink", "fifo"])
+def test_a_sut_folder_that_cannot_be_copied_as_root_is_refused_before_anything_runs(
+        cwd: Path, make: str) -> None:
+    """``run --sut`` as root copies the package for the sandbox (``harness.code_copy``): a
+    symlink (to ``/``: the whole filesystem was copied) or a FIFO (the copy blocked) in it
+    is one error line naming the entry, and nothing runs."""
+    impl = cwd / "impl" / "shopops"
+    impl.mkdir(parents=True)
+    (impl / "__init__.py").write_text("")
+    (impl / "__main__.py").write_text("raise SystemExit(0)\n")
+    if make == "symlink":
+        (impl / "root").symlink_to("/")
+    else:
+        os.mkfifo(impl / "root")
+    o = call("shopops-chaos", (*RUN, "--sut", "impl"), cwd)
+    assert_refused(o, 2, "--sut impl", "root is a " + ("symlink" if make == "symlink"
+                                                       else "FIFO"))

@@ -1,0 +1,88 @@
+"""An implementation's folder is copied as root without trusting it (``harness.code_copy``):
+only folders and regular files, within a size budget, never through a symlink."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import sandbox
+from harness.code_copy import MAX_BYTES, CopyRefused, copy_file, copy_tree
+
+pytestmark = pytest.mark.io
+
+
+def package(tmp_path: Path) -> Path:
+    src = tmp_path / "impl" / "shopops"
+    (src / "sub").mkdir(parents=True)
+    (src / "__init__.py").write_text("X = 1\n")
+    (src / "sub" / "m.py").write_bytes(b"\x00\xffbytes\n")
+    (src / "__pycache__").mkdir()
+    (src / "__pycache__" / "x.pyc").write_bytes(b"old")
+    return src
+
+
+def test_a_plain_package_is_copied_byte_for_byte_without_its_caches(tmp_path: Path) -> None:
+    src = package(tmp_path)
+    copy_tree(src, tmp_path / "out", skip=("__pycache__", "*.pyc"))
+    assert (tmp_path / "out" / "__init__.py").read_text() == "X = 1\n"
+    assert (tmp_path / "out" / "sub" / "m.py").read_bytes() == b"\x00\xffbytes\n"
+    assert not (tmp_path / "out" / "__pycache__").exists()
+
+
+@pytest.mark.parametrize("make", ["symlink-to-root", "symlink-to-secret", "symlink-loop",
+                                  "fifo", "symlinked-subfolder"])
+def test_anything_but_folders_and_files_refuses_the_folder(tmp_path: Path, make: str) -> None:
+    src = package(tmp_path)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOPSECRET")
+    secret.chmod(0o600)
+    entry = src / "sub" / "bad"
+    if make == "symlink-to-root":
+        entry.symlink_to("/")
+    elif make == "symlink-to-secret":
+        entry.symlink_to(secret)
+    elif make == "symlink-loop":
+        entry.symlink_to(src / "sub" / "bad2")
+        (src / "sub" / "bad2").symlink_to(entry)
+    elif make == "fifo":
+        os.mkfifo(entry)
+    else:
+        entry.symlink_to(tmp_path)  # a folder reached through a symlink: not walked
+    with pytest.raises(CopyRefused) as err:
+        copy_tree(src, tmp_path / "out")
+    assert "sub/bad" in str(err.value) and "only folders and regular files" in str(err.value)
+    copied = [p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert b"TOPSECRET" not in b"".join(copied)
+
+
+def test_a_huge_sparse_file_is_refused_without_being_read(tmp_path: Path) -> None:
+    src = package(tmp_path)
+    with open(src / "big.bin", "wb") as f:
+        f.truncate(2 << 30)  # 2 GiB, no blocks: refused by its size, nothing read
+    with pytest.raises(CopyRefused, match=f"{MAX_BYTES >> 20} MiB"):
+        copy_tree(src, tmp_path / "out")
+    assert not (tmp_path / "out" / "big.bin").exists()
+
+
+def test_a_module_file_through_a_symlink_is_refused(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.py"
+    secret.write_text("TOPSECRET = 1\n")
+    (tmp_path / "shopops.py").symlink_to(secret)
+    with pytest.raises(CopyRefused, match="regular file"):
+        copy_file(tmp_path / "shopops.py", tmp_path / "out.py")
+    assert not (tmp_path / "out.py").exists()
+
+
+def test_install_code_leaves_nothing_of_a_refused_folder(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    area = tmp_path / "area"
+    area.mkdir()
+    monkeypatch.setattr(sandbox, "area", lambda: area)
+    src = package(tmp_path)
+    (src / "root").symlink_to("/")
+    with pytest.raises(sandbox.CodeRefused, match="root is a symlink"):
+        sandbox.install_code(src.parent, "shopops")
+    assert list(area.iterdir()) == []
