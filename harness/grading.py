@@ -39,7 +39,7 @@ from harness.grade_output import (  # re-exported: the grade's types and writers
 )
 from harness.grading_io import check_outputs
 from harness.launcher import Launcher, make_launcher
-from harness.model import CrashSchedule, ExecutionResult, PythonTarget, Sut
+from harness.model import CheckStatus, CrashSchedule, ExecutionResult, PythonTarget, Sut
 from harness.preflight import preflight, sealed
 from harness.retry import retry_unknowns
 from harness.rubric import DEFAULT_RUBRIC, RubricItem
@@ -300,10 +300,13 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
         lines.append(f"Run again (unknown for a reason outside the implementation): "
                      f"{len(retried)} execution(s):")
         lines += [f"- {note}" for note in retried]
+    # failed, not undecided: an execution cut short cannot decide them, and is no tampering
     tampered = [(r, c) for r in results for c in r.checks
-                if c.check_id in ("no_tampering", "no_process_left") and not c.passed]
+                if c.check_id in ("no_tampering", "no_process_left")
+                and c.status is CheckStatus.FAIL]
     if tampered:
-        lines.append(f"Tampering or processes left behind in {len(tampered)} execution(s) "
+        count = len({r.plan.id for r, _ in tampered})
+        lines.append(f"Tampering or processes left behind in {count} execution(s) "
                      "(refused, killed, and failed; the verdict came from the harness's own "
                      "evidence):")
         lines += [f"- {r.plan.id}: {c.check_id}: {c.detail}" for r, c in tampered[:10]]

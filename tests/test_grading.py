@@ -171,3 +171,21 @@ def test_grade_cli_refuses_a_folder_without_the_package(tmp_path: Path) -> None:
     done = call("shopops-chaos", ["grade", "--sut", str(tmp_path)], tmp_path)
     assert done.code == 2 and "no package folder shopops/" in done.err, done.err
     assert done.changed == {} and done.new_processes == ()
+
+
+def test_an_implementation_that_crashes_is_not_said_to_tamper(tmp_path: Path) -> None:
+    """A worker that exits 1 at ``run`` leaves every execution ``unknown``: ``no_tampering``
+    and ``no_process_left`` are undecided there, not failed, and the grade says nothing of
+    tampering (it used to count each undecided check as an execution that tampered)."""
+    folder = student(tmp_path, cli_main=(
+        "import sys as _sys\n_main = main\n"
+        "def main(argv=None):\n"
+        "    if (argv or _sys.argv[1:])[:1] == ['run']:\n"
+        "        raise SystemExit(1)\n"
+        "    return _main(argv)\n"))
+    said: list[str] = []
+    result = grade(Sut(path=folder), tmp_path / "out", rubric=ONE_ITEM, say=said.append)
+    assert result.score == 0
+    output = json.loads((tmp_path / "out" / "results.json").read_text())["output"]
+    assert "Tampering" not in output, output
+    assert not [line for line in said if line.startswith("tampering:")], said
