@@ -22,9 +22,10 @@ from harness.mock_gateway import read_log
 from harness.model.evidence import Event, Evidence, Gap, GatewayLog, WorkerRun
 from harness.model.kinds import EventKind, EvidenceSource
 from shopops.approvals import ApprovalRequest, Ticket
+from shopops.bounds import MAX_HISTORY_ROWS
 from shopops.checkpoint import CheckpointRow, read_history, read_latest
 from shopops.checkpoint_file import open_readonly
-from shopops.errors import NotACheckpointDatabase
+from shopops.errors import HistoryTooLong, NotACheckpointDatabase
 
 __all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "latest_checkpoint",
            "not_a_file", "read_approvals", "read_checkpoints", "read_gateway"]
@@ -77,14 +78,17 @@ def not_a_file(db: Path) -> str | None:
 
 
 def read_checkpoints(db: Path, case_id: str) -> tuple[tuple[CheckpointRow, ...], Gap | None]:
-    """The case's raw checkpoint rows, or ``()`` and the ``Gap`` if unreadable (a missing
-    file is no gap: nothing was written)."""
+    """The case's raw checkpoint rows, or ``()`` and the ``Gap`` if unreadable or longer
+    than ``shopops.bounds.MAX_HISTORY_ROWS`` (a missing file is no gap: nothing was
+    written)."""
     if not os.path.lexists(db):
         return (), None
     if (why := not_a_file(db)) is not None:
         return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} {why}")
     try:
-        return tuple(read_history(db, case_id)), None
+        return tuple(read_history(db, case_id, max_rows=MAX_HISTORY_ROWS)), None
+    except HistoryTooLong as exc:
+        return (), Gap(EvidenceSource.CHECKPOINTS, str(exc))
     except (sqlite3.Error, NotACheckpointDatabase) as exc:
         return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} unreadable: {exc}")
 

@@ -14,6 +14,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from shopops.bounds import MAX_HISTORY_ROWS
 from shopops.checkpoint import CheckpointRow, read_history
 from shopops.checkpoint_file import open_readonly
 from shopops.records import DEFAULT_FIXTURES
@@ -49,7 +50,7 @@ def inject_row(db: Path, case_id: str, run_id: str, kind: str) -> CheckpointRow 
 
     Returns ``None`` when the case has no checkpoint to corrupt (the fault cannot apply).
     """
-    rows = read_history(db, case_id, run_id) if db.exists() else []
+    rows = read_history(db, case_id, run_id, max_rows=MAX_HISTORY_ROWS) if db.exists() else []
     if not rows or rows[-1].state_json is None:
         return None
     version, blob = corrupt_bytes(kind, rows[-1].state_json)

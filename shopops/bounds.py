@@ -10,3 +10,9 @@ DAY_S = 86_400
 MAX_OCCURRENCE = 1000
 #: The longest failpoint ``sleep``, in milliseconds: a day.
 MAX_SLEEP_MS = DAY_S * 1000
+
+#: At most this many checkpoint rows of a case are read by the harness (as evidence, or to
+#: corrupt the latest): the reference loop writes about ten; an implementation that wrote
+#: 90,000 held a grade for minutes at ~1.9 GB. More is a gap: the checks over the history
+#: cannot be decided (``shopops.errors.HistoryTooLong``).
+MAX_HISTORY_ROWS = 10_000

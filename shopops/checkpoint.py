@@ -34,7 +34,7 @@ from shopops.checkpoint_rows import (
 )
 from shopops.checkpoint_schema import CHECKPOINT_DB as CHECKPOINT_DB
 from shopops.checkpoint_schema import NO_UPDATE, SCHEMA, Transaction
-from shopops.errors import CheckpointNotFound, FencedOff, LeaseHeld
+from shopops.errors import CheckpointNotFound, FencedOff, HistoryTooLong, LeaseHeld
 from shopops.failpoints import failpoint
 from shopops.state import SCHEMA_VERSION, State
 
@@ -59,17 +59,31 @@ class Lease:
 
 
 def read_history(path: str | os.PathLike[str], case_id: str,
-                 run_id: str | None = None) -> list[CheckpointRow]:
+                 run_id: str | None = None, *, max_rows: int | None = None
+                 ) -> list[CheckpointRow]:
     """Raw rows of a case, in ``seq`` order, read-only and leaving nothing behind
     (``checkpoint_rows.read_history``), once the file is known to be ours.
+
+    Args:
+        max_rows: read nothing when the case has more rows than this (a reader that must
+            stay bounded: the harness, over a file an implementation wrote).
 
     Raises:
         FileNotFoundError: no database at ``path`` (none is created).
         NotACheckpointDatabase: the file is not a checkpoint database
             (``checkpoint_file.inspect``): nothing is read from it.
+        HistoryTooLong: more than ``max_rows`` rows for the case.
     """
     if os.path.lexists(path):
         with checkpoint_file.inspected(path, CHECKPOINT_DB) as conn:  # read what was judged
+            if max_rows is not None:
+                (rows,) = conn.execute("SELECT COUNT(*) FROM checkpoints WHERE case_id = ?",
+                                       (case_id,)).fetchone()
+                if rows > max_rows:
+                    raise HistoryTooLong(
+                        f"checkpoint database {path}: {rows} rows for case {case_id}, more "
+                        f"than the {max_rows} the harness reads", path=os.fspath(path),
+                        case_id=case_id, rows=rows, limit=max_rows)
             return _select_rows(conn, os.fspath(path), case_id, run_id)
     raise FileNotFoundError(f"checkpoint database {path} does not exist")
 

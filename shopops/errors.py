@@ -101,6 +101,11 @@ class NotACheckpointDatabase(NotOurDatabase, CheckpointError):
     ``"checkpoint database"``)."""
 
 
+class HistoryTooLong(CheckpointError):
+    """A case's checkpoint history holds more rows than a reader was told to read (fields:
+    ``path``, ``case_id``, ``rows``, ``limit``): nothing of it was decoded."""
+
+
 class FencedOff(CheckpointError):
     """A write from a worker whose lease was taken over (fields: ``case_id``, ``owner``,
     ``fence``, ``current_fence``)."""

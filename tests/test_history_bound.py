@@ -1,0 +1,52 @@
+"""The harness reads a bounded checkpoint history (``shopops.bounds.MAX_HISTORY_ROWS``): an
+implementation that writes tens of thousands of rows makes the history a gap, not a
+grade that runs for minutes at gigabytes."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from harness import evidence
+from harness.model import EvidenceSource
+from shopops.checkpoint import CheckpointStore, read_history
+from shopops.errors import HistoryTooLong
+from shopops.state import State
+
+pytestmark = pytest.mark.io
+
+
+def history(tmp_path: Path, extra: int) -> Path:
+    """A checkpoint file with one real row for ``case-1`` and ``extra`` copies of it."""
+    db = tmp_path / "checkpoints.db"
+    store = CheckpointStore(db)
+    store.save(State(case_id="case-1", order_id="O-1001"), run_id="r1")
+    store.close()
+    with closing(sqlite3.connect(db)) as conn:
+        conn.executemany("INSERT INTO checkpoints(case_id, run_id, schema_version, "
+                         "state_json, created_at) SELECT case_id, run_id, schema_version, "
+                         "state_json, created_at FROM checkpoints WHERE seq = 1",
+                         [()] * extra)
+        conn.commit()
+    return db
+
+
+def test_a_history_over_the_bound_is_a_gap_and_nothing_is_decoded(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evidence, "MAX_HISTORY_ROWS", 5)
+    db = history(tmp_path, 5)
+    rows, gap = evidence.read_checkpoints(db, "case-1")
+    assert rows == () and gap is not None and gap.source is EvidenceSource.CHECKPOINTS
+    assert "6 rows for case case-1, more than the 5" in gap.reason
+    with pytest.raises(HistoryTooLong):
+        read_history(db, "case-1", max_rows=5)
+
+
+def test_a_history_within_the_bound_is_read_whole(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evidence, "MAX_HISTORY_ROWS", 5)
+    rows, gap = evidence.read_checkpoints(history(tmp_path, 4), "case-1")
+    assert gap is None and len(rows) == 5
