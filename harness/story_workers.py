@@ -13,7 +13,7 @@ from harness.controller import KillController
 from harness.evidence import EventLog, latest_checkpoint
 from harness.launcher import Launcher
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
-from harness.processes import Worker, output_tail
+from harness.processes import Worker, output_tail, trim_output
 from harness.sut_boot import TITLE_ENV
 from harness.target_servers import FRAMEWORKS_ENV, frameworks_of
 from harness.targets.drive import TargetDriver
@@ -178,6 +178,8 @@ class Workers:
                                "deadline")
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
         self._phase = self.latest_phase()
+        for stream in (out, err):  # bounded on disk; its end is kept: the same tails below
+            trim_output(stream)
         run = WorkerRun(index, started.role, worker.pid, info.returncode,
                         info.killed_by_harness, info.timed_out, info.leftovers,
                         output_tail(out, 15), output_tail(err, 15), round(info.elapsed_s, 4),
