@@ -107,8 +107,14 @@ def _grade(args: argparse.Namespace) -> int:
     except OutputPathError as exc:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
-    result = grade(sut, out, rubric=rubric, jobs=args.jobs, worker_timeout_s=args.timeout,
-                   results_path=results, say=say, target=target)
+    from harness.processes import reaping_on_signals
+
+    # SIGTERM (a CI job cancelled) as SIGINT: the run under the grade stops, reaps, and the
+    # grade scores nothing and says so (without this SIGTERM killed it with 143, no results)
+    with reaping_on_signals():
+        result = grade(sut, out, rubric=rubric, jobs=args.jobs,
+                       worker_timeout_s=args.timeout, results_path=results, say=say,
+                       target=target)
     say(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)"
         + ("   INTERRUPTED: nothing was scored" if result.interrupted else ""))
     say(f"  results.json {result.results_path}\n  report.md    {result.report_path}\n"

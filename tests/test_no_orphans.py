@@ -110,9 +110,12 @@ def test_sigkill_of_the_harness_leaves_no_worker(tmp_path: Path) -> None:
                 stream.close()
 
 
-def test_an_interrupted_grade_scores_nothing_and_exits_2(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_an_interrupted_grade_scores_nothing_and_exits_2(tmp_path: Path, signum: int) -> None:
     """A grade cut short by SIGINT is not a grade: a partial matrix would read as full
-    marks (found by a new user: 160/160 from 49 of 168 executions, exit 0)."""
+    marks (found by a new user: 160/160 from 49 of 168 executions, exit 0). SIGTERM, as a
+    cancelled CI job sends it, likewise (it used to end the grade with 143 and no
+    results)."""
     out = tmp_path / "grade"
     proc = subprocess.Popen(
         [sys.executable, "-m", "harness", "grade", "--out", str(out), "--jobs", "2"],
@@ -120,7 +123,7 @@ def test_an_interrupted_grade_scores_nothing_and_exits_2(tmp_path: Path) -> None
         stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         wait_for_progress(proc, 3)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         stdout, err = proc.communicate(timeout=180)  # generous: a loaded 2-core machine
         assert proc.returncode == 2, stdout[-2000:] + err[-2000:]
         assert "INTERRUPTED: nothing was scored" in stdout
