@@ -253,6 +253,7 @@ ERROR_SAMPLES: list[ShopOpsError] = [
                                     version=1, reason="unsupported version"),
     errors.LeaseHeld("held", case_id="c", owner="w2", holder="w1", expires_at=1.5),
     errors.FencedOff("fenced", case_id="c", owner="w1", fence=1, current_fence=2),
+    errors.HistoryTooLong("long", path="c.db", case_id="c", rows=10_001, limit=10_000),
     errors.ApprovalRefused("refused", ticket_id="apr-desk-9", case_id="c",
                            reason="unknown_ticket"),
     errors.GatewayError("gw", url="http://127.0.0.1:1"),
