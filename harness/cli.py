@@ -151,25 +151,6 @@ def _default_paths() -> list[Path]:
     return [Path(__file__).resolve().parent.parent / DEFAULT_SCENARIOS]
 
 
-def _installable(folder: Path, module: str) -> None:
-    """Where workers will run sealed (as root), copy the implementation's package now, once
-    (``harness.sandbox.install_code`` keeps the copy for every execution), so that a folder
-    that cannot be installed is refused before anything runs.
-
-    Raises:
-        ValueError: the folder holds a symlink, a FIFO, a socket or a device, or is too
-            large (``harness.code_copy``); or has no such package.
-    """
-    from harness import sandbox
-
-    if not sandbox.available():
-        return  # not sealed: workers import it as the user running the harness
-    try:
-        sandbox.install_code(folder, module)
-    except sandbox.SandboxError as exc:
-        raise ValueError(f"--sut {folder}: its folder cannot be installed: {exc}") from None
-
-
 def _run(args: argparse.Namespace) -> int:
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.processes import reaping_on_signals
@@ -187,7 +168,9 @@ def _run(args: argparse.Namespace) -> int:
         durations = earlier_durations(Path(args.durations)) \
             if shard is not None and args.durations else {}
         if args.sut and not target:
-            _installable(Path(args.sut), args.module)
+            from harness.sandbox import check_installable
+
+            check_installable(Path(args.sut), args.module)
     except (ScenarioError, ValueError) as exc:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2

@@ -288,6 +288,24 @@ def _install(src: Path, module: str | None) -> Path:
 
 
 _installed: dict[tuple[str, str | None], Path] = {}
+
+
+def check_installable(folder: Path, module: str) -> None:
+    """Where workers will run sealed (as root), copy the implementation's package now, once
+    (``install_code`` keeps the copy for every execution), so that a folder that cannot be
+    installed is refused before anything runs (``shopops-chaos run --sut``). Not root:
+    nothing to do (workers import the folder as the user running the harness).
+
+    Raises:
+        ValueError: the folder holds a symlink, a FIFO, a socket or a device, or is too
+            large (``harness.code_copy``), or has no such package; naming ``--sut``.
+    """
+    if not available():
+        return
+    try:
+        install_code(folder, module)
+    except SandboxError as exc:
+        raise ValueError(f"--sut {folder}: its folder cannot be installed: {exc}") from None
 _used: set[int] = set()
 
 
