@@ -9,7 +9,8 @@ the sandboxed uid, a FIFO blocked, a sparse file of gigabytes was copied in full
 ``copy_tree`` walks with directory descriptors (``os.fwalk``, never following a symlink)
 and opens each file relative to its folder with ``O_NOFOLLOW | O_NONBLOCK``, so a name
 swapped for a symlink or a FIFO between the listing and the open is refused too (``open(2)``:
-``ELOOP``; ``fstat`` of what was opened decides). Only folders and regular files are
+``ELOOP``; ``fstat`` of what was opened decides). Only folders and regular files with one
+name (a hard link could be a root-only file where ``fs.protected_hardlinks`` is off) are
 allowed, at most ``MAX_FILES`` files and ``MAX_BYTES`` bytes in all; anything else refuses
 the whole folder with ``CopyRefused``, naming the entry and what is allowed. Nothing of a
 refused folder is left half-copied by the caller's choice (it removes ``dst``).
@@ -28,7 +29,8 @@ __all__ = ["MAX_BYTES", "MAX_FILES", "CopyRefused", "copy_file", "copy_tree"]
 #: At most this many files and bytes in an implementation's folder (a package of Python
 #: sources is kilobytes; the reference's ``shopops/`` is ~0.4 MiB with 40 files).
 MAX_FILES, MAX_BYTES = 10_000, 64 << 20
-_ALLOWED = "only folders and regular files (no symlink, FIFO, socket or device)"
+_ALLOWED = ("only folders and regular files with one name each (no symlink, hard link, FIFO, "
+            "socket or device)")
 
 
 class CopyRefused(OSError):
@@ -62,6 +64,9 @@ def copy_tree(src: Path, dst: Path, *, skip: Sequence[str] = ()) -> None:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 raise CopyRefused(f"{src}: {here / name} is {_kind(st.st_mode)}; {_ALLOWED}")
+            if st.st_nlink > 1:  # the same file under another name, maybe one root owns
+                raise CopyRefused(f"{src}: {here / name} is a hard link ({st.st_nlink} names "
+                                  f"for one file); {_ALLOWED}")
             files += 1
             size += st.st_size
             if files > MAX_FILES or size > MAX_BYTES:

@@ -33,7 +33,7 @@ def test_a_plain_package_is_copied_byte_for_byte_without_its_caches(tmp_path: Pa
 
 
 @pytest.mark.parametrize("make", ["symlink-to-root", "symlink-to-secret", "symlink-loop",
-                                  "fifo", "symlinked-subfolder"])
+                                  "fifo", "symlinked-subfolder", "hard-link-to-secret"])
 def test_anything_but_folders_and_files_refuses_the_folder(tmp_path: Path, make: str) -> None:
     src = package(tmp_path)
     secret = tmp_path / "secret.txt"
@@ -49,6 +49,8 @@ def test_anything_but_folders_and_files_refuses_the_folder(tmp_path: Path, make:
         (src / "sub" / "bad2").symlink_to(entry)
     elif make == "fifo":
         os.mkfifo(entry)
+    elif make == "hard-link-to-secret":
+        os.link(secret, entry)
     else:
         entry.symlink_to(tmp_path)  # a folder reached through a symlink: not walked
     with pytest.raises(CopyRefused) as err:
