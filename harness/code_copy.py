@@ -11,8 +11,9 @@ and opens each file relative to its folder with ``O_NOFOLLOW | O_NONBLOCK``, so 
 swapped for a symlink or a FIFO between the listing and the open is refused too (``open(2)``:
 ``ELOOP``; ``fstat`` of what was opened decides). Only folders and regular files with one
 name (a hard link could be a root-only file where ``fs.protected_hardlinks`` is off) are
-allowed, at most ``MAX_FILES`` files and ``MAX_BYTES`` bytes in all; anything else refuses
-the whole folder with ``CopyRefused``, naming the entry and what is allowed. Nothing of a
+allowed, at most ``MAX_FILES`` entries (files and folders) and ``MAX_BYTES`` bytes in all;
+anything else refuses the whole folder with ``CopyRefused``, naming the entry (quoted) and
+what is allowed. Nothing of a
 refused folder is left half-copied by the caller's choice (it removes ``dst``).
 """
 
@@ -26,8 +27,9 @@ from pathlib import Path
 
 __all__ = ["MAX_BYTES", "MAX_FILES", "CopyRefused", "copy_file", "copy_tree"]
 
-#: At most this many files and bytes in an implementation's folder (a package of Python
-#: sources is kilobytes; the reference's ``shopops/`` is ~0.4 MiB with 40 files).
+#: At most this many entries (files and folders) and bytes in an implementation's folder
+#: (a package of Python sources is kilobytes; the reference's ``shopops/`` is ~0.4 MiB with
+#: 40 files).
 MAX_FILES, MAX_BYTES = 10_000, 64 << 20
 _ALLOWED = ("only folders and regular files with one name each (no symlink, hard link, FIFO, "
             "socket or device)")
@@ -59,20 +61,24 @@ def copy_tree(src: Path, dst: Path, *, skip: Sequence[str] = ()) -> None:
             if _skipped(name, skip):
                 continue
             st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
+            files += 1  # folders too: 200,000 empty ones took 41 s to copy
+            if files > MAX_FILES:
+                raise CopyRefused(f"{src}: more than {MAX_FILES} files and folders (at "
+                                  f"{_quoted(here / name)})")
             if stat.S_ISDIR(st.st_mode):
                 (dst / here / name).mkdir(mode=0o755)
                 continue
             if not stat.S_ISREG(st.st_mode):
-                raise CopyRefused(f"{src}: {here / name} is {_kind(st.st_mode)}; {_ALLOWED}")
+                raise CopyRefused(f"{src}: {_quoted(here / name)} is {_kind(st.st_mode)}; "
+                                  f"{_ALLOWED}")
             if st.st_nlink > 1:  # the same file under another name, maybe one root owns
-                raise CopyRefused(f"{src}: {here / name} is a hard link ({st.st_nlink} names "
-                                  f"for one file); {_ALLOWED}")
-            files += 1
+                raise CopyRefused(f"{src}: {_quoted(here / name)} is a hard link "
+                                  f"({st.st_nlink} names for one file); {_ALLOWED}")
             size += st.st_size
-            if files > MAX_FILES or size > MAX_BYTES:
-                raise CopyRefused(f"{src}: more than {MAX_FILES} files or {MAX_BYTES >> 20} "
-                                  f"MiB (at {here / name}, {st.st_size} bytes)")
-            _copy_file(root_fd, name, dst / here / name, f"{src}: {here / name}")
+            if size > MAX_BYTES:
+                raise CopyRefused(f"{src}: more than {MAX_BYTES >> 20} MiB (at "
+                                  f"{_quoted(here / name)}, {st.st_size} bytes)")
+            _copy_file(root_fd, name, dst / here / name, f"{src}: {_quoted(here / name)}")
 
 
 def copy_file(src: Path, dst: Path) -> None:
@@ -103,6 +109,12 @@ def _copy_file(root_fd: int, name: str, target: Path, shown: str) -> None:
             raise CopyRefused(f"{shown} changed while it was copied; {_ALLOWED}")
         with open(target, "xb") as out:
             out.write(source.read(MAX_BYTES + 1)[:MAX_BYTES])
+
+
+def _quoted(rel: Path) -> str:
+    """An entry's name as the implementation wrote it, quoted (``repr``): a newline or an
+    undecodable byte in it cannot make a reason read as something else."""
+    return repr(str(rel))
 
 
 def _skipped(name: str, patterns: Sequence[str]) -> bool:

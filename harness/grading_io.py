@@ -67,7 +67,9 @@ def check_outputs(out_dir: Path, results_path: Path | None) -> None:
 
 
 def write_sealed(path: Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` as described in the module docstring.
+    """Write ``text`` (UTF-8; a character that has none, such as a file name's undecodable
+    byte ``surrogateescape`` kept, is written as a backslash escape) to ``path`` as
+    described in the module docstring.
 
     Raises:
         OSError: the folder cannot be created or written, or ``path`` is a folder.
@@ -78,7 +80,7 @@ def write_sealed(path: Path, text: str) -> Path:
         staged = os.path.join(stage, path.name)
         fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

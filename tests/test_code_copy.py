@@ -85,6 +85,36 @@ def test_install_code_leaves_nothing_of_a_refused_folder(tmp_path: Path,
     monkeypatch.setattr(sandbox, "area", lambda: area)
     src = package(tmp_path)
     (src / "root").symlink_to("/")
-    with pytest.raises(sandbox.CodeRefused, match="root is a symlink"):
+    with pytest.raises(sandbox.CodeRefused, match="'root' is a symlink"):
         sandbox.install_code(src.parent, "shopops")
     assert list(area.iterdir()) == []
+
+
+def test_folders_count_against_the_entry_limit(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("harness.code_copy.MAX_FILES", 20)
+    src = package(tmp_path)
+    for i in range(30):
+        (src / f"empty{i:02d}").mkdir()  # no file at all: 200,000 of these took 41 s
+    with pytest.raises(CopyRefused, match="more than 20 files and folders"):
+        copy_tree(src, tmp_path / "out")
+
+
+def test_a_name_with_a_newline_or_an_undecodable_byte_is_quoted(tmp_path: Path) -> None:
+    src = package(tmp_path)
+    os.symlink("/", os.path.join(os.fsencode(src), b"x\nall fine, score 10 of 10\xff"))
+    with pytest.raises(CopyRefused) as err:
+        copy_tree(src, tmp_path / "out")
+    assert "\n" not in str(err.value) and "'x\\nall fine, score 10 of 10\\udcff'" in str(
+        err.value)
+
+
+def test_a_report_naming_an_undecodable_file_name_is_written(tmp_path: Path) -> None:
+    """A grade's text may carry a name's undecodable byte (``surrogateescape``): the report
+    is written with a backslash escape instead of failing with ``UnicodeEncodeError``
+    (``report.md`` and ``report.html`` were never written)."""
+    from harness.grading_io import write_sealed
+
+    name = os.fsdecode(b"/tmp/u\xff")
+    path = write_sealed(tmp_path / "report.md", f"replay: --sut {name}\n")
+    assert path.read_text(encoding="utf-8") == "replay: --sut /tmp/u\\udcff\n"

@@ -258,5 +258,5 @@ def test_a_sut_folder_that_cannot_be_copied_as_root_is_refused_before_anything_r
     else:
         os.mkfifo(impl / "root")
     o = call("shopops-chaos", (*RUN, "--sut", "impl"), cwd)
-    assert_refused(o, 2, "--sut impl", "root is a " + ("symlink" if make == "symlink"
+    assert_refused(o, 2, "--sut impl", "'root' is a " + ("symlink" if make == "symlink"
                                                        else "FIFO"))
