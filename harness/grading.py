@@ -203,27 +203,31 @@ def _grade(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], results_path: 
     report_path = out_dir / "report.md"
     tests: list[GradedTest]
     interrupted = False
-    problem = preflight(sut, launcher=chosen)
-    if problem is not None:
-        tests = [GradedTest(i.name, 0.0, i.points, problem, i.visibility) for i in rubric]
-        output = "The implementation could not be started, so nothing could be graded."
-        say(f"the implementation does not start: {problem.splitlines()[-1]}")
-    else:
-        try:
+    try:
+        problem = preflight(sut, launcher=chosen)
+        if problem is not None:
+            tests = [GradedTest(i.name, 0.0, i.points, problem, i.visibility) for i in rubric]
+            output = "The implementation could not be started, so nothing could be graded."
+            say(f"the implementation does not start: {problem.splitlines()[-1]}")
+        else:
             tests, output = _run_and_score(sut, out_dir, rubric, jobs, worker_timeout_s,
                                            chosen, say, schedule, run, write_reports,
                                            load_scenarios, target)
-        except _Interrupted as stop:  # a partial matrix must never read as a grade
-            interrupted = True
-            why = (f"The grade was interrupted (SIGINT or SIGTERM) after {stop.done} "
-                   f"executions; nothing was scored. Grade again.")
-            tests = [GradedTest(i.name, 0.0, i.points, why, i.visibility) for i in rubric]
-            output = why
-            say(why)
-        except Exception as exc:  # the harness erred: say so, score nothing
-            tests = [GradedTest(i.name, 0.0, i.points, f"harness error: {exc}",
-                                i.visibility) for i in rubric]
-            output = f"The grader itself failed ({type(exc).__name__}: {exc}); not your fault."
+    # a partial matrix must never read as a grade; SIGINT/SIGTERM outside the run (the
+    # start-up check, the run's reports) too: KeyboardInterrupt / SystemExit there
+    except (_Interrupted, KeyboardInterrupt, SystemExit) as stop:
+        interrupted = True
+        done = stop.done if isinstance(stop, _Interrupted) else None
+        why = ("The grade was interrupted (SIGINT or SIGTERM)"
+               + (f" after {done} executions" if done is not None else "")
+               + "; nothing was scored. Grade again.")
+        tests = [GradedTest(i.name, 0.0, i.points, why, i.visibility) for i in rubric]
+        output = why
+        say(why)
+    except Exception as exc:  # the harness erred: say so, score nothing
+        tests = [GradedTest(i.name, 0.0, i.points, f"harness error: {exc}",
+                            i.visibility) for i in rubric]
+        output = f"The grader itself failed ({type(exc).__name__}: {exc}); not your fault."
     elapsed = time.monotonic() - started
     write_results(tests, results_path, elapsed, output)
     write_report(tests, report_path, sut, output)

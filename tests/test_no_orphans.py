@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -136,3 +138,43 @@ def test_an_interrupted_grade_scores_nothing_and_exits_2(tmp_path: Path, signum:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["INT", "TERM"])
+def test_a_grade_interrupted_in_its_start_up_check_scores_nothing_and_exits_2(
+        tmp_path: Path, signum: int) -> None:
+    """A signal while the implementation's ``--help`` runs (here one that waits for it) is
+    an interrupted grade too: it used to end with 130 and a traceback, or 143, and no
+    ``results.json``."""
+    impl = tmp_path / "impl"
+    shutil.copytree(ROOT / "shopops", impl / "shopops",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shared = Path(tempfile.mkdtemp(prefix="shopops-test-ready-"))  # a sealed uid writes here
+    shared.chmod(0o777)
+    ready = shared / "ready"
+    main = impl / "shopops" / "__main__.py"
+    main.write_text(f"import sys, time\nif '--help' in sys.argv:\n"
+                    f"    open({str(ready)!r}, 'w').close()\n    time.sleep(120)\n"
+                    + main.read_text())
+    out = tmp_path / "grade"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "grade", "--sut", str(impl), "--out", str(out)],
+        cwd=tmp_path, env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), proc.poll()
+        proc.send_signal(signum)
+        stdout, err = proc.communicate(timeout=180)
+        assert proc.returncode == 2, stdout[-2000:] + err[-2000:]
+        assert "INTERRUPTED: nothing was scored" in stdout and "Traceback" not in err
+        results = json.loads((out / "results.json").read_text())
+        assert results["score"] == 0 and "interrupted" in results["output"]
+        assert processes_under(tmp_path) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        shutil.rmtree(shared, ignore_errors=True)
