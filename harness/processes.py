@@ -233,6 +233,26 @@ def reaping_on_signals() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous_int)
 
 
+def _open_output(path: str | os.PathLike[str], mode: int) -> tuple[int, os.stat_result] | None:
+    """A worker's output file opened (``mode``: ``O_RDONLY``/``O_RDWR``) without following a
+    symlink and without blocking, and its ``fstat``; ``None`` (nothing left open) when it
+    cannot be opened or what was opened is not a regular file. The one rule for both
+    readers below: the worker may have replaced the file the harness gave it."""
+    try:
+        fd = os.open(path, mode | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd, st
+
+
 #: How much of a worker's output file the harness reads back: its last 64 KiB.
 OUTPUT_TAIL_BYTES = 64 * 1024
 
@@ -248,14 +268,11 @@ def output_tail(path: str | os.PathLike[str], lines: int | None = None,
     the harness until a writer came), and never read whole (a worker without a file-size
     limit can write gigabytes).
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    opened = _open_output(path, os.O_RDONLY)
+    if opened is None:
         return ""
+    fd, size = opened
     try:
-        size = os.fstat(fd)
-        if not stat.S_ISREG(size.st_mode):
-            return ""
         os.lseek(fd, max(0, size.st_size - limit), os.SEEK_SET)
         chunks, left = [], limit
         while left > 0 and (chunk := os.read(fd, left)):
@@ -280,13 +297,12 @@ def trim_output(path: str | os.PathLike[str], keep: int = OUTPUT_KEEP_BYTES) -> 
     one line saying how many bytes were cut, its end. Opened as ``output_tail`` opens it
     (not through a symlink, not blocking, only a regular file); returns the bytes cut
     (0: nothing to do or not a regular file)."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    opened = _open_output(path, os.O_RDWR)
+    if opened is None:
         return 0
+    fd, size = opened
     try:
-        size = os.fstat(fd)
-        if not stat.S_ISREG(size.st_mode) or size.st_size <= keep:
+        if size.st_size <= keep:
             return 0
         head, tail = keep // 4, keep - keep // 4
         end = os.pread(fd, tail, size.st_size - tail)
@@ -300,4 +316,3 @@ def trim_output(path: str | os.PathLike[str], keep: int = OUTPUT_KEEP_BYTES) -> 
         return 0
     finally:
         os.close(fd)
-
