@@ -13,8 +13,7 @@ swapped for a symlink or a FIFO between the listing and the open is refused too 
 name (a hard link could be a root-only file where ``fs.protected_hardlinks`` is off) are
 allowed, at most ``MAX_FILES`` entries (files and folders) and ``MAX_BYTES`` bytes in all;
 anything else refuses the whole folder with ``CopyRefused``, naming the entry (quoted) and
-what is allowed. Nothing of a
-refused folder is left half-copied by the caller's choice (it removes ``dst``).
+what is allowed. The caller removes ``dst`` then: nothing of a refused folder is left.
 """
 
 from __future__ import annotations
@@ -46,8 +45,8 @@ def copy_tree(src: Path, dst: Path, *, skip: Sequence[str] = ()) -> None:
     (``fnmatch``, e.g. ``__pycache__``, ``*.pyc``) are left out.
 
     Raises:
-        CopyRefused: ``src`` is not a folder, or holds a symlink, a FIFO, a socket or a
-            device, or more than ``MAX_FILES`` files or ``MAX_BYTES`` bytes.
+        CopyRefused: ``src`` is not a folder, or holds a symlink, a hard link, a FIFO, a
+            socket or a device, or more than ``MAX_FILES`` entries or ``MAX_BYTES`` bytes.
         OSError: reading or writing failed.
     """
     if not stat.S_ISDIR(os.lstat(src).st_mode):
@@ -108,7 +107,7 @@ def _copy_file(root_fd: int, name: str, target: Path, shown: str) -> None:
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_BYTES:
             raise CopyRefused(f"{shown} changed while it was copied; {_ALLOWED}")
         with open(target, "xb") as out:
-            out.write(source.read(MAX_BYTES + 1)[:MAX_BYTES])
+            out.write(source.read(MAX_BYTES))  # a file still growing: no more than that
 
 
 def _quoted(rel: Path) -> str:

@@ -288,6 +288,7 @@ def _install(src: Path, module: str | None) -> Path:
 
 
 _installed: dict[tuple[str, str | None], Path] = {}
+_used: set[int] = set()
 
 
 def check_installable(folder: Path, module: str) -> None:
@@ -306,7 +307,7 @@ def check_installable(folder: Path, module: str) -> None:
         install_code(folder, module)
     except SandboxError as exc:
         raise ValueError(f"--sut {folder}: its folder cannot be installed: {exc}") from None
-_used: set[int] = set()
+
 
 
 def strays() -> list[int]:
