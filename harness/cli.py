@@ -32,7 +32,16 @@ say = console().line
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``shopops-chaos``; returns the exit status (a closed stdout, as in
-    ``shopops-chaos run | head``, does not change it and prints no traceback)."""
+    ``shopops-chaos run | head``, does not change it and prints no traceback).
+    ``kill -USR1`` prints every thread's stack to stderr (``faulthandler``): what a run that
+    seems stuck is doing."""
+    import faulthandler
+    import signal
+
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (OSError, ValueError, AttributeError):  # a stderr without a file (called in process)
+        pass
     args = v.parse_args(build_parser(), argv)
     try:  # the harness imports the loop, which reads these too (failpoints, clock)
         v.check_environment()

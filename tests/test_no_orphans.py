@@ -36,6 +36,22 @@ def start_harness(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     return proc, tmpdir
 
 
+def communicate_or_dump(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
+    """``proc.communicate`` within ``timeout_s``; past it, ask the harness for every
+    thread's stack (SIGUSR1: ``faulthandler``, registered by ``harness.cli.main``), kill
+    it, and fail with them: a rare hang after a signal was seen twice under load and never
+    reproduced alone."""
+    try:
+        return proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, err = proc.communicate()
+        pytest.fail(f"no exit {timeout_s:g} s after the signal; its threads:\n{err[-12000:]}"
+                    f"\nstdout: {stdout[-2000:]}")
+
+
 def wait_for_progress(proc: subprocess.Popen[str], executions: int) -> None:
     """Block until the harness reported ``executions`` finished executions."""
     assert proc.stdout is not None
@@ -126,7 +142,7 @@ def test_an_interrupted_grade_scores_nothing_and_exits_2(tmp_path: Path, signum:
     try:
         wait_for_progress(proc, 3)
         proc.send_signal(signum)
-        stdout, err = proc.communicate(timeout=180)  # generous: a loaded 2-core machine
+        stdout, err = communicate_or_dump(proc, 180)  # generous: a loaded 2-core machine
         assert proc.returncode == 2, stdout[-2000:] + err[-2000:]
         assert "INTERRUPTED: nothing was scored" in stdout
         results = json.loads((out / "results.json").read_text())
@@ -167,7 +183,7 @@ def test_a_grade_interrupted_in_its_start_up_check_scores_nothing_and_exits_2(
             time.sleep(0.05)
         assert ready.exists(), proc.poll()
         proc.send_signal(signum)
-        stdout, err = proc.communicate(timeout=180)
+        stdout, err = communicate_or_dump(proc, 180)
         assert proc.returncode == 2, stdout[-2000:] + err[-2000:]
         assert "INTERRUPTED: nothing was scored" in stdout and "Traceback" not in err
         results = json.loads((out / "results.json").read_text())
