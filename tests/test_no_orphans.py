@@ -36,20 +36,63 @@ def start_harness(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
     return proc, tmpdir
 
 
-def communicate_or_dump(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
+def communicate_or_dump(proc: subprocess.Popen[str], timeout_s: float,
+                        where: Path | None = None) -> tuple[str, str]:
     """``proc.communicate`` within ``timeout_s``; past it, ask the harness for every
-    thread's stack (SIGUSR1: ``faulthandler``, registered by ``harness.cli.main``), kill
-    it, and fail with them: a rare hang after a signal was seen twice under load and never
+    thread's stack (SIGUSR1: ``faulthandler``, registered by ``harness.cli.main``), say
+    whether it had exited (then a descendant holds its pipes) and which processes were
+    left (its descendants and any under ``where``, with their state), kill them all, and
+    fail with that: a rare hang after a signal was seen twice under load and never
     reproduced alone."""
     try:
         return proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGUSR1)
-        time.sleep(2)
-        os.killpg(proc.pid, signal.SIGKILL)
+        status = proc.poll()
+        left: dict[int, psutil.Process] = {}
+        try:
+            left.update((p.pid, p) for p in psutil.Process(proc.pid).children(recursive=True))
+        except psutil.NoSuchProcess:
+            pass
+        if where is not None:
+            left.update((p.pid, p) for p in processes_under(where))
+        left.update((p.pid, p) for p in pipe_holders(proc))
+        lines = []
+        for p in left.values():
+            try:
+                lines.append(f"{p.pid} {p.status()} {' '.join(p.cmdline())[:200]}")
+            except psutil.Error:
+                continue
+        if status is None:
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(2)
+            os.killpg(proc.pid, signal.SIGKILL)
+        for p in left.values():
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
         stdout, err = proc.communicate()
-        pytest.fail(f"no exit {timeout_s:g} s after the signal; its threads:\n{err[-12000:]}"
-                    f"\nstdout: {stdout[-2000:]}")
+        pytest.fail(f"no exit {timeout_s:g} s after the signal (returncode {status!r}); "
+                    f"left: {lines}; its threads:\n{err[-12000:]}\nstdout: {stdout[-2000:]}")
+
+
+def pipe_holders(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    """Every process but this one holding the read end's pipe of ``proc``'s stdout or
+    stderr (by inode, from ``/proc/PID/fd``): what keeps ``communicate`` waiting after
+    ``proc`` itself has exited, whatever session it moved to."""
+    pipes = {f"pipe:[{os.fstat(s.fileno()).st_ino}]" for s in (proc.stdout, proc.stderr)
+             if s is not None and not s.closed}
+    found = []
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f"/proc/{p.pid}/fd")
+            if any(os.readlink(f"/proc/{p.pid}/fd/{fd}") in pipes for fd in fds):
+                found.append(p)
+        except OSError:
+            continue
+    return found
 
 
 def wait_for_progress(proc: subprocess.Popen[str], executions: int) -> None:
@@ -142,7 +185,7 @@ def test_an_interrupted_grade_scores_nothing_and_exits_2(tmp_path: Path, signum:
     try:
         wait_for_progress(proc, 3)
         proc.send_signal(signum)
-        stdout, err = communicate_or_dump(proc, 180)  # generous: a loaded 2-core machine
+        stdout, err = communicate_or_dump(proc, 180, tmp_path)  # generous: a busy machine
         assert proc.returncode == 2, stdout[-2000:] + err[-2000:]
         assert "INTERRUPTED: nothing was scored" in stdout
         results = json.loads((out / "results.json").read_text())
@@ -183,7 +226,7 @@ def test_a_grade_interrupted_in_its_start_up_check_scores_nothing_and_exits_2(
             time.sleep(0.05)
         assert ready.exists(), proc.poll()
         proc.send_signal(signum)
-        stdout, err = communicate_or_dump(proc, 180)
+        stdout, err = communicate_or_dump(proc, 180, tmp_path)
         assert proc.returncode == 2, stdout[-2000:] + err[-2000:]
         assert "INTERRUPTED: nothing was scored" in stdout and "Traceback" not in err
         results = json.loads((out / "results.json").read_text())
