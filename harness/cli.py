@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -73,16 +74,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _merge(args: argparse.Namespace) -> int:
     """Exit status of the merged run (0/1/2), or 2 when the folders do not merge."""
     from harness.merge import MergeError, check_junit, load_shards, merge_runs
-    from harness.reports import write_reports
+    from harness.reports import point_latest, write_reports
     from harness.runner import new_run_id
 
+    out_dir: Path | None = None
     try:
         files = load_shards([Path(f) for f in args.folders])
         out_dir = Path(args.report_dir) / new_run_id()
         merged = merge_runs(files, out_dir.name, out_dir)
-        paths = write_reports(merged, out_dir)
+        paths = write_reports(merged, out_dir, latest=False)
         check_junit(paths["junit"], [f.path.parent for f in files])
+        point_latest(out_dir)  # only a merge that holds moves ``latest``
     except (MergeError, OSError) as exc:
+        if out_dir is not None:  # a refused merge leaves no report that could be published
+            shutil.rmtree(out_dir, ignore_errors=True)
         print(f"shopops-chaos merge: error: {exc}", file=sys.stderr)
         return 2
     print(f"shopops-chaos merge: {len(files)} shard(s) -> {out_dir}")
@@ -163,7 +168,7 @@ def _default_paths() -> list[Path]:
 def _run(args: argparse.Namespace) -> int:
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.processes import reaping_on_signals
-    from harness.reports import finish_run
+    from harness.reports import finish_run, step_summary
     from harness.runner import new_run_id, run
     from harness.scenario import load_scenarios
     from harness.shard import earlier_durations, resolve_shard
@@ -174,6 +179,7 @@ def _run(args: argparse.Namespace) -> int:
         scenarios = all_on(load_scenarios(paths), target)
         schedule = CrashSchedule.parse(args.schedule) if args.schedule is not None else None
         shard = resolve_shard(args.shard, os.environ)
+        step_summary.check_target(os.environ)
         durations = earlier_durations(Path(args.durations)) \
             if shard is not None and args.durations else {}
         if args.sut and not target:

@@ -25,8 +25,8 @@ from contextlib import closing
 from pathlib import Path
 
 from harness.approval_service import ApprovalService
+from harness.assess import assess
 from harness.channel import FailpointChannel
-from harness.checks import run_checks
 from harness.controller import KillController
 from harness.evidence import EventLog, read_approvals, read_checkpoints, read_gateway
 from harness.launcher import Launcher
@@ -51,8 +51,6 @@ from harness.sealed_launcher import SealedLauncher
 from harness.spawn_launcher import SpawnLauncher
 from harness.storage_faults import migrations
 from harness.story import drive
-from harness.target_checks import target_checks
-from harness.verdict import decide, judge
 from shopops import labels
 from shopops.records import DEFAULT_FIXTURES
 
@@ -105,9 +103,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                 events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
                            f"{line}")
         evidence = collect(plan, record, controller, events, final)
-        checks = decide(evidence, (run_checks(evidence) if plan.scenario.target is None
-                                   else target_checks(evidence)), plan)
-        verdict, reasons = judge(evidence, checks, plan)
+        checks, verdict, reasons = assess(evidence, plan)
         keep = keep_databases or verdict != Verdict.PASS
         if sandbox is not None and keep:
             _keep_databases(sandbox.path, final)  # straight home: no second copy

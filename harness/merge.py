@@ -1,14 +1,16 @@
 """``shopops-chaos merge DIR…``: shard report folders back into one run.
 
-Each folder's ``run.json`` (``harness.run_json``) gives its ``RunResult``; the folders must
-come from the same harness (version and code), the same scenario set and the same cut of
-the matrix (``ShardPlan.fingerprint``), and hold every shard ``1..N`` once with no
-execution twice — else ``MergeError`` names the folders and what differs, before anything
-is written. The merged ``RunResult`` holds every execution in matrix order (unit by unit,
-as ``harness.shard`` cut them); the report writers (``harness.reports``) then write its
-summary, duplicates, junit and Markdown exactly as for one run, so the exit status is the
-one roll-up rule's (``RunResult.exit_status``). Last, the merged ``junit.xml`` is checked
-against the shards' own with junitparser: the same test cases with the same outcomes.
+Each folder's ``run.json`` (``harness.run_json``) gives its ``RunResult``; the folders
+must come from the same harness (version and code), the same scenario set and the same cut
+of the matrix (``ShardPlan.fingerprint``), and hold every shard ``1..N`` once with no
+execution twice, and every execution's stored verdict must be the one its stored evidence
+gives when judged again (``harness.assess``) — else ``MergeError`` names the folders and
+what differs, before anything is written. The merged ``RunResult`` holds every execution
+in matrix order (unit by unit, as ``harness.shard`` cut them); the report writers
+(``harness.reports``) then write its summary, duplicates, junit and Markdown exactly as
+for one run, so the exit status is the one roll-up rule's (``RunResult.exit_status``).
+Last, the merged ``junit.xml`` is checked against the shards' own with junitparser: the
+same test cases with the same outcomes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.assess import assess
 from harness.model import NO_KILL, ExecutionResult, RunResult, ShardPlan
 from harness.run_json import RunFile, RunFileError, read_run_json
 
@@ -39,7 +42,8 @@ def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
     Raises:
         MergeError: a folder without a readable ``run.json``, an unsharded run, or folders
             from different harness versions/code, scenario sets or cuts, a shard missing
-            or given twice, an execution in two shards.
+            or given twice, an execution in two shards, an execution whose stored verdict
+            or check outcomes its own stored evidence does not give (``_rejudge``).
     """
     if not folders:
         raise MergeError("merge: no folders given; allowed: the shard report folders")
@@ -74,6 +78,8 @@ def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
     if missing:
         raise MergeError(f"shard(s) {', '.join(f'{i}/{count}' for i in missing)} missing: "
                          f"merge needs all {count} shard folders")
+    for f in files:
+        _rejudge(f)
     seen: dict[tuple[int, str], Path] = {}
     for f in files:
         for r, rep in zip(f.run.results, _repeats(f.run), strict=True):
@@ -82,6 +88,25 @@ def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
                 raise MergeError(f"{r.plan.id}: in both {seen[key]} and {f.path.parent}")
             seen[key] = f.path.parent
     return tuple(by_index[i] for i in range(1, count + 1))
+
+
+def _rejudge(f: RunFile) -> None:
+    """Every execution of ``f`` judged again from its stored evidence (``harness.assess``,
+    the rule the run itself used): a verdict or a check's outcome that its evidence does
+    not give was edited after the run, and the folder is refused."""
+    for r in f.run.results:
+        checks, verdict, _ = assess(r.evidence, r.plan)
+        stored = [(c.check_id, c.status) for c in r.checks]
+        again = [(c.check_id, c.status) for c in checks]
+        if verdict is not r.verdict or stored != again:
+            changed = [f"{a[0]} {a[1].value} stored, {b[1].value} from the evidence"
+                       for a, b in zip(stored, again, strict=False) if a != b][:3]
+            raise MergeError(
+                f"{f.path}: {r.plan.id}: verdict {r.verdict.value} stored, but its own "
+                f"evidence gives {verdict.value}" + (f" ({'; '.join(changed)})" if changed
+                                                     else "")
+                + "; the folder was changed after its run: merge only folders as the "
+                "harness wrote them")
 
 
 def merge_runs(files: Sequence[RunFile], run_id: str, out_dir: Path) -> RunResult:

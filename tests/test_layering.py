@@ -136,7 +136,8 @@ def test_the_frozen_types_import_nothing_of_the_harness_above_them() -> None:
         assert above == [], m
 
 
-@pytest.mark.parametrize("module", ["harness.checks", "harness.verdict", "harness.evidence"])
+@pytest.mark.parametrize("module", ["harness.checks", "harness.verdict", "harness.evidence",
+                                    "harness.assess"])
 def test_the_judge_imports_neither_the_run_nor_the_story(module: str) -> None:
     forbidden = {"harness.execution", "harness.runner", "harness.story", "harness.controller"}
     assert closure(EDGES, module) & forbidden == set()

@@ -7,6 +7,7 @@ the same way (test_shard.py holds the cut's pure properties)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -179,3 +180,47 @@ def test_codec_round_trips_and_refuses_foreign_types(runs: dict) -> None:
                 {"__weird__": 1}, {"__dc__": "harness.codec:CodecError", "fields": {}}):
         with pytest.raises(CodecError):
             decode(bad)
+
+
+def test_refuses_a_verdict_its_own_evidence_does_not_give(
+        runs: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard's ``run.json`` edited to turn its failing executions into passes (found by
+    an attack: merged, the run read PASS, exit 0, above the executions' own failing
+    checks) is refused: every execution is judged again from its stored evidence."""
+    tmp: Path = runs["tmp"]
+    edited = []
+    for i in (1, 2):
+        dest = _copy(tmp, i, f"passed-{i}")
+        text = (dest / "run.json").read_text()
+        fail = '"harness.model.kinds:Verdict", "value": "fail"'
+        if fail in text:
+            (dest / "run.json").write_text(text.replace(
+                fail, '"harness.model.kinds:Verdict", "value": "pass"'))
+            edited.append(i)
+        else:
+            dest = folder(tmp / f"s{i}")
+        monkeypatch.setitem(runs, f"edited-{i}", dest)
+    assert edited  # the broken scenario fails in at least one shard
+    status, err = merge_here(tmp, runs["edited-1"], runs["edited-2"], capsys=capsys,
+                             monkeypatch=monkeypatch)
+    assert status == 2, err
+    assert "verdict pass stored, but its own evidence gives fail" in err, err
+    assert not (tmp / "m").exists()  # refused before anything is written
+
+
+def test_a_merge_refused_at_its_junit_check_leaves_no_report_behind(
+        runs: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The merged junit is checked against the shards' own after it is written; a refusal
+    there used to leave a whole report folder and ``latest`` pointing at it, which a CI
+    recipe publishing reports ``if: always()`` would show."""
+    tmp: Path = runs["tmp"]
+    other = _copy(tmp, 1, "junit-edited")
+    junit = other / "junit.xml"
+    text = re.sub(r"<failure.*?</failure>", "", junit.read_text(), flags=re.S)
+    assert text != junit.read_text()  # shard 1 holds a failure to drop
+    junit.write_text(text)
+    status, err = merge_here(tmp, other, folder(tmp / "s2"), capsys=capsys,
+                             monkeypatch=monkeypatch)
+    assert status == 2 and "does not hold the shards' test cases" in err, err
+    left = list((tmp / "m").iterdir()) if (tmp / "m").exists() else []
+    assert left == [], left  # no run folder, no latest

@@ -311,3 +311,28 @@ def test_step_summary_is_appended_only_when_the_variable_is_set(results, tmp_pat
     assert text.index("**fail** `broken[") < text.index("**unknown** `hung[")
     assert "replay: `shopops-chaos run scenarios/broken.toml" in text
     assert len(text.splitlines()) < 30
+
+
+def test_a_step_summary_target_that_cannot_be_appended_to_is_refused_before_the_run(
+        tmp_path, monkeypatch, capsys):
+    """``GITHUB_STEP_SUMMARY`` naming a folder or a file in a missing folder used to end a
+    passing run with a traceback and exit 1 ("an execution failed"), after ``latest`` had
+    moved (found by a new-user trial). It is now bad input: one line, exit 2, no run."""
+    from harness.cli import main
+    from harness.reports.step_summary import check_target
+
+    ok = tmp_path / "summary.md"
+    check_target({})  # unset: no summary
+    check_target({"GITHUB_STEP_SUMMARY": str(ok)})  # a file to be: fine
+    for value, why in ((str(tmp_path), "is a folder"),
+                       (str(tmp_path / "no" / "such.md"), "folder that does not exist")):
+        with pytest.raises(ValueError, match=why):
+            check_target({"GITHUB_STEP_SUMMARY": value})
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", value)
+        monkeypatch.chdir(tmp_path)
+        status = main(["run", str(Path(__file__).resolve().parent.parent / "scenarios"
+                                     / "rejection.toml"),
+                       "--report-dir", "reports"])
+        err = capsys.readouterr().err
+        assert status == 2 and "GITHUB_STEP_SUMMARY" in err and why in err, err
+        assert not (tmp_path / "reports").exists()  # nothing ran

@@ -21,7 +21,7 @@ from harness.reports.view import kind_of, ordered, scenario_rows
 if TYPE_CHECKING:
     from harness.model import RunResult
 
-__all__ = ["ENV", "render", "write_step_summary"]
+__all__ = ["ENV", "check_target", "render", "write_step_summary"]
 
 ENV = "GITHUB_STEP_SUMMARY"
 #: Failures and unknowns listed with their replay command (the rest are in report.md).
@@ -53,6 +53,27 @@ def render(run: RunResult, report_dir: Path | None = None) -> str:
     if report_dir is not None:
         out += ["", f"Reports: `{report_dir}` (report.html, report.md, junit.xml)."]
     return "\n".join(out).rstrip("\n") + "\n\n"
+
+
+def check_target(env: Mapping[str, str] | None = None) -> None:
+    """Refuse, before a run starts, a ``$GITHUB_STEP_SUMMARY`` the summary could not be
+    appended to: a folder, a file in a folder that does not exist, a file not writable.
+    Unset or empty is fine (no summary). GitHub Actions sets it to a file it created
+    (its docs, "Adding a job summary").
+
+    Raises:
+        ValueError: naming the variable, its value and what is allowed.
+    """
+    target = (os.environ if env is None else env).get(ENV, "")
+    if not target:
+        return
+    path = Path(target)
+    why = ("is a folder" if path.is_dir() else
+           "is in a folder that does not exist" if not path.parent.is_dir() else
+           "is not writable" if path.exists() and not os.access(path, os.W_OK) else None)
+    if why is not None:
+        raise ValueError(f"environment variable {ENV}={target!r}: {why}; allowed: unset, "
+                         "empty, or a file the run may append its summary to")
 
 
 def write_step_summary(run: RunResult, report_dir: Path | None = None,
