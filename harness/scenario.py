@@ -336,6 +336,11 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
     if s.takeover_at and (not s.leases or s.resumers != 1):
         problems.append(("concurrency.takeover_at", "a takeover needs leases = true and "
                                                     "resumers = 1"))
+    if (s.human_action == "reject" and s.reject_feedback is None and not s.story
+            and s.target is None and s.expect_deliveries != 0):
+        problems.append(("expect.deliveries", "a rejection without feedback ends the case "
+                                              "unsent: set deliveries = 0 (or give "
+                                              "human.feedback, and the redraft is sent)"))
     if s.reject_feedback is not None and s.human_action != "reject":
         problems.append(("human.feedback", "feedback goes with action = \"reject\""))
     if s.same_owner and not s.leases:

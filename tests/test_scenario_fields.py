@@ -118,6 +118,18 @@ def test_reject_together_with_an_approval_detail(tmp_path: Path, other: str) -> 
             'action = "approve"') in str(err)
 
 
+@pytest.mark.parametrize("expect", ["", "[expect]\ndeliveries = 1\n"])
+def test_a_rejection_without_feedback_expecting_a_delivery(tmp_path: Path, expect: str) -> None:
+    """A contradiction, not a matrix of failures (found by a new-user trial: every
+    execution failed "1 delivery expected"): a rejection with no feedback sends nothing."""
+    path = write(tmp_path, f'[human]\naction = "reject"\n{expect}')
+    err = refused(path)
+    assert err.field == "expect.deliveries"
+    assert "a rejection without feedback ends the case unsent" in str(err)
+    ok = write(tmp_path, '[human]\naction = "reject"\n[expect]\ndeliveries = 0\n')
+    assert load_scenario(ok).expect_deliveries == 0
+
+
 @pytest.mark.parametrize("other", ['ticket = "forged"', "twice = true"])
 def test_approve_at_with_a_detail_the_story_ignores(tmp_path: Path, other: str) -> None:
     path = write(tmp_path, f'[human]\napprove_at = "t6.checkpoint_loaded"\n{other}\n')
