@@ -63,8 +63,10 @@ def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
                            ("scenario set", first.scenarios, f.scenarios),
                            ("cut of the matrix", _cut(first), _cut(f))):
             if a != b:
+                shown = (_scenario_diff(f.scenarios, first.scenarios)
+                         if what == "scenario set" else f"{_short(b)} vs {_short(a)}")
                 raise MergeError(f"{f.path.parent} and {first.path.parent}: different "
-                                 f"{what} ({_short(b)} vs {_short(a)}); merge only shards of "
+                                 f"{what} ({shown}); merge only shards of "
                                  "one run of one harness over one scenario set")
     count = first.run.shard.count  # type: ignore[union-attr]
     by_index: dict[int, RunFile] = {}
@@ -176,6 +178,18 @@ def _cut(f: RunFile) -> str:
 
 def _repeats(run: RunResult) -> list[int]:
     return list(run.repeats) or [1] * len(run.results)
+
+
+def _scenario_diff(these: tuple[tuple[str, str], ...], those: tuple[tuple[str, str], ...]
+                   ) -> str:
+    """Which scenarios only one side has, or has in another version (by name)."""
+    a, b = dict(these), dict(those)
+    parts = [f"only in the first: {', '.join(sorted(set(a) - set(b)))}" if set(a) - set(b)
+             else "", f"only in the second: {', '.join(sorted(set(b) - set(a)))}"
+             if set(b) - set(a) else "",
+             "changed: " + ", ".join(sorted(n for n in set(a) & set(b) if a[n] != b[n]))
+             if any(a[n] != b[n] for n in set(a) & set(b)) else ""]
+    return "; ".join(p for p in parts if p) or "the same scenarios in another order"
 
 
 def _short(value: object) -> str:

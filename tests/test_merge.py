@@ -129,7 +129,8 @@ def _copy(tmp: Path, i: int, name: str) -> Path:
 @pytest.mark.parametrize("field, value, needle", [
     ("code", "0" * 64, "different harness code"),
     ("version", "9.9.9", "different harness version"),
-    ("scenarios", [["rejection", "1" * 64]], "different scenario set"),
+    ("scenarios", [["rejection", "1" * 64]],
+     "different scenario set (only in the second: broken, listed; changed: rejection)"),
 ])
 def test_refuses_folders_that_do_not_belong_together(
         runs: dict, field: str, value: object, needle: str,
