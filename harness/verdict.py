@@ -110,7 +110,10 @@ def judge(ev: Evidence, checks: tuple[CheckResult, ...], plan: ExecutionPlan
                 if c.status is CheckStatus.FAIL and c.check_id not in expected]
     failures += [f"{c}: expected to fail, but passed" for c in sorted(expected)
                  if status.get(c) is CheckStatus.PASS]
-    if wanted and not stopped and not found:
+    if wanted and not stopped and (failures or not found):  # with gaps alone: unknown;
+        # beside other failures it is said too, so that a grade item that has no check of
+        # its own (it asks only for the refusal) sees it (found by an attack: a leftover
+        # process's failure hid that no worker was refused, and the item scored full marks)
         failures.append(f"expected a worker to stop with {wanted}; none did")
     if failures:
         return FAIL, tuple(failures)

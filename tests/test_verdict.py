@@ -247,3 +247,19 @@ def test_expect_failing_applies_to_multi_kill_schedules_too() -> None:
                        plan(DEMO, sched))
     assert verdict == PASS
 
+
+
+def test_a_missing_expected_refusal_is_said_beside_other_failures() -> None:
+    """A scenario expecting a worker to stop with ``LeaseHeld``: when no worker did and a
+    check failed too (a process left alive), both are reasons. Before, a gap beside the
+    failure hid the missing refusal, and a grade item asking only for it (no checks of its
+    own) scored full marks for an implementation that did nothing (found by an attack).
+    With gaps alone and no failure the verdict stays unknown, and says nothing of it."""
+    lease = Scenario(name="lease", expect_worker_error="LeaseHeld")
+    ev = evidence(unreached=(KillPoint("t7.completed_saved"),))
+    verdict, reasons = judge(ev, checks("no_process_left"), plan(lease))
+    assert verdict == FAIL
+    assert "expected a worker to stop with LeaseHeld; none did" in reasons
+    verdict, reasons = judge(ev, checks(), plan(lease))
+    assert verdict == UNKNOWN
+    assert not any(r.startswith("expected a worker") for r in reasons)
