@@ -89,7 +89,34 @@ def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
             if key in seen:
                 raise MergeError(f"{r.plan.id}: in both {seen[key]} and {f.path.parent}")
             seen[key] = f.path.parent
+    for f in files:
+        _complete(f)
     return tuple(by_index[i] for i in range(1, count + 1))
+
+
+def _complete(f: RunFile) -> None:
+    """Every unit the cut gave ``f``'s shard has an execution in it, in each repeat it
+    holds (a shard that ran to its end; an interrupted or stopped-early one is reported
+    as such). Else executions were taken out of the folder after its run: one that failed,
+    dropped with its junit case, would otherwise leave a merged pass (found by an attack).
+    """
+    plan, shard = f.run.shard_plan, f.run.shard
+    assert plan is not None and shard is not None
+    if f.run.interrupted or f.run.stopped_early:
+        return
+    position = {(u.scenario, u.key): i for i, u in enumerate(plan.units)}
+    owned = {i for i, o in enumerate(plan.owners) if o == shard.index}
+    held: dict[int, set[int]] = {}
+    for r, rep in zip(f.run.results, _repeats(f.run), strict=True):
+        held.setdefault(rep, set()).add(_unit_position(r, plan, position))
+    for rep in sorted(held) or [1]:
+        missing = sorted(owned - held.get(rep, set()))
+        if missing:
+            names = ", ".join(plan.units[i].id for i in missing[:3])
+            raise MergeError(f"{f.path}: shard {shard} holds no execution of {names}"
+                             f"{' …' if len(missing) > 3 else ''}, which the cut of the "
+                             "matrix gave it: executions were removed after its run; "
+                             "merge only folders as the harness wrote them")
 
 
 def _rejudge(f: RunFile) -> None:

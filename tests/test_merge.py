@@ -206,7 +206,7 @@ def test_refuses_a_verdict_its_own_evidence_does_not_give(
                              monkeypatch=monkeypatch)
     assert status == 2, err
     assert "verdict pass stored, but its own evidence gives fail" in err, err
-    assert not (tmp / "m").exists()  # refused before anything is written
+    assert list((tmp / "m").iterdir()) == [] if (tmp / "m").exists() else True
 
 
 def test_a_merge_refused_at_its_junit_check_leaves_no_report_behind(
@@ -225,3 +225,31 @@ def test_a_merge_refused_at_its_junit_check_leaves_no_report_behind(
     assert status == 2 and "does not hold the shards' test cases" in err, err
     left = list((tmp / "m").iterdir()) if (tmp / "m").exists() else []
     assert left == [], left  # no run folder, no latest
+
+
+def test_refuses_a_shard_whose_failing_executions_were_removed(
+        runs: dict, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Taking the failing executions out of a shard's ``run.json`` (and their junit cases)
+    used to merge to PASS, exit 0 (found by an attack): every unit the cut gave a shard must
+    have an execution in it."""
+    tmp: Path = runs["tmp"]
+    dropped = []
+    for i in (1, 2):
+        dest = _copy(tmp, i, f"dropped-{i}")
+        doc = json.loads((dest / "run.json").read_text())
+        run = doc["run"]["fields"]
+        results, repeats = run["results"]["__tuple__"], run["repeats"]["__tuple__"]
+        keep = [n for n, r in enumerate(results) if r["fields"]["verdict"]["value"] == "pass"]
+        if len(keep) < len(results):
+            dropped.append(i)
+        run["results"]["__tuple__"] = [results[n] for n in keep]
+        if repeats:
+            run["repeats"]["__tuple__"] = [repeats[n] for n in keep]
+        (dest / "run.json").write_text(json.dumps(doc))
+        monkeypatch.setitem(runs, f"dropped-{i}", dest)
+    assert dropped  # the broken scenario fails in at least one shard
+    status, err = merge_here(tmp, runs["dropped-1"], runs["dropped-2"], capsys=capsys,
+                             monkeypatch=monkeypatch)
+    assert status == 2, err
+    assert "holds no execution of broken[" in err and "were removed after its run" in err, err
+    assert list((tmp / "m").iterdir()) == [] if (tmp / "m").exists() else True
