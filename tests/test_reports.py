@@ -325,7 +325,7 @@ def test_a_step_summary_target_that_cannot_be_appended_to_is_refused_before_the_
     check_target({})  # unset: no summary
     check_target({"GITHUB_STEP_SUMMARY": str(ok)})  # a file to be: fine
     for value, why in ((str(tmp_path), "is a folder"),
-                       (str(tmp_path / "no" / "such.md"), "folder that does not exist")):
+                       (str(tmp_path / "no" / "such.md"), "not in an existing folder")):
         with pytest.raises(ValueError, match=why):
             check_target({"GITHUB_STEP_SUMMARY": value})
         monkeypatch.setenv("GITHUB_STEP_SUMMARY", value)

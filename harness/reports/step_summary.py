@@ -69,7 +69,7 @@ def check_target(env: Mapping[str, str] | None = None) -> None:
         return
     path = Path(target)
     why = ("is a folder" if path.is_dir() else
-           "is in a folder that does not exist" if not path.parent.is_dir() else
+           "is not in an existing folder" if not path.parent.is_dir() else
            "is not writable" if path.exists() and not os.access(path, os.W_OK) else None)
     if why is not None:
         raise ValueError(f"environment variable {ENV}={target!r}: {why}; allowed: unset, "
