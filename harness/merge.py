@@ -3,7 +3,8 @@
 Each folder's ``run.json`` (``harness.run_json``) gives its ``RunResult``; the folders
 must come from the same harness (version and code), the same scenario set and the same cut
 of the matrix (``ShardPlan.fingerprint``), and hold every shard ``1..N`` once with no
-execution twice, and every execution's stored verdict must be the one its stored evidence
+execution twice and an execution of every unit the cut gave each shard (``_complete``),
+and every execution's stored verdict must be the one its stored evidence
 gives when judged again (``harness.assess``) — else ``MergeError`` names the folders and
 what differs, before anything is written. The merged ``RunResult`` holds every execution
 in matrix order (unit by unit, as ``harness.shard`` cut them); the report writers
@@ -42,8 +43,9 @@ def load_shards(folders: Sequence[Path]) -> tuple[RunFile, ...]:
     Raises:
         MergeError: a folder without a readable ``run.json``, an unsharded run, or folders
             from different harness versions/code, scenario sets or cuts, a shard missing
-            or given twice, an execution in two shards, an execution whose stored verdict
-            or check outcomes its own stored evidence does not give (``_rejudge``).
+            or given twice, an execution in two shards, a unit of a shard's cut without an
+            execution in it (``_complete``), an execution whose stored verdict or check
+            outcomes its own stored evidence does not give (``_rejudge``).
     """
     if not folders:
         raise MergeError("merge: no folders given; allowed: the shard report folders")
