@@ -16,6 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from pathlib import Path
 
+from harness import sandbox
 from harness.execution import execute
 from harness.launcher import Launcher, make_launcher
 from harness.matrix import double_kill_plans, points_from_trace, single_kill_plans
@@ -339,6 +340,7 @@ def run(
             REGISTRY.reap_all()
         pool.shutdown(wait=True)
         REGISTRY.reap_all()
+        sandbox.sweep_strays()  # sealed runs: nothing of an execution's uid outlives the run
         STOPPING.clear()  # scoped to this run: a later run in the same process starts clean
         if owned:
             launcher.close()

@@ -34,6 +34,7 @@ import stat
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from harness import scratch
@@ -310,19 +311,41 @@ def check_installable(folder: Path, module: str) -> None:
 
 
 
-def strays() -> list[int]:
-    """Pids of live processes of any sandbox uid this process has used that no sandbox
-    holds now (its ``flock`` is free): what a correct harness never leaves behind. A uid
-    another harness process holds at the moment is skipped."""
-    found = []
+def _free_uids() -> Iterator[int]:
+    """Each sandbox uid this process has used that no sandbox holds now, its ``flock``
+    held until the next one is asked for (so no sandbox takes it meanwhile)."""
     for uid in sorted(_used):
         fd = os.open(_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
                      | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            found += _uid_pids(uid)
         except BlockingIOError:
+            os.close(fd)
             continue  # in use by a sandbox right now
+        try:
+            yield uid
         finally:
             os.close(fd)
-    return found
+
+
+def strays() -> list[int]:
+    """Pids of live processes of any sandbox uid this process has used that no sandbox
+    holds now (its ``flock`` is free): what a correct harness never leaves behind. A uid
+    another harness process holds at the moment is skipped."""
+    return [pid for uid in _free_uids() for pid in _uid_pids(uid)]
+
+
+def sweep_strays() -> tuple[int, ...]:
+    """SIGKILL every stray (``strays``), each uid locked while its processes are killed
+    (``kill_uid``), so no execution takes it meanwhile. Run at the end of a run: a
+    descendant that escaped its execution's sweep (seen under a hostile implementation in
+    a grade: ``setsid`` grandchildren alive after the grade exited) does not outlive the
+    run. Returns the pids killed; a uid whose processes would not die is left to the next
+    sandbox of that uid, which sweeps it first."""
+    killed: list[int] = []
+    for uid in _free_uids():
+        try:
+            killed += kill_uid(uid)
+        except SandboxError:
+            continue
+    return tuple(killed)

@@ -4,7 +4,10 @@ write their own score get a sensible, explained score; rubric files are validate
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -189,3 +192,38 @@ def test_an_implementation_that_crashes_is_not_said_to_tamper(tmp_path: Path) ->
     output = json.loads((tmp_path / "out" / "results.json").read_text())["output"]
     assert "Tampering" not in output, output
     assert not [line for line in said if line.startswith("tampering:")], said
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="sealed uids need root")
+def test_a_stray_of_a_released_sandbox_uid_is_swept_at_the_end_of_a_run() -> None:
+    """A process of a sandbox uid alive after its sandbox was closed (seen under a hostile
+    implementation: ``setsid`` grandchildren alive after the grade exited) is what
+    ``sweep_strays`` kills, as every run does at its end."""
+    box = sandbox.Sandbox()
+    uid = box.uid
+    box.close()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the stray
+        try:
+            os.setsid()
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os.write(ready_w, b"r")
+            time.sleep(600)
+        finally:
+            os._exit(0)
+    try:
+        os.close(ready_w)
+        assert os.read(ready_r, 1) == b"r"
+        assert pid in sandbox.strays()
+        assert pid in sandbox.sweep_strays()
+        os.waitpid(pid, 0)
+        assert sandbox.strays() == []
+    finally:
+        os.close(ready_r)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
