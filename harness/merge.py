@@ -106,11 +106,10 @@ def _complete(f: RunFile) -> None:
     assert plan is not None and shard is not None
     if f.run.interrupted or f.run.stopped_early:
         return
-    position = {(u.scenario, u.key): i for i, u in enumerate(plan.units)}
     owned = {i for i, o in enumerate(plan.owners) if o == shard.index}
     held: dict[int, set[int]] = {}
     for r, rep in zip(f.run.results, _repeats(f.run), strict=True):
-        held.setdefault(rep, set()).add(_unit_position(r, plan, position))
+        held.setdefault(rep, set()).add(_unit_position(r, plan))
     for rep in sorted(held) or [1]:
         missing = sorted(owned - held.get(rep, set()))
         if missing:
@@ -146,11 +145,10 @@ def merge_runs(files: Sequence[RunFile], run_id: str, out_dir: Path) -> RunResul
     slowest shard's (they run side by side); launchers joined when they differ."""
     plan = files[0].run.shard_plan
     assert plan is not None
-    position = {(u.scenario, u.key): i for i, u in enumerate(plan.units)}
     rows: list[tuple[tuple[int, int, int, int], ExecutionResult, int]] = []
     for f in files:
         for n, (r, rep) in enumerate(zip(f.run.results, _repeats(f.run), strict=True)):
-            rows.append(((rep, _unit_position(r, plan, position), f.run.shard.index, n),  # type: ignore[union-attr]
+            rows.append(((rep, _unit_position(r, plan), f.run.shard.index, n),  # type: ignore[union-attr]
                          r, rep))
     rows.sort(key=lambda row: row[0])
     launchers = sorted({f.run.launcher for f in files})
@@ -191,13 +189,15 @@ def check_junit(merged_junit: Path, shard_folders: Sequence[Path]) -> None:
         raise MergeError(f"{merged_junit}: does not hold the shards' test cases: {diff}")
 
 
-def _unit_position(r: ExecutionResult, plan: ShardPlan,
-                   position: dict[tuple[str, str], int]) -> int:
+def _unit_position(r: ExecutionResult, plan: ShardPlan) -> int:
+    """The position of ``r``'s unit in the cut (its own schedule, else its family's first
+    kill, else the no-kill trace); past the end when it is none."""
     name, kills = r.plan.scenario.name, r.plan.schedule.kills
     for key in (r.plan.schedule.id, str(kills[0]) if kills else NO_KILL):
-        if (name, key) in position:
-            return position[(name, key)]
-    return len(position)  # not a unit (cannot happen for a shard's own results)
+        at = plan.position_of(name, key)
+        if at is not None:
+            return at
+    return len(plan.units)  # not a unit (cannot happen for a shard's own results)
 
 
 def _cut(f: RunFile) -> str:

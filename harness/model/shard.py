@@ -68,6 +68,15 @@ class ShardPlan:
     def _index(self) -> dict[tuple[str, str], int]:
         return {(u.scenario, u.key): o for u, o in zip(self.units, self.owners, strict=True)}
 
+    def position_of(self, scenario: str, key: str) -> int | None:
+        """Where unit ``scenario[key]`` stands in ``units`` (matrix order), ``None`` if it
+        is not a unit."""
+        return self._positions.get((scenario, key))
+
+    @cached_property
+    def _positions(self) -> dict[tuple[str, str], int]:
+        return {(u.scenario, u.key): i for i, u in enumerate(self.units)}
+
     def load(self, shard: int) -> float:
         """Expected seconds of ``shard``."""
         return sum(c for c, o in zip(self.costs, self.owners, strict=True) if o == shard)
