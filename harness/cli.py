@@ -384,7 +384,7 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
             say(f"  {res.verdict.upper():<7} {res.plan.id}{where}: {first}")
             say(f"          replay: {res.plan.replay}")
     if dupes:
-        from harness.reports.view import DeliveryOutcome, delivery_outcome
+        from harness.reports.view import OUTCOME_TEXT, DeliveryOutcome, delivery_outcome
 
         odd = [r for r in dupes if delivery_outcome(r) is not DeliveryOutcome.NONE_EXPECTED]
         if odd:
@@ -393,7 +393,7 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
         for res in odd:
             note = " (as the scenario expects)" if res.verdict == "pass" else ""
             say(f"    {res.plan.id}: {res.evidence.deliveries} deliveries, "
-                f"{delivery_outcome(res).value}{note}")
+                f"{OUTCOME_TEXT[delivery_outcome(res)]}{note}")
         if len(odd) < len(dupes):
             say(f"  {len(dupes) - len(odd)} execution(s) sent nothing, as their scenario "
                 "expects (a rejection, a refused ticket, a fail-closed checkpoint)")

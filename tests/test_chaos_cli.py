@@ -54,6 +54,45 @@ def test_demo_shows_its_duplicate_and_passes(tmp_path: Path) -> None:
             "(as the scenario expects)") in proc.stdout
 
 
+def test_an_execution_cut_short_is_not_reported_as_a_lost_send(tmp_path: Path) -> None:
+    """The human approves before anything is parked: the queue refuses, the story is cut
+    short, nothing is sent. The verdict is unknown, and no report calls that a lost send:
+    the evidence does not show the loop losing the email (it never had the chance)."""
+    path = write(tmp_path, "early.toml", """
+name = "approve-too-early"
+description = "The human approves before the case is parked: the story is cut short"
+
+[[story]]
+step = "human"
+action = "approve"
+
+[[story]]
+step = "workers"
+role = "start"
+""")
+    proc = chaos("run", str(path), "--schedule", "no-kill", "--report-dir", "r", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    latest = tmp_path / "r" / "latest"
+    (ex,) = json.loads((latest / "summary.json").read_text())["executions"]
+    assert (ex["verdict"], ex["deliveries"]) == ("unknown", 0), ex["reasons"]
+    assert any("the human could not approve" in r for r in ex["reasons"])
+    (entry,) = json.loads((latest / "duplicates.json").read_text())["executions"]
+    assert (entry["id"], entry["kind"], entry["verdict"]) == (
+        "approve-too-early[no-kill]", "unknown", "unknown")
+    assert ("approve-too-early[no-kill]: 0 deliveries, not known: the execution was cut "
+            "short or its evidence has gaps (not a lost send)") in proc.stdout
+    assert "lost\n" not in proc.stdout
+    md = (latest / "report.md").read_text().split("## Deliveries other than one", 1)[1]
+    assert "### Lost sends (no delivery where one was expected): 0" in md
+    unknown = md.split("### No delivery, not known to be lost", 1)[1].split("###", 1)[0]
+    assert unknown.startswith(" (the execution was cut short or its evidence has gaps): 1")
+    assert "`approve-too-early[no-kill]`" in unknown
+    html = (latest / "report.html").read_text()
+    lost = html.split("Lost sends (no delivery where one was expected)", 1)[1]
+    assert lost.split("<h3", 1)[0].count("approve-too-early") == 0
+    assert "0 deliveries (not known: the execution was cut short" in html
+
+
 def test_broken_loop_fails_with_exit_1_and_junit_failure(tmp_path: Path) -> None:
     path = write(tmp_path, "broken.toml", """
 name = "broken"

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.execution import ExecutionPlan, execute
+from harness.model import EvidenceSource, Gap
 from harness.reports.html import render
 from harness.reports.text import visible, visible_line
 from harness.reports.view import (
@@ -97,6 +98,17 @@ def test_delivery_outcomes(run):
     lost = dataclasses.replace(none, evidence=dataclasses.replace(none.evidence,
                                                                   expected_deliveries=1))
     assert delivery_outcome(lost) is DeliveryOutcome.LOST
+    # cut short or with gaps, zero deliveries is not known to be a loss, unless it failed
+    cut = dataclasses.replace(lost, evidence=dataclasses.replace(
+        lost.evidence, errors=("worker 1 (resume) passed its 30 s deadline",)))
+    gap = dataclasses.replace(lost, evidence=dataclasses.replace(
+        lost.evidence, gaps=(Gap(EvidenceSource.GATEWAY, "gateway log unreadable"),)))
+    for incomplete in (cut, gap, lost):
+        assert delivery_outcome(dataclasses.replace(incomplete, verdict="unknown")) \
+            is DeliveryOutcome.UNKNOWN
+        assert delivery_outcome(dataclasses.replace(incomplete, verdict="fail")) \
+            is DeliveryOutcome.LOST
+    assert delivery_outcome(cut) is delivery_outcome(gap) is DeliveryOutcome.UNKNOWN
     assert delivery_outcome(dataclasses.replace(base, evidence=dataclasses.replace(
         base.evidence, expected_deliveries=0))) is DeliveryOutcome.UNEXPECTED
 

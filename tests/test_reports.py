@@ -136,13 +136,20 @@ def test_duplicates_json_lists_the_demo_with_its_two_sends(written):
 
 
 def test_a_lost_send_is_reported(results, tmp_path):
-    lost = dataclasses.replace(results["unknown"], evidence=dataclasses.replace(
-        results["unknown"].evidence, gateway=GatewayLog((), ())))
+    lost = dataclasses.replace(results["failing"], evidence=dataclasses.replace(
+        results["failing"].evidence, gateway=GatewayLog((), ())))
     run = _run({"lost": lost})
     entry, = json.loads(write_reports(run, tmp_path / "r")["duplicates"].read_text())[
         "executions"]
     assert (entry["id"], entry["kind"], entry["deliveries"], entry["sends"], entry["keys"]) == (
-        "hung[t4.parked]", "lost", 0, [], [])
+        "broken[t3.checkpoint_saved>t6.request_leaving]", "lost", 0, [], [])
+    # zero deliveries in an unknown execution (cut short, gaps) is not shown to be a loss
+    unknown = dataclasses.replace(results["unknown"], evidence=dataclasses.replace(
+        results["unknown"].evidence, gateway=GatewayLog((), ())))
+    entry, = json.loads(write_reports(_run({"unknown": unknown}), tmp_path / "u")[
+        "duplicates"].read_text())["executions"]
+    assert (entry["id"], entry["kind"], entry["verdict"]) == (
+        "hung[t4.parked]", "unknown", "unknown")
     # the same zero deliveries in a scenario that expects none is not a lost send
     none = dataclasses.replace(lost, evidence=dataclasses.replace(lost.evidence,
                                                                   expected_deliveries=0))

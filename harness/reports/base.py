@@ -149,8 +149,10 @@ def duplicate_entries(run: RunResult) -> list[dict[str, Any]]:
     """Every execution whose case got other than exactly one delivery, in run order.
 
     ``kind`` (``harness.reports.view.DeliveryOutcome``): ``duplicate`` (two or more),
-    ``lost`` (none where one was expected), ``none_expected`` (none, as the scenario
-    expects: not a loss), ``unexpected`` (one where the scenario expects none).
+    ``lost`` (none where one was expected, the verdict ``fail``), ``unknown`` (none where
+    one was expected, but the execution was cut short or its evidence has gaps: not shown
+    to be a loss), ``none_expected`` (none, as the scenario expects: not a loss),
+    ``unexpected`` (one where the scenario expects none).
     """
     from harness.reports.view import delivery_outcome
 

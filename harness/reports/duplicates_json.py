@@ -1,7 +1,8 @@
 """``duplicates.json``: the duplicate-send report (``docs/design.md``), machine form.
 
 Every execution whose case did not get exactly one delivery from the gateway — two or more
-is a duplicate send, zero a lost send — with the keys, each send's time, the worker that
+is a duplicate send, zero a lost send (or, for an execution cut short or with gaps in its
+evidence, ``unknown``: not shown to be lost) — with the keys, each send's time, the worker that
 sent it and the kill it followed, the schedule, and the command that replays it.
 """
 

@@ -38,6 +38,7 @@ from harness.reports.base import (
 from harness.reports.text import visible
 from harness.reports.view import (
     NO_KEY,
+    OUTCOME_TEXT,
     DeliveryOutcome,
     delivery_outcome,
     double_grids,
@@ -113,7 +114,7 @@ def _execution(index: int, r: ExecutionResult) -> dict[str, Any]:
         "failing": [{"check_id": c.check_id, "detail": c.detail, "evidence": list(c.evidence),
                      "expected": is_expected(r, c.check_id)} for c in failing_checks(r)],
         "undecided": [(c.check_id, undecided_reason(c)) for c in undecided_checks(r)],
-        "deliveries": ev.deliveries, "outcome": delivery_outcome(r).value.replace("_", " "),
+        "deliveries": ev.deliveries, "outcome": OUTCOME_TEXT[delivery_outcome(r)],
         "idem_keys": [NO_KEY if k is None else k for k in case_keys(r)] or ["none sent"],
         "workdir": ev.workdir, "workers": ev.workers, "total_ms": total, "lanes": lane_list,
         "events": [{"t_ms": e.t_ms, "who": _who(e, roles), "kind": kind_of(e.kind),
@@ -124,6 +125,8 @@ def _execution(index: int, r: ExecutionResult) -> dict[str, Any]:
 _DELIVERY_SECTIONS = (
     ("Duplicate sends (two or more deliveries)", DeliveryOutcome.DUPLICATE),
     ("Lost sends (no delivery where one was expected)", DeliveryOutcome.LOST),
+    ("No delivery, not known to be lost (the execution was cut short or its evidence has "
+     "gaps)", DeliveryOutcome.UNKNOWN),
     ("Sent although the scenario expects no delivery", DeliveryOutcome.UNEXPECTED),
     ("No delivery, as the scenario expects (rejections, refusals)",
      DeliveryOutcome.NONE_EXPECTED),

@@ -5,8 +5,9 @@ and the schedules that went wrong) before any per-execution row; one section per
 worth reading — failed, then unknown, then a demo whose expected failures happened — with
 its reasons, failing checks and their evidence, the trace drawn as a timeline and the
 replay command; every execution's checks (named in the column headers); then deliveries
-other than one: duplicates, lost sends, unexpected sends, and apart from them the
-zero-delivery outcomes a scenario expects. A missing idempotency key is spelled
+other than one: duplicates, lost sends, zero deliveries not known to be lost (cut short,
+or gaps in the evidence), unexpected sends, and apart from them the zero-delivery outcomes
+a scenario expects. A missing idempotency key is spelled
 ``(no key)`` everywhere; control characters from the implementation are made visible.
 """
 
@@ -141,6 +142,8 @@ def _sends(entry: dict[str, Any]) -> str:
 _DELIVERY_TITLES = {
     DeliveryOutcome.DUPLICATE: "Duplicate sends (two or more deliveries)",
     DeliveryOutcome.LOST: "Lost sends (no delivery where one was expected)",
+    DeliveryOutcome.UNKNOWN: ("No delivery, not known to be lost (the execution was cut "
+                              "short or its evidence has gaps)"),
     DeliveryOutcome.UNEXPECTED: "Sent although the scenario expects no delivery",
 }
 

@@ -7,7 +7,8 @@
   double-crash scenario, each cell an execution and its verdict.
 - ``delivery_outcome``: one execution's deliveries against what its scenario expects, so
   an expected zero-delivery case (a rejection, a refused ticket) is never listed as a lost
-  or duplicate send.
+  or duplicate send, nor an execution cut short before it could send (its own kind,
+  ``unknown``: the evidence does not show a loss).
 - ``lanes``: an execution's trace as one lane per worker plus the human and the harness.
 
 Text an implementation or a scenario controls passes through ``visible`` here or at the
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     from harness.model import Event, ExecutionResult, RunResult
 
 __all__ = [
-    "NO_KEY", "VERDICT_ORDER", "Cell", "DeliveryOutcome", "Grid", "Lane", "LaneMark",
+    "NO_KEY", "OUTCOME_TEXT", "VERDICT_ORDER", "Cell", "DeliveryOutcome", "Grid", "Lane",
+    "LaneMark",
     "ScenarioRow", "delivery_outcome", "double_grids", "kind_of", "lanes", "ordered",
     "scenario_rows", "single_grid",
 ]
@@ -49,18 +51,47 @@ class DeliveryOutcome(enum.StrEnum):
     AS_EXPECTED = "as_expected"      # exactly what the scenario expects (usually one)
     NONE_EXPECTED = "none_expected"  # zero, and the scenario expects zero (not a loss)
     DUPLICATE = "duplicate"          # two or more
-    LOST = "lost"                    # zero where one was expected
+    LOST = "lost"                    # zero where one was expected, on complete evidence
+    UNKNOWN = "unknown"              # zero where one was expected, but cut short / gaps
     UNEXPECTED = "unexpected"        # one where the scenario expects none
 
 
+#: How each outcome reads in a sentence ("0 deliveries, <text>"): the console, report.md
+#: and report.html say the same.
+OUTCOME_TEXT: dict[DeliveryOutcome, str] = {
+    DeliveryOutcome.AS_EXPECTED: "as expected",
+    DeliveryOutcome.NONE_EXPECTED: "none expected",
+    DeliveryOutcome.DUPLICATE: "duplicate",
+    DeliveryOutcome.LOST: "lost",
+    DeliveryOutcome.UNKNOWN: ("not known: the execution was cut short or its evidence has "
+                              "gaps (not a lost send)"),
+    DeliveryOutcome.UNEXPECTED: "unexpected",
+}
+
+
 def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
-    """Classify ``result``'s gateway deliveries (from the gateway's own log)."""
-    got, want = result.evidence.deliveries, result.evidence.expected_deliveries
+    """Classify ``result``'s gateway deliveries (from the gateway's own log).
+
+    Zero deliveries where the scenario expects some is ``LOST`` only when the verdict
+    rests on the evidence: a ``fail`` (or a demo's expected failure). An ``unknown``
+    execution — the story cut short (a worker's deadline, a fork server gone, the human
+    unable to act), a file the harness could not read, a kill point never reached — is
+    ``UNKNOWN``: the send may simply not have had the chance to happen, and the evidence
+    does not show the loop losing it. The same for any verdict but ``fail`` on evidence
+    with gaps."""
+    ev = result.evidence
+    got, want = ev.deliveries, ev.expected_deliveries
     if got >= 2:
         return DeliveryOutcome.DUPLICATE
     if got == want:
         return DeliveryOutcome.NONE_EXPECTED if got == 0 else DeliveryOutcome.AS_EXPECTED
-    return DeliveryOutcome.LOST if got == 0 else DeliveryOutcome.UNEXPECTED
+    if got:
+        return DeliveryOutcome.UNEXPECTED
+    verdict = kind_of(result.verdict)
+    incomplete = ev.cut_short or bool(ev.gaps)
+    if verdict == "unknown" or (verdict != "fail" and incomplete):
+        return DeliveryOutcome.UNKNOWN
+    return DeliveryOutcome.LOST
 
 
 def ordered(results: Sequence[ExecutionResult]) -> list[tuple[int, ExecutionResult]]:
