@@ -19,7 +19,15 @@ from collections.abc import Collection
 from pathlib import Path
 
 from harness.mock_gateway import read_log
-from harness.model.evidence import Event, Evidence, Gap, GatewayLog, WorkerRun
+from harness.model.evidence import (
+    Event,
+    Evidence,
+    Gap,
+    GatewayLog,
+    HistoryMark,
+    WorkerRun,
+    rows_digest,
+)
 from harness.model.kinds import EventKind, EvidenceSource
 from shopops.approvals import ApprovalRequest, Ticket
 from shopops.bounds import MAX_HISTORY_ROWS
@@ -27,8 +35,9 @@ from shopops.checkpoint import CheckpointRow, read_history, read_latest
 from shopops.checkpoint_file import open_readonly
 from shopops.errors import HistoryTooLong, NotACheckpointDatabase
 
-__all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "latest_checkpoint",
-           "not_a_file", "read_approvals", "read_checkpoints", "read_gateway"]
+__all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "file_id", "history_mark",
+           "latest_checkpoint", "not_a_file", "read_approvals", "read_checkpoints",
+           "read_gateway"]
 
 
 class EventLog:
@@ -91,6 +100,33 @@ def read_checkpoints(db: Path, case_id: str) -> tuple[tuple[CheckpointRow, ...],
         return (), Gap(EvidenceSource.CHECKPOINTS, str(exc))
     except (sqlite3.Error, NotACheckpointDatabase) as exc:
         return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} unreadable: {exc}")
+
+
+def file_id(db: Path) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``db`` by ``lstat`` when it is a regular file (``None``
+    otherwise): which file the harness reads, so that a file deleted and created again, or
+    another file moved into its place, is not taken for the same history."""
+    try:
+        st = os.lstat(db)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
+
+
+def history_mark(db: Path, case_id: str) -> HistoryMark | None:
+    """What identifies the case's checkpoint history now (``HistoryMark``: the file, the
+    highest ``seq``, how many rows and their ``rows_digest``), read-only like
+    ``read_checkpoints``; a missing file is an empty history (``seq`` 0). ``None`` when the
+    history cannot be read (not a regular file, not ours, longer than
+    ``MAX_HISTORY_ROWS``): then nothing can be compared later, and ``read_checkpoints``
+    gives that file's gap when the evidence is collected."""
+    if not os.path.lexists(db):
+        return HistoryMark(None, 0, 0, rows_digest(()))
+    identity = file_id(db)
+    rows, gap = read_checkpoints(db, case_id)
+    if gap is not None or identity is None:
+        return None
+    return HistoryMark(identity, rows[-1].seq if rows else 0, len(rows), rows_digest(rows))
 
 
 def latest_checkpoint(db: Path, case_id: str, skip: Collection[int] = ()) -> CheckpointRow | None:

@@ -28,7 +28,7 @@ from harness.approval_service import ApprovalService
 from harness.assess import assess
 from harness.channel import FailpointChannel
 from harness.controller import KillController
-from harness.evidence import EventLog, read_approvals, read_checkpoints, read_gateway
+from harness.evidence import EventLog, file_id, read_approvals, read_checkpoints, read_gateway
 from harness.launcher import Launcher
 from harness.mock_gateway import MockGateway
 from harness.model import (
@@ -189,6 +189,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
 
     target = s.target
     # a target keeps its own storage (read through its API by the story): no checkpoints
+    identity = file_id(record.checkpoints_db) if target is None else None  # the file read
     checkpoints, g1 = (read_checkpoints(record.checkpoints_db, s.case_id) if target is None
                        else ((), None))
     if target is None and g1 is None and not os.path.lexists(record.checkpoints_db):
@@ -202,6 +203,8 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         workers=record.workers, checkpoints=checkpoints, approval_requests=requests,
         tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
         checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
+        history_at_approval=record.history_at_approval if target is None else None,
+        checkpoints_file=identity,
         unreached=tuple(controller.pending) + _unreached_points(controller),
         errors=tuple(at_home(e) for e in record.errors),
         gaps=tuple(Gap(g.source, at_home(g.reason)) for g in (g1, g2, g3, g4)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness.approval_service import SERVICE_QUEUE
 from harness.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.evidence import EventLog, latest_checkpoint
+from harness.evidence import EventLog, history_mark, latest_checkpoint
 from harness.launcher import Launcher
 from harness.model import (
     DEFAULT_GATE,
@@ -29,6 +29,7 @@ from harness.model import (
     DurableState,
     EventKind,
     ExecutionPlan,
+    HistoryMark,
     HoldStep,
     HumanAction,
     HumanStep,
@@ -128,6 +129,7 @@ class _Engine:
                                                            default=1) + 4)
         self.approval_event: int | None = None
         self.checkpoint_seq_at_approval: int | None = None
+        self.history_at_approval: HistoryMark | None = None
         self.v1_rows = 0
         self.unrecovered = False  # the latest workers step left a harness kill behind
         self.holds: dict[KillPoint, Hold] = {}
@@ -169,7 +171,7 @@ class _Engine:
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_states,
-                           self.target_error)
+                           self.target_error, self.history_at_approval)
 
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
@@ -283,9 +285,17 @@ class _Engine:
 
     def _approve(self, hours: float, gate: str = DEFAULT_GATE) -> None:
         """The human approves the case's pending request on ``gate``: the queue issues the
-        ticket (t5). The first approval of the story is the one the checks date from."""
-        latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)  # injected rows too
-        seq_now = latest.seq if latest is not None else 0
+        ticket (t5). The first approval of the story is the one the checks date from: the
+        harness reads the history then (injected rows too), its highest ``seq`` and what
+        identifies it (``HistoryMark``: the file and the rows), so that the checks can tell
+        a later row from one replaced or rewritten under the same ``seq``."""
+        first = self.approval_event is None
+        mark = history_mark(self.w.ckpt_db, self.s.case_id) if first else None
+        if mark is not None:
+            seq_now = mark.seq
+        else:  # not read (a later approval), or unreadable: the newest row, if any
+            latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id) if first else None
+            seq_now = latest.seq if latest is not None else 0
         try:
             with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600),
                                kind=SERVICE_QUEUE) as queue:
@@ -303,9 +313,10 @@ class _Engine:
             self.w.errors.append(f"the human could not approve: {exc}")
         self.w.clock_offset_s += hours * 3600
         self.w.offered_ticket = None  # the approval withdraws a bad ticket offered earlier
-        if self.approval_event is None:
+        if first:
             self.approval_event = event.seq
             self.checkpoint_seq_at_approval = seq_now
+            self.history_at_approval = mark
 
     def _as_queue(self, act: Callable[[ApprovalQueue], object], what: str) -> None:
         try:

@@ -14,10 +14,12 @@ from harness.model.evidence import (
     Evidence,
     Gap,
     GatewayLog,
+    HistoryMark,
     NoteDelivery,
     RequestRecord,
     WorkerRun,
     key_text,
+    rows_digest,
 )
 from harness.model.hits import HIT_KINDS, HitCounter, number_trace
 from harness.model.kinds import (
@@ -69,10 +71,12 @@ __all__ = [
     "NO_RECOVERY", "PAST_LEASE", "REFERENCE", "SRC", "CheckResult", "CheckStatus",
     "ClockStep", "Counts", "CrashSchedule", "Delivery", "DurableState", "Event",
     "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan", "ExecutionResult",
-    "FaultSpec", "Gap", "GatewayLog", "HitCounter", "HoldStep", "HumanAction", "HumanStep",
+    "FaultSpec", "Gap", "GatewayLog", "HistoryMark", "HitCounter", "HoldStep", "HumanAction",
+    "HumanStep",
     "KillPoint", "NOTE_GATE", "NoteDelivery", "PythonTarget", "ReleaseStep", "RequestRecord",
     "RunResult", "Scenario",
     "Shard", "ShardError", "ShardPlan", "StateField", "Step", "StepKind", "StorageFault",
     "StorageStep", "StoryRecord", "Sut", "TargetRole", "TicketKind", "Unit", "Verdict",
     "Wait", "When", "WorkerRole", "WorkerRun", "WorkersStep", "number_trace", "roll_up",
+    "rows_digest",
 ]

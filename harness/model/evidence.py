@@ -6,6 +6,9 @@ gateway's log.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.model.kinds import EventKind, EvidenceSource
@@ -115,6 +118,40 @@ class Gap:
     reason: str
 
 
+def rows_digest(rows: Iterable[CheckpointRow]) -> str:
+    """SHA-256 over every column of ``rows``, in the order given (``state_json`` as its
+    stored bytes): two readings of a history digest alike only if they hold the same rows,
+    byte for byte. The one definition the story engine (at the approval) and the checks
+    (at the end) both use."""
+    h = hashlib.sha256()
+    for r in rows:
+        state = r.state_json.hex() if r.state_json is not None else None
+        h.update(json.dumps([r.seq, r.case_id, r.run_id, r.schema_version, state,
+                             r.created_at, r.lease_owner, r.fence, r.writer_pid]).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class HistoryMark:
+    """What identified the case's checkpoint history when the harness read it at the
+    human's approval, so that the history at the end can be shown to still begin with it.
+
+    Attributes:
+        file_id: ``(st_dev, st_ino)`` of the checkpoint file by ``lstat``, as the harness
+            saw it (``None``: no regular file there yet).
+        seq: the highest ``seq`` of the case then (``Evidence.checkpoint_seq_at_approval``;
+            0: none).
+        rows: how many rows of the case it read, all with ``seq`` up to ``seq``.
+        digest: ``rows_digest`` of those rows.
+    """
+
+    file_id: tuple[int, int] | None
+    seq: int
+    rows: int
+    digest: str
+
+
 @dataclass(frozen=True)
 class Event:
     """One entry of the ordered trace: ``seq`` (0-based), ``t_ms`` (milliseconds since the
@@ -187,6 +224,11 @@ class Evidence:
         gateway: the gateway's own log (all cases).
         approval_event: the trace ``seq`` of the human's approval, or ``None``.
         checkpoint_seq_at_approval: the highest checkpoint ``seq`` when the human approved.
+        history_at_approval: what identified the checkpoint history then (its file and its
+            rows up to that ``seq``, ``HistoryMark``), or ``None`` (no approval, a target,
+            or a history the harness could not read then).
+        checkpoints_file: ``(st_dev, st_ino)`` of the checkpoint file the harness read
+            ``checkpoints`` from at the end (``None``: no regular file there).
         unreached: scheduled kills that never fired.
         errors: harness-side problems while the story ran (a deadline passed, the human
             could not act, a harness error): the story was cut short.
@@ -233,6 +275,8 @@ class Evidence:
     target: str = "reference"
     target_states: tuple[DurableState, ...] = ()
     target_exposes: frozenset[StateField] = frozenset()
+    history_at_approval: HistoryMark | None = None
+    checkpoints_file: tuple[int, int] | None = None
 
     @property
     def cut_short(self) -> bool:

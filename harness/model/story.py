@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from harness.model.evidence import WorkerRun
+from harness.model.evidence import HistoryMark, WorkerRun
 from harness.model.kinds import HumanAction, StorageFault, TicketKind, WorkerRole
 from harness.model.points import KillPoint
 from harness.model.target import DurableState
@@ -175,6 +175,8 @@ class StoryRecord:
             no worker reached, a harness error).
         approval_event: the trace ``seq`` of the (first) approval, or ``None``.
         checkpoint_seq_at_approval: the highest checkpoint ``seq`` when the human approved.
+        history_at_approval: the checkpoint history's file and rows as the harness read
+            them at that approval (``HistoryMark``), or ``None``.
         injected: checkpoint rows the harness appended (storage faults, a forged ticket).
         v1_rows: v1 rows installed from the fixture (0 if none).
         checkpoints_db, approvals_db, gateway_db: the execution's files.
@@ -197,3 +199,4 @@ class StoryRecord:
     workdir: Path
     target_states: tuple[DurableState, ...] = ()
     target_error: str | None = None
+    history_at_approval: HistoryMark | None = None
