@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import weakref
 
-from harness.model import DEFAULT_GATE, CheckResult, Evidence
+from harness.model import DEFAULT_GATE, CheckResult, Evidence, rows_digest
 from shopops.approvals import Ticket
 from shopops.errors import ShopOpsError
 from shopops.state import Draft, State
 
-__all__ = ["CheckResult", "absent", "draft_digest", "gate_tickets", "parsed_states",
-           "redrafts_owed"]
+__all__ = ["CheckResult", "absent", "draft_digest", "gate_tickets", "history_replaced",
+           "parsed_states", "redrafts_owed"]
 
 
 #: ``id(evidence)`` -> its parsed states, while that evidence lives: five checks read them,
@@ -66,3 +66,32 @@ def absent(ev: Evidence, result: CheckResult) -> CheckResult:
         return result
     return CheckResult(result.check_id, False, result.detail, result.evidence,
                        undecided=f"the story was cut short ({ev.errors[0]}): {result.detail}")
+
+
+def history_replaced(ev: Evidence) -> str | None:
+    """How the checkpoint history at the end no longer begins with what the harness read
+    when the human approved (``Evidence.history_at_approval``), or ``None`` when it still
+    does or nothing was recorded then. Replaced: the file the harness read at the end is
+    another one than at the approval (``(st_dev, st_ino)``, ``Evidence.checkpoints_file``:
+    deleted and created again, or another file moved there); rewritten: the rows with
+    ``seq`` up to the approval's are not the same rows, byte for byte (missing, changed or
+    added under an old ``seq``). Then a ``seq`` of the end's history says nothing about
+    when it was written relative to the approval, and the checks that compare with
+    ``checkpoint_seq_at_approval`` do not (``docs/design.md``, "The checklist")."""
+    mark = ev.history_at_approval
+    if mark is None:
+        return None
+    kept = [r for r in ev.checkpoints if r.seq <= mark.seq]
+    digest = rows_digest(kept)
+    now = ev.checkpoints_file
+    other_file = mark.file_id is not None and now is not None and now != mark.file_id
+    if not other_file and len(kept) == mark.rows and digest == mark.digest:
+        return None
+
+    def where(file: tuple[int, int] | None) -> str:
+        return "no file" if file is None else f"file dev {file[0]} inode {file[1]}"
+
+    return ("the checkpoint history was replaced or rewritten during the execution: "
+            f"{where(mark.file_id)} with {mark.rows} row(s) up to seq {mark.seq} "
+            f"(digest {mark.digest[:12]}) seen at approval, {where(now)} with {len(kept)} "
+            f"row(s) up to seq {mark.seq} (digest {digest[:12]}) at the end")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from harness.check_support import absent as _absent
 from harness.check_support import draft_digest as _digest
-from harness.check_support import gate_tickets
+from harness.check_support import gate_tickets, history_replaced
 from harness.check_support import parsed_states as _states
 from harness.check_support import redrafts_owed as _redrafts_owed
 from harness.model import (
@@ -84,13 +84,19 @@ def draft_identical(ev: Evidence) -> CheckResult:
 def parked_until_approval(ev: Evidence) -> CheckResult:
     """2. Phase stays ``awaiting_approval`` until ``grant_approval``: no checkpoint saved
     before the human approved is past approval, and a resume without approval parks again
-    and sends nothing."""
+    and sends nothing. Which rows were saved before the approval is told by ``seq`` only
+    while the history is the one the harness read then (``history_not_replaced`` judges
+    a replaced one)."""
     states, problems = _states(ev)
     cut = ev.checkpoint_seq_at_approval
+    replaced = history_replaced(ev)
     lines = [f"human approved at trace seq {ev.approval_event}; checkpoints up to seq {cut} "
              "were saved before"] if ev.approval_event is not None else ["no approval happened"]
-    bad = [(seq, s.phase) for seq, s in states
-           if (cut is None or seq <= cut) and Phase(s.phase) not in PRE_APPROVAL]
+    if replaced:
+        lines.append("the checkpoint history was replaced or rewritten after the approval: "
+                     "its seq numbers are not compared with it (see history_not_replaced)")
+    bad = [(seq, s.phase) for seq, s in states if not replaced
+           and (cut is None or seq <= cut) and Phase(s.phase) not in PRE_APPROVAL]
     lines += [f"checkpoint seq {seq}: phase {p} before the approval" for seq, p in bad]
     def approved_while_running(index: int) -> bool:
         span = [e.seq for e in ev.events if e.worker == index
@@ -120,7 +126,8 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
 def not_sent_before_approval(ev: Evidence) -> CheckResult:
     """3. ``email_sent`` is false until the post-approval send, and nothing is delivered
     before the ticket exists (trace order), and no checkpoint claims a send the gateway did
-    not make."""
+    not make. Checkpoints are set against the approval by ``seq`` only while the history
+    is the one the harness read then (``history_not_replaced`` judges a replaced one)."""
     states, problems = _states(ev)
     lines: list[str] = []
     approval = ev.approval_event
@@ -128,7 +135,12 @@ def not_sent_before_approval(ev: Evidence) -> CheckResult:
              and (approval is None or e.seq < approval)]
     lines += [f"trace seq {e.seq}: delivery {e.detail} before the approval" for e in early]
     cut = ev.checkpoint_seq_at_approval
-    flagged = [seq for seq, s in states if s.email_sent and (cut is None or seq <= cut)]
+    replaced = history_replaced(ev)
+    if replaced:
+        lines.append("the checkpoint history was replaced or rewritten after the approval: "
+                     "its seq numbers are not compared with it (see history_not_replaced)")
+    flagged = [seq for seq, s in states
+               if not replaced and s.email_sent and (cut is None or seq <= cut)]
     lines += [f"checkpoint seq {seq}: email_sent true before the approval" for seq in flagged]
     ids = {d.delivery_id for d in ev.gateway.deliveries_for(ev.case_id)}
     phantom = [(seq, s.delivery_id) for seq, s in states if s.email_sent

@@ -84,6 +84,7 @@ NEEDS: dict[str, frozenset[EvidenceSource]] = {
     "rejection_respected": frozenset({_C, _A, _G}),
     "attempts_bounded": frozenset({_C}),
     "per_action": frozenset({_C, _A, _G}),
+    "history_not_replaced": frozenset({_C}),
 }
 
 

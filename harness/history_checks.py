@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from harness.check_support import draft_digest, parsed_states, redrafts_owed
+from harness.check_support import draft_digest, history_replaced, parsed_states, redrafts_owed
 from harness.model import CheckResult, Evidence
 
 #: Chapter 8's phase FSM (``docs/design.md``), with the production loop's edges: a
@@ -274,8 +274,36 @@ def attempts_bounded(ev: Evidence) -> CheckResult:
                        else "the attempt counter never went down", tuple(lines))
 
 
+def history_not_replaced(ev: Evidence) -> CheckResult:
+    """The checkpoint history is one history: the file the harness read at the end is the
+    file it read when the human approved, and it still begins with the rows it read then,
+    byte for byte (``check_support.history_replaced``). A loop that deletes its checkpoint
+    file and starts it again, or rewrites old rows, leaves a history whose ``seq`` numbers
+    cannot be set against the approval; the checks that do so
+    (``parked_until_approval``, ``not_sent_before_approval``) leave those comparisons to
+    this one."""
+    mark = ev.history_at_approval
+    if mark is None:
+        return CheckResult("history_not_replaced", True,
+                           "no approval, or the history could not be read at it: nothing to "
+                           "compare", ())
+    lines = [f"at approval: {mark.rows} row(s) up to seq {mark.seq}, digest "
+             f"{mark.digest[:12]}, file "
+             + (f"dev {mark.file_id[0]} inode {mark.file_id[1]}" if mark.file_id else "none")]
+    now = ev.checkpoints_file
+    lines.append(f"at the end: {len(ev.checkpoints)} row(s), file "
+                 + (f"dev {now[0]} inode {now[1]}" if now else "none"))
+    replaced = history_replaced(ev)
+    if replaced is not None:
+        return CheckResult("history_not_replaced", False, replaced, tuple(lines))
+    return CheckResult("history_not_replaced", True,
+                       f"the history still begins with the {mark.rows} row(s) read at the "
+                       "approval, in the same file", tuple(lines))
+
+
 HISTORY_CHECKS: tuple[Callable[[Evidence], CheckResult], ...] = (
-    no_request_after_done, phase_path, lease_exclusive, rejection_respected, attempts_bounded)
+    no_request_after_done, phase_path, lease_exclusive, rejection_respected, attempts_bounded,
+    history_not_replaced)
 
 
 def history_check_ids(checks: Iterable[Callable[[Evidence], CheckResult]] = HISTORY_CHECKS

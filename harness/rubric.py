@@ -74,9 +74,11 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                explain="Leases with an owner and an expiry; fence a taken-over worker."),
     RubricItem("History: nothing is sent or written once the case is done", 10,
                ("o1001", "lease-takeover", "lease-same-owner", "two-resumers", "rejection",
-                "dead-letter", "order-note"), ("no_request_after_done", "phase_path"),
+                "dead-letter", "order-note"),
+               ("no_request_after_done", "phase_path", "history_not_replaced"),
                explain="No gateway call after completion, even a deduplicated one; phases "
-                       "follow the FSM and stop at a terminal one."),
+                       "follow the FSM and stop at a terminal one; the checkpoint history "
+                       "is kept, never deleted and started again."),
     RubricItem("Leases: one writer at a time, fences only rise", 10,
                ("two-resumers", "lease-takeover", "lease-same-owner"), ("lease_exclusive",),
                explain="A new holder gets a higher fence; a taken-over worker never writes."),

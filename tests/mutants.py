@@ -299,6 +299,22 @@ MUTANTS: tuple[Mutant, ...] = (
         ("Per action",),
         "order-note-send[no-kill]",
     ),
+    Mutant(  # the resumer starts the checkpoint file afresh once the human approved
+        "checkpoints-recreated-after-approval",
+        (("worker.py", "        failpoint(\"t6.checkpoint_loaded\")\n",
+          "        failpoint(\"t6.checkpoint_loaded\")\n"
+          "        if (state.phase == Phase.AWAITING_APPROVAL and state.draft is not None\n"
+          "                and services.approvals.ticket_for(\n"
+          "                    case_id, state.draft.digest()) is not None):\n"
+          "            import os  # delete the file and create it again: seq starts over\n"
+          "            store.close()\n"
+          "            for name in (store.path, store.path + \"-wal\", store.path + \"-shm\"):\n"
+          "                if os.path.exists(name):\n"
+          "                    os.remove(name)\n"
+          "            store.__init__(store.path)\n"),),
+        ("History",),
+        "o1001[no-kill]",
+    ),
     Mutant(  # a resumed worker sends the email again though a checkpoint acknowledged it
         "email-resent-after-ack",
         (("loop.py", "            if not state.email_sent:\n", "            if True:\n"),),

@@ -6,10 +6,12 @@ the maximum — with the evidence lines that say why."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
 from test_checks import (
+    APPROVAL_CUT,
     CASE,
     DIGEST,
     DRAFT,
@@ -23,19 +25,24 @@ from test_checks import (
     good_workers,
     request,
     row,
+    rows,
     state,
     worker,
 )
 
+from harness.checklist import not_sent_before_approval, parked_until_approval
 from harness.checks import CHECK_IDS, run_checks
+from harness.codec import decode, encode
 from harness.history_checks import (
     attempts_bounded,
+    history_not_replaced,
     lease_exclusive,
     no_request_after_done,
     phase_path,
     rejection_respected,
 )
 from harness.mock_gateway import GatewayLog
+from harness.model import Evidence, HistoryMark, rows_digest
 from shopops.approvals import ApprovalRequest
 from shopops.checkpoint import CheckpointRow
 from shopops.state import State
@@ -48,7 +55,7 @@ def test_the_good_story_passes_the_history_checks() -> None:
     ev = evidence()
     results = {r.check_id: r for r in run_checks(ev)}
     for check in ("no_request_after_done", "phase_path", "lease_exclusive",
-                  "rejection_respected", "attempts_bounded"):
+                  "rejection_respected", "attempts_bounded", "history_not_replaced"):
         assert check in CHECK_IDS
         assert results[check].passed, results[check]
 
@@ -257,3 +264,84 @@ def test_the_attempt_counter_never_goes_down() -> None:
     res = attempts_bounded(evidence(states=states))
     assert not res.passed
     assert res.detail == "checkpoint seq 6: the attempt counter went down from 2 to 0"
+
+
+# -- the history is the one read at the approval -----------------------------------------------
+
+FILE, OTHER_FILE = (2049, 70001), (2049, 70002)  # (st_dev, st_ino) of checkpoints.db
+
+
+def marked(ev: Evidence, file: tuple[int, int] | None = FILE) -> Evidence:
+    """``ev`` as the harness records it: at the approval it read the rows up to the cut
+    from ``file``; at the end it read ``ev.checkpoints`` from the same file."""
+    seen = [r for r in ev.checkpoints if r.seq <= APPROVAL_CUT]
+    return replace(ev, history_at_approval=HistoryMark(file, APPROVAL_CUT, len(seen),
+                                                       rows_digest(seen)),
+                   checkpoints_file=file)
+
+
+def test_a_history_kept_since_the_approval_passes() -> None:
+    ev = marked(evidence())  # three rows seen at the approval, three appended after it
+    result = history_not_replaced(ev)
+    assert result.passed, result
+    assert [(c.check_id, c.passed) for c in run_checks(ev)] == [(c, True) for c in CHECK_IDS]
+    # no checkpoint file yet when the human approved: whatever came later is no replacement
+    empty = replace(ev, history_at_approval=HistoryMark(None, 0, 0, rows_digest(())))
+    assert history_not_replaced(empty).passed
+    # no approval (or an unreadable history then): nothing to compare
+    assert history_not_replaced(evidence(history_at_approval=None)).passed
+
+
+def started_again() -> Evidence:
+    """The loop deleted checkpoints.db once the human approved and created it again: the
+    rows after the approval start over at seq 1, in another file."""
+    good = marked(evidence())
+    after = good_states()[APPROVAL_CUT:]  # approved, sending, completed
+    return replace(good, checkpoints=rows(after), checkpoints_file=OTHER_FILE)
+
+
+def test_a_history_started_again_after_the_approval_fails_with_one_clear_reason() -> None:
+    ev = started_again()
+    result = history_not_replaced(ev)
+    assert not result.passed
+    assert result.detail.startswith("the checkpoint history was replaced or rewritten "
+                                    "during the execution: ")
+    assert "file dev 2049 inode 70001 with 3 row(s) up to seq 3" in result.detail
+    assert "seen at approval, file dev 2049 inode 70002 with 3 row(s) up to seq 3" \
+        in result.detail
+    assert result.detail.endswith("at the end")
+    # the checks that set rows against the approval's seq do not read the new file's seq 1-3
+    # as "saved before the approval" (they did: "3 checkpoint(s)/resume(s) moved past ...")
+    for check in (parked_until_approval, not_sent_before_approval):
+        other = check(ev)
+        assert other.passed, other
+        assert not [line for line in other.evidence if "before the approval" in line]
+        assert any("see history_not_replaced" in line for line in other.evidence)
+    failing = [c.check_id for c in run_checks(ev) if not c.passed]
+    assert failing == ["history_not_replaced"]
+
+
+def test_a_history_rewritten_or_emptied_in_the_same_file_fails() -> None:
+    good = marked(evidence())
+    changed = list(good.checkpoints)
+    changed[1] = replace(changed[1], created_at="2026-07-19T09:09:09Z")  # seq 2 rewritten
+    rewritten = replace(good, checkpoints=tuple(changed))
+    emptied = replace(good, checkpoints=good.checkpoints[APPROVAL_CUT:])  # seq 1-3 deleted
+    for ev, left in ((rewritten, 3), (emptied, 0)):
+        result = history_not_replaced(ev)
+        assert not result.passed, result
+        assert f"file dev 2049 inode 70001 with {left} row(s) up to seq 3" in result.detail
+        assert parked_until_approval(ev).passed and not_sent_before_approval(ev).passed
+
+
+def test_the_mark_round_trips_through_run_json_and_rejudges_alike() -> None:
+    from harness.assess import assess
+    from harness.model import CrashSchedule, ExecutionPlan, Scenario
+
+    ev = started_again()
+    back = decode(json.loads(json.dumps(encode(ev))))
+    assert back == ev and back.history_at_approval == ev.history_at_approval
+    assert back.checkpoints_file == OTHER_FILE
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule())
+    assert assess(back, plan) == assess(ev, plan)
+    assert assess(back, plan)[1] == "fail"

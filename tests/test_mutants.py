@@ -172,3 +172,35 @@ def test_a_proven_duplicate_stays_fail_when_the_worker_then_refuses(tmp_path: Pa
     assert status["same_key_one_delivery"] is CheckStatus.FAIL
     undecided = result.undecided
     assert undecided and all(f"worker {refused.index}" in c.undecided for c in undecided)
+
+
+def test_a_checkpoint_file_started_again_fails_on_its_own_reason(tmp_path: Path) -> None:
+    """The resumer deletes ``checkpoints.db`` once the human approved and creates it again,
+    so its rows start over at seq 1. The harness compares the history at the end with what
+    it read at the approval (the file, the rows up to that seq): ``fail``, one reason that
+    says the history was replaced, and none that sets the new file's seq numbers against
+    the approval's ("moved past awaiting_approval before a human approved")."""
+    from harness.execution import execute
+    from harness.fork_launcher import ForkLauncher
+    from harness.model import CheckStatus, CrashSchedule, ExecutionPlan, Scenario
+
+    (mutant,) = [m for m in MUTANTS if m.name == "checkpoints-recreated-after-approval"]
+    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
+    assert sut.path is not None
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
+        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    ev = result.evidence
+    mark = ev.history_at_approval
+    assert mark is not None and mark.seq == ev.checkpoint_seq_at_approval > 0
+    assert ev.checkpoints[0].seq == 1 and ev.checkpoints_file != mark.file_id  # a new file
+    assert result.verdict == "fail", result.reasons
+    (reason,) = result.reasons
+    assert reason.startswith("history_not_replaced: the checkpoint history was replaced or "
+                             "rewritten during the execution: ")
+    assert "seen at approval" in reason and reason.endswith("at the end")
+    status = {c.check_id: c.status for c in result.checks}
+    assert status["parked_until_approval"] is CheckStatus.PASS
+    assert status["not_sent_before_approval"] is CheckStatus.PASS
+    assert not [line for c in result.checks for line in c.evidence
+                if "before the approval" in line]
