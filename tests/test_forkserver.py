@@ -201,6 +201,49 @@ def test_a_forked_worker_environ_is_replaced_by_its_difference_exactly() -> None
         os.environ.update(saved)
 
 
+MAIN_PROBE = """\
+import json, sys
+print(json.dumps({"name": __name__, "file": __file__, "cached": __cached__,
+                  "package": __package__, "spec": __spec__.name, "doc": __doc__,
+                  "loader": type(__loader__).__name__, "argv0": sys.argv[0],
+                  "is_main": sys.modules["__main__"].__dict__ is globals()}))
+"""
+
+
+def test_the_preloaded_main_runs_as_runpy_would_run_it(tmp_path: Path) -> None:
+    """A preloaded package's ``__main__`` (looked up once, ``_main_code``) run by
+    ``_run_main`` sees the same module globals, ``sys.argv[0]`` and ``sys.modules`` entry as
+    under ``runpy.run_module(..., run_name="__main__", alter_sys=True)``: what ``python -m``
+    gives a spawned worker. Each runs in a child interpreter of its own."""
+    pkg = tmp_path / "probepkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text(MAIN_PROBE)
+    runs = {
+        "runpy": "import runpy; runpy.run_module('probepkg', run_name='__main__', "
+                 "alter_sys=True)",
+        "cached": "from harness.fork_worker import _main_code, _run_main; "
+                  "_run_main(*_main_code('probepkg'))",
+    }
+    seen = {}
+    for how, code in runs.items():
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=DEADLINE_S, cwd=tmp_path,
+                             env={**os.environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"})
+        assert out.returncode == 0, out.stderr
+        seen[how] = json.loads(out.stdout)
+    assert seen["cached"] == seen["runpy"]
+    assert seen["cached"]["name"] == "__main__" and seen["cached"]["is_main"]
+    assert seen["cached"]["argv0"] == str(pkg / "__main__.py")
+
+
+def test_a_package_without_a_main_is_an_import_error() -> None:
+    from harness.fork_worker import _main_code
+
+    with pytest.raises(ImportError, match="json.__main__"):
+        _main_code("json")
+
+
 # -------------------------------------------------------------------------- exit statuses
 
 
