@@ -2,12 +2,18 @@
 
 Prints progress, then on its last line a JSON object::
 
-    {"speedup_fork_vs_spawn", "single_matrix_s", "double_matrix_s", "peak_rss_mib",
+    {"speedup_fork_vs_spawn", "speedup_worker_lifetime", "worker_lifetime_ms",
+     "single_matrix_s", "double_matrix_s", "peak_rss_mib",
      "per_execution_ms_100", "per_execution_ms_5000", "leaked_fds", "leaked_processes",
      "leaked_temp_entries", "executions_long"}
 
-- ``speedup_fork_vs_spawn``: per-worker time with fresh interpreters / with the fork
-  server, on the single-crash matrix of ``scenarios/o1001.toml`` (same machine, same run);
+- ``speedup_fork_vs_spawn``: the matrix's execution time per worker (the sum of its
+  executions' times over its worker processes: a worker, and the harness's work around it)
+  with fresh interpreters / with the fork server, on the single-crash matrix of
+  ``scenarios/o1001.toml`` (same machine, same run, same ``--jobs``);
+- ``speedup_worker_lifetime``: a worker's own time, from its launch to its reap (the mean
+  of ``WorkerRun.elapsed_s``), with fresh interpreters / with the fork server, in the same
+  two runs of that matrix; ``worker_lifetime_ms``: those two means (``fork``, ``spawn``);
 - ``single_matrix_s`` / ``double_matrix_s``: wall seconds of the full single-crash and
   double-crash matrices with the fork launcher and ``--jobs`` (default 2);
 - ``per_execution_ms_100`` / ``per_execution_ms_5000``: mean wall milliseconds per
@@ -98,7 +104,9 @@ def main() -> int:
     fork = measure(o1001, launcher="fork", jobs=args.jobs)
     spawn = measure(o1001, launcher="spawn", jobs=args.jobs)
     print(f"single matrix: fork {fork['matrix_wall_s']:.2f} s, "
-          f"spawn {spawn['matrix_wall_s']:.2f} s", flush=True)
+          f"spawn {spawn['matrix_wall_s']:.2f} s; a worker's lifetime: fork "
+          f"{fork['worker_lifetime_ms']:.1f} ms, spawn {spawn['worker_lifetime_ms']:.1f} ms",
+          flush=True)
     double = load_scenario(ROOT / "scenarios" / "o1001-double.toml")
     with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
         t = time.perf_counter()
@@ -117,6 +125,10 @@ def main() -> int:
           flush=True)
     figures = {
         "speedup_fork_vs_spawn": round(spawn["per_worker_ms"] / fork["per_worker_ms"], 2),
+        "speedup_worker_lifetime": round(spawn["worker_lifetime_ms"]
+                                         / fork["worker_lifetime_ms"], 2),
+        "worker_lifetime_ms": {"fork": fork["worker_lifetime_ms"],
+                               "spawn": spawn["worker_lifetime_ms"]},
         "single_matrix_s": round(fork["matrix_wall_s"], 3),
         "double_matrix_s": round(double_s, 3),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
