@@ -62,10 +62,11 @@ def absent(ev: Evidence, result: CheckResult) -> CheckResult:
     """A failure that says something did *not* happen proves nothing when the story was cut
     short (``Evidence.cut_short``): it may simply not have had the chance. Then the check is
     undecided (``docs/design.md``, "Verdict precedence")."""
-    if not ev.cut_short:
+    why = ev.cut_short_by
+    if why is None:
         return result
     return CheckResult(result.check_id, False, result.detail, result.evidence,
-                       undecided=f"the story was cut short ({ev.errors[0]}): {result.detail}")
+                       undecided=f"the story was cut short ({why}): {result.detail}")
 
 
 def history_replaced(ev: Evidence) -> str | None:
@@ -81,6 +82,10 @@ def history_replaced(ev: Evidence) -> str | None:
     mark = ev.history_at_approval
     if mark is None:
         return None
+    if mark.unreadable is not None:
+        return ("the checkpoint history could not be read when the human approved "
+                f"({mark.unreadable}) but could at the end: it was hidden, replaced or "
+                "repaired in between, and no row of it can be set against the approval")
     kept = [r for r in ev.checkpoints if r.seq <= mark.seq]
     digest = rows_digest(kept)
     now = ev.checkpoints_file

@@ -15,7 +15,7 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from harness.mock_gateway import read_log
@@ -29,13 +29,15 @@ from harness.model.evidence import (
     rows_digest,
 )
 from harness.model.kinds import EventKind, EvidenceSource
+from shopops import labels
 from shopops.approvals import ApprovalRequest, Ticket
 from shopops.bounds import MAX_HISTORY_ROWS
 from shopops.checkpoint import CheckpointRow, read_history, read_latest
 from shopops.checkpoint_file import open_readonly
 from shopops.errors import HistoryTooLong, NotACheckpointDatabase
 
-__all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "file_id", "history_mark",
+__all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "committed_hit", "file_id",
+           "history_mark",
            "latest_checkpoint", "not_a_file", "read_approvals", "read_checkpoints",
            "read_gateway"]
 
@@ -113,20 +115,33 @@ def file_id(db: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
-def history_mark(db: Path, case_id: str) -> HistoryMark | None:
+def history_mark(db: Path, case_id: str, events: Sequence[Event] = ()) -> HistoryMark:
     """What identifies the case's checkpoint history now (``HistoryMark``: the file, the
     highest ``seq``, how many rows and their ``rows_digest``), read-only like
-    ``read_checkpoints``; a missing file is an empty history (``seq`` 0). ``None`` when the
-    history cannot be read (not a regular file, not ours, longer than
-    ``MAX_HISTORY_ROWS``): then nothing can be compared later, and ``read_checkpoints``
-    gives that file's gap when the evidence is collected."""
+    ``read_checkpoints``. A missing file is an empty history (``seq`` 0) unless ``events``
+    (the harness's trace so far) show a worker past a committed checkpoint
+    (``committed_hit``); that, and a history that cannot be read (not a regular file, not
+    ours, longer than ``MAX_HISTORY_ROWS``), is a mark with ``unreadable`` set."""
     if not os.path.lexists(db):
-        return HistoryMark(None, 0, 0, rows_digest(()))
+        hit = committed_hit(events)
+        return HistoryMark(None, 0, 0, rows_digest(()), None if hit is None else (
+            f"no checkpoint file {db.name} although a worker had reached {hit} (a committed "
+            "checkpoint, in the harness's trace)"))
     identity = file_id(db)
     rows, gap = read_checkpoints(db, case_id)
-    if gap is not None or identity is None:
-        return None
+    if identity is None:
+        return HistoryMark(None, 0, 0, rows_digest(()), f"{db.name} is not a regular file")
+    if gap is not None:
+        return HistoryMark(identity, 0, 0, rows_digest(()), gap.reason)
     return HistoryMark(identity, rows[-1].seq if rows else 0, len(rows), rows_digest(rows))
+
+
+def committed_hit(events: Sequence[Event]) -> str | None:
+    """The first label in ``events`` that a worker reaches only past a committed checkpoint
+    (``labels.AFTER_A_CHECKPOINT``), or ``None``: from then on a checkpoint file exists,
+    unless someone removed it."""
+    return next((e.label for e in events if e.kind is EventKind.HIT
+                 and e.label in labels.AFTER_A_CHECKPOINT), None)
 
 
 def latest_checkpoint(db: Path, case_id: str, skip: Collection[int] = ()) -> CheckpointRow | None:

@@ -28,7 +28,14 @@ from harness.approval_service import ApprovalService
 from harness.assess import assess
 from harness.channel import FailpointChannel
 from harness.controller import KillController
-from harness.evidence import EventLog, file_id, read_approvals, read_checkpoints, read_gateway
+from harness.evidence import (
+    EventLog,
+    committed_hit,
+    file_id,
+    read_approvals,
+    read_checkpoints,
+    read_gateway,
+)
 from harness.launcher import Launcher
 from harness.mock_gateway import MockGateway
 from harness.model import (
@@ -227,8 +234,7 @@ def _gone(db: Path, events: EventLog) -> Gap | None:
     it, or put a symlink or a FIFO there that the sandbox's sweep removed. An empty history
     would pass the checks over it without evidence. ``None`` when no such point was hit
     (nothing was written yet: no file is the truth)."""
-    hit = next((e.label for e in events.snapshot() if e.kind is EventKind.HIT
-                and e.label in labels.AFTER_A_CHECKPOINT), None)
+    hit = committed_hit(events.snapshot())
     if hit is None:
         return None
     return Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} is gone although a "

@@ -122,8 +122,9 @@ def _item_problems(item: RubricItem, r: ExecutionResult) -> list[str]:
             continue
         if c.check_id in expected and c.passed:
             why.append(f"{c.check_id}: expected to fail here (a teaching demo), but passed")
-        elif c.check_id not in expected and not c.passed:
-            why.append(f"{c.check_id}: {c.detail}")
+        elif c.check_id not in expected and not c.passed:  # undecided: its detail may be
+            why.append(f"{c.check_id}: could not be decided: {c.undecided}"  # a pass's words
+                       if c.undecided is not None else f"{c.check_id}: {c.detail}")
     return why + [reason for reason in r.reasons if reason.startswith("expected a worker")]
 
 

@@ -20,7 +20,6 @@ nothing is retried. The last attempt counts; its reasons say how many were made.
 from __future__ import annotations
 
 import dataclasses
-import signal
 from collections.abc import Callable, Sequence
 
 from harness.execution import ExecutionResult
@@ -28,8 +27,6 @@ from harness.execution import ExecutionResult
 #: Further attempts per execution, and executions retried per grade.
 ATTEMPTS = 2
 BUDGET = 8
-_OWN_FAULT = {-s for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
-                           signal.SIGABRT, signal.SIGXCPU, signal.SIGXFSZ)}
 
 
 def outside_cause(result: ExecutionResult) -> str | None:
@@ -38,11 +35,8 @@ def outside_cause(result: ExecutionResult) -> str | None:
         return None
     ev = result.evidence
     for w in ev.workers:
-        if w.timed_out:
-            return f"worker {w.index} passed its deadline"
-        if w.returncode < 0 and not w.killed_by_harness and w.returncode not in _OWN_FAULT:
-            return (f"worker {w.index} died of signal {-w.returncode} that the harness did "
-                    "not send")
+        if (why := w.stopped_from_outside) is not None:
+            return why
     for error in ev.errors:
         if error.startswith("harness error"):
             return error

@@ -290,11 +290,13 @@ class _Engine:
         identifies it (``HistoryMark``: the file and the rows), so that the checks can tell
         a later row from one replaced or rewritten under the same ``seq``."""
         first = self.approval_event is None
-        mark = history_mark(self.w.ckpt_db, self.s.case_id) if first else None
-        if mark is not None:
+        mark = (history_mark(self.w.ckpt_db, self.s.case_id, self.events.snapshot())
+                if first else None)
+        seq_now = 0
+        if mark is not None and mark.unreadable is None:
             seq_now = mark.seq
-        else:  # not read (a later approval), or unreadable: the newest row, if any
-            latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id) if first else None
+        elif mark is not None:  # unreadable: the newest row, if any can be read
+            latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
             seq_now = latest.seq if latest is not None else 0
         try:
             with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600),

@@ -315,6 +315,33 @@ MUTANTS: tuple[Mutant, ...] = (
         ("History",),
         "o1001[no-kill]",
     ),
+    Mutant(  # the history is hidden while the human decides, then started afresh
+        "checkpoints-hidden-at-approval",
+        (("cli.py", "    _preflight(args, approvals, order, env)\n",
+          "    for ext in (\"\", \"-wal\", \"-shm\"):  # put the hidden history back\n"
+          "        if os.path.exists(args.db + ext + \".hidden\"):\n"
+          "            os.rename(args.db + ext + \".hidden\", args.db + ext)\n"
+          "    _preflight(args, approvals, order, env)\n"),
+         ("cli.py", "    s = result.state\n",
+          "    s = result.state\n"
+          "    if s.phase == \"awaiting_approval\":  # hide the history from the approval\n"
+          "        for ext in (\"\", \"-wal\", \"-shm\"):\n"
+          "            if os.path.exists(args.db + ext):\n"
+          "                os.rename(args.db + ext, args.db + ext + \".hidden\")\n"),
+         ("worker.py", "        failpoint(\"t6.checkpoint_loaded\")\n",
+          "        failpoint(\"t6.checkpoint_loaded\")\n"
+          "        if (state.phase == Phase.AWAITING_APPROVAL and state.draft is not None\n"
+          "                and services.approvals.ticket_for(\n"
+          "                    case_id, state.draft.digest()) is not None):\n"
+          "            import os  # delete the file and create it again: seq starts over\n"
+          "            store.close()\n"
+          "            for name in (store.path, store.path + \"-wal\", store.path + \"-shm\"):\n"
+          "                if os.path.exists(name):\n"
+          "                    os.remove(name)\n"
+          "            store.__init__(store.path)\n"),),
+        ("History",),
+        "o1001[no-kill]",
+    ),
     Mutant(  # a resumed worker sends the email again though a checkpoint acknowledged it
         "email-resent-after-ack",
         (("loop.py", "            if not state.email_sent:\n", "            if True:\n"),),

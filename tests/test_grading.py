@@ -227,3 +227,28 @@ def test_a_stray_of_a_released_sandbox_uid_is_swept_at_the_end_of_a_run() -> Non
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def test_an_undecided_check_of_an_item_is_said_to_be_undecided() -> None:
+    """A failing execution whose item check could not be decided is broken for the item
+    (as before), and its line says why it was not decided, not the check's pass wording
+    (found by an attack: "phase_path: 0 checkpoint(s) along the FSM" read as a pass)."""
+    from harness.execution import ExecutionPlan, ExecutionResult
+    from harness.grading import score_item
+    from harness.model import CheckResult, Verdict
+    from harness.rubric import RubricItem
+    from harness.scenario import Scenario
+    from harness.schedule import CrashSchedule
+    from tests.test_verdict import evidence
+
+    undecided = CheckResult("phase_path", False, "0 checkpoint(s) along the FSM",
+                            undecided="checkpoint database unreadable")
+    failed = CheckResult("no_tampering", False, "a worker tampered")
+    result = ExecutionResult(ExecutionPlan(Scenario(name="o1001"), CrashSchedule()),
+                             evidence(), (undecided, failed), Verdict.FAIL, (), 0.1)
+    item = RubricItem(name="History", points=10, scenarios=("o1001",),
+                      checks=("phase_path",))
+    graded = score_item(item, [result])
+    assert graded.score == 0
+    assert "phase_path: could not be decided: checkpoint database unreadable" in graded.output
+    assert "along the FSM" not in graded.output

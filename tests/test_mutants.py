@@ -204,3 +204,28 @@ def test_a_checkpoint_file_started_again_fails_on_its_own_reason(tmp_path: Path)
     assert status["not_sent_before_approval"] is CheckStatus.PASS
     assert not [line for c in result.checks for line in c.evidence
                 if "before the approval" in line]
+
+
+def test_a_history_hidden_from_the_approval_fails_on_its_own_reason(tmp_path: Path) -> None:
+    """The parked worker renames ``checkpoints.db`` away, so the harness finds no file when
+    the human approves although its trace shows a committed checkpoint; the resumer puts
+    it back and starts it afresh. Before, the approval's mark said "0 rows, no file" and
+    the end's history (seq 1.., in the restored file) passed every check (found by an
+    attack: 10/10 in a grade). Now: ``fail``, one reason naming the unreadable history."""
+    from harness.execution import execute
+    from harness.fork_launcher import ForkLauncher
+    from harness.model import CrashSchedule, ExecutionPlan, Scenario
+
+    (mutant,) = [m for m in MUTANTS if m.name == "checkpoints-hidden-at-approval"]
+    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
+    assert sut.path is not None
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
+        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    mark = result.evidence.history_at_approval
+    assert mark is not None and mark.unreadable is not None
+    assert "although a worker had reached t3.checkpoint_saved" in mark.unreadable
+    assert result.verdict == "fail", result.reasons
+    (reason,) = result.reasons
+    assert reason.startswith("history_not_replaced: the checkpoint history could not be "
+                             "read when the human approved (no checkpoint file")

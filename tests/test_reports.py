@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import CHECK_IDS
+from harness.checks import CHECK_IDS, CheckResult
 from harness.execution import ExecutionPlan, ExecutionResult, execute
 from harness.launcher import make_launcher
 from harness.mock_gateway import GatewayLog
@@ -150,6 +150,16 @@ def test_a_lost_send_is_reported(results, tmp_path):
         "duplicates"].read_text())["executions"]
     assert (entry["id"], entry["kind"], entry["verdict"]) == (
         "hung[t4.parked]", "unknown", "unknown")
+    # a fail whose delivery count could not be decided (the story was cut short) failed
+    # for another reason: its zero deliveries are not shown to be a loss either
+    undecided = dataclasses.replace(lost, checks=tuple(
+        dataclasses.replace(c, undecided="the story was cut short (worker 1 (resume) died of "
+                            "signal 9 that the harness did not send)")
+        if c.check_id == "exactly_one_delivery" else c for c in lost.checks)
+        + (CheckResult("history_not_replaced", False, "replaced"),))
+    entry, = json.loads(write_reports(_run({"undecided": undecided}), tmp_path / "d")[
+        "duplicates"].read_text())["executions"]
+    assert (entry["kind"], entry["verdict"]) == ("unknown", "fail")
     # the same zero deliveries in a scenario that expects none is not a lost send
     none = dataclasses.replace(lost, evidence=dataclasses.replace(lost.evidence,
                                                                   expected_deliveries=0))

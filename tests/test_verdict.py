@@ -263,3 +263,37 @@ def test_a_missing_expected_refusal_is_said_beside_other_failures() -> None:
     verdict, reasons = judge(ev, checks(), plan(lease))
     assert verdict == UNKNOWN
     assert not any(r.startswith("expected a worker") for r in reasons)
+
+
+@pytest.mark.parametrize(("returncode", "decided"), [
+    (-9, False),    # a SIGKILL the harness did not send (the OOM killer, a person)
+    (-15, False),   # a SIGTERM from outside
+    (1, True),      # the loop's own crash: its lost send is its own
+    (-11, True),    # SIGSEGV: its own fault, not the environment's
+])
+def test_a_send_missing_after_a_kill_from_outside_is_not_known_to_be_lost(
+        returncode: int, decided: bool) -> None:
+    """The last worker died before sending, of a signal the harness did not send: nothing
+    recovers from a kill the harness did not make, so the story ends there and the email
+    had no chance to go. The delivery checks are then undecided with that reason (the
+    verdict ``unknown``, retried in a grade), not a ``fail`` saying "0 deliveries" (found
+    by a trial: the reference loop FAILed, "lost", when someone ``kill -9``ed a worker).
+    An exit of its own (a status, a crash signal) leaves the failure decided."""
+    from harness.assess import assess
+
+    workers = (run(0, "start", 0), run(1, "resume", returncode))
+    ev = evidence(workers=workers, execution_id="o1001[no-kill]")
+    found, verdict, reasons = assess(ev, plan(schedule=BASELINE))
+    status = {c.check_id: c for c in found}
+    for check in ("exactly_one_delivery", "same_key_one_delivery"):
+        c = status[check]
+        if decided:
+            assert c.status is CheckStatus.FAIL, c
+        else:
+            assert c.status is CheckStatus.UNDECIDED, c
+            assert c.undecided is not None and (
+                f"worker 1 (resume) died of signal {-returncode} that the harness did not "
+                "send" in c.undecided)
+    if not decided:
+        assert not any(r.startswith(("exactly_one_delivery", "same_key_one_delivery"))
+                       for r in reasons), reasons

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -144,12 +145,19 @@ class HistoryMark:
             0: none).
         rows: how many rows of the case it read, all with ``seq`` up to ``seq``.
         digest: ``rows_digest`` of those rows.
+        unreadable: why the harness could not read the history at the approval (not a
+            checkpoint file of ours, too long, gone although its trace shows a committed
+            checkpoint), or ``None``: read. A loop's history is readable whenever the
+            human acts; one that is not, then readable at the end, was hidden, replaced
+            or repaired in between, and nothing read at the end can be set against the
+            approval.
     """
 
     file_id: tuple[int, int] | None
     seq: int
     rows: int
     digest: str
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,12 @@ class Event:
     worker: int | None = None
     detail: str = ""
     ref: str | None = None
+
+
+#: Signals a process gets by its own fault (its code crashed, or passed a limit it set), not
+#: from outside: a worker that dies of one was not stopped by the environment.
+OWN_FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
+                               signal.SIGABRT, signal.SIGXCPU, signal.SIGXFSZ})
 
 
 @dataclass(frozen=True)
@@ -208,6 +222,22 @@ class WorkerRun:
         if self.killed_by_harness:
             return self.returncode == -9
         return self.returncode == 0
+
+    @property
+    def stopped_from_outside(self) -> str | None:
+        """How this worker was stopped by something other than its own code and the
+        harness's schedule, or ``None``: it passed its deadline, or it died of a signal the
+        harness did not send that is not one of its own faults (``OWN_FAULT_SIGNALS``: an
+        OOM kill, a person's ``kill -9``, a CI runner's SIGTERM). The kernel does not say
+        who sent a signal, so a loop that signals itself counts too: what it did not do
+        afterwards is then not known, never a pass."""
+        if self.timed_out:
+            return f"worker {self.index} ({self.role}) passed its deadline"
+        if self.returncode < 0 and not self.killed_by_harness \
+                and -self.returncode not in OWN_FAULT_SIGNALS:
+            return (f"worker {self.index} ({self.role}) died of signal {-self.returncode} "
+                    "that the harness did not send")
+        return None
 
 
 @dataclass(frozen=True)
@@ -280,9 +310,19 @@ class Evidence:
 
     @property
     def cut_short(self) -> bool:
-        """The story did not run to its end (``errors``): what did not happen may simply
-        not have had the chance to."""
-        return bool(self.errors)
+        """The story did not run to its end (``cut_short_by``): what did not happen may
+        simply not have had the chance to."""
+        return self.cut_short_by is not None
+
+    @property
+    def cut_short_by(self) -> str | None:
+        """Why the story did not run to its end, or ``None``: its first error (a deadline,
+        a harness error, the human unable to act), else the first worker stopped from
+        outside (``WorkerRun.stopped_from_outside``): no worker recovers from a kill the
+        harness did not make, so the story ends there."""
+        if self.errors:
+            return self.errors[0]
+        return next((why for w in self.workers if (why := w.stopped_from_outside)), None)
 
     @property
     def kills(self) -> tuple[Event, ...]:

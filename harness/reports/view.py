@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.model import NO_KEY
+from harness.model import NO_KEY, CheckStatus
 from shopops import labels
 
 if TYPE_CHECKING:
@@ -69,6 +69,12 @@ OUTCOME_TEXT: dict[DeliveryOutcome, str] = {
 }
 
 
+#: The checks that judge how many emails were delivered: a ``fail`` execution is a lost
+#: send only when they decided it (one undecided — the story cut short — leaves the count
+#: unknown, whatever else failed).
+COUNT_CHECKS = frozenset({"exactly_one_delivery", "same_key_one_delivery"})
+
+
 def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
     """Classify ``result``'s gateway deliveries (from the gateway's own log).
 
@@ -78,7 +84,8 @@ def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
     unable to act), a file the harness could not read, a kill point never reached — is
     ``UNKNOWN``: the send may simply not have had the chance to happen, and the evidence
     does not show the loop losing it. The same for any verdict but ``fail`` on evidence
-    with gaps."""
+    with gaps, and for a ``fail`` whose delivery checks (``COUNT_CHECKS``) are undecided:
+    it failed for another reason."""
     ev = result.evidence
     got, want = ev.deliveries, ev.expected_deliveries
     if got >= 2:
@@ -90,6 +97,9 @@ def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
     verdict = kind_of(result.verdict)
     incomplete = ev.cut_short or bool(ev.gaps)
     if verdict == "unknown" or (verdict != "fail" and incomplete):
+        return DeliveryOutcome.UNKNOWN
+    if any(c.check_id in COUNT_CHECKS and c.status is CheckStatus.UNDECIDED
+           for c in result.checks):  # failed for another reason; the count is not known
         return DeliveryOutcome.UNKNOWN
     return DeliveryOutcome.LOST
 
