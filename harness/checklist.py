@@ -23,8 +23,8 @@ from harness.model import (
     key_text,
 )
 from shopops.approval_records import Ticket
-from shopops.phases import PRE_APPROVAL, Phase
-from shopops.state import note_digest
+from shopops.phases import PRE_APPROVAL, TERMINAL, Phase
+from shopops.state import State, note_digest
 
 __all__ = ["draft_identical", "exactly_one_delivery", "not_sent_before_approval",
            "parked_until_approval", "same_key_one_delivery", "step_continues",
@@ -190,8 +190,9 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
         return CheckResult("same_key_one_delivery", True, "nothing was sent, as expected",
                            tuple(lines))
     if not sends:
-        return _absent(ev, CheckResult("same_key_one_delivery", False,
-                                       "no send reached the gateway", tuple(lines)))
+        result = CheckResult("same_key_one_delivery", False, "no send reached the gateway",
+                             tuple(lines))
+        return result if _claims_done(states) else _absent(ev, result)
     if None in keys:
         return CheckResult("same_key_one_delivery", False,
                            f"{sum(r.idempotency_key is None for r in sends)} send(s) carried "
@@ -206,6 +207,13 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
                            f"one key but {ev.deliveries} deliveries", tuple(lines))
     return CheckResult("same_key_one_delivery", True,
                        f"{len(sends)} request(s), one key, one delivery", tuple(lines))
+
+
+def _claims_done(states: list[tuple[int, State]]) -> bool:
+    """A checkpoint says the send happened or the case is over (``email_sent``, or a
+    terminal phase): the loop will not send again, so a send missing then is a proven
+    loss, even in a story cut short (``check_support.absent`` does not apply)."""
+    return any(s.email_sent or s.phase in TERMINAL for _, s in states)
 
 
 def exactly_one_delivery(ev: Evidence) -> CheckResult:
@@ -233,7 +241,7 @@ def exactly_one_delivery(ev: Evidence) -> CheckResult:
     if len(deliveries) != 1:
         result = CheckResult("exactly_one_delivery", False,
                              f"{len(deliveries)} deliveries for {ev.case_id}", tuple(lines))
-        return _absent(ev, result) if not deliveries else result
+        return _absent(ev, result) if not deliveries and not _claims_done(states) else result
     if final is None or final.phase != Phase.COMPLETED or not final.email_sent:
         return _absent(ev, CheckResult("exactly_one_delivery", False,
                                        "delivered, but the case did not complete",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from harness.approval_service import SERVICE_QUEUE
@@ -309,6 +310,8 @@ class _Engine:
                                     ref=ticket.ticket_id)
             if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
                 self.w.target.ticket = ticket.ticket_id
+            if mark is not None and self.w.target is None:
+                mark = _parked_on_nothing(mark)
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"refused: {exc}")
@@ -409,3 +412,15 @@ class _Engine:
         if draft is not None:
             with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
                 queue.request(self.s.case_id, draft.digest())
+
+
+def _parked_on_nothing(mark: HistoryMark) -> HistoryMark:
+    """``mark`` (read as the human approved a request the loop made) with ``unreadable``
+    set when it holds no checkpoint row: a loop parks on a checkpoint (Chapter 8: the draft
+    and the park are durable before the approval is asked for), so an empty history then
+    was hidden or swapped for an empty one (found by an attack: a decoy database at the
+    approval, the real rows copied back into it later, passed)."""
+    if mark.unreadable is not None or mark.rows:
+        return mark
+    return replace(mark, unreadable="no checkpoint of the case, although the loop had asked "
+                                    "for this approval (the queue held its request)")

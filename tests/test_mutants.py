@@ -229,3 +229,29 @@ def test_a_history_hidden_from_the_approval_fails_on_its_own_reason(tmp_path: Pa
     (reason,) = result.reasons
     assert reason.startswith("history_not_replaced: the checkpoint history could not be "
                              "read when the human approved (no checkpoint file")
+
+
+def test_an_empty_decoy_history_at_the_approval_fails(tmp_path: Path) -> None:
+    """The parked worker moves its history away and leaves an empty checkpoint database in
+    its place; the next worker copies the real rows back into that same file (same inode,
+    same seq numbers) and deletes the original. The harness read "0 rows" at the approval
+    and nothing was compared (found by an attack: PASS 21/21, 130/160 in a grade). Now the
+    human approving a request the loop made over a history with no checkpoint is itself
+    the failure."""
+    from harness.execution import execute
+    from harness.fork_launcher import ForkLauncher
+    from harness.model import CrashSchedule, ExecutionPlan, Scenario
+
+    (mutant,) = [m for m in MUTANTS if m.name == "decoy-history-at-approval"]
+    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
+    assert sut.path is not None
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
+        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    ev = result.evidence
+    mark = ev.history_at_approval
+    assert mark is not None and mark.rows == 0 and mark.file_id == ev.checkpoints_file
+    assert [r.seq for r in ev.checkpoints][:3] == [1, 2, 3]  # the rows came back
+    assert result.verdict == "fail", result.reasons
+    (reason,) = result.reasons
+    assert reason.startswith("history_not_replaced: ") and "asked for this approval" in reason

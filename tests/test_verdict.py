@@ -270,6 +270,7 @@ def test_a_missing_expected_refusal_is_said_beside_other_failures() -> None:
     (-15, False),   # a SIGTERM from outside
     (1, True),      # the loop's own crash: its lost send is its own
     (-11, True),    # SIGSEGV: its own fault, not the environment's
+    (-14, True),    # SIGALRM: a timer it set itself (found by an attack: was unknown)
 ])
 def test_a_send_missing_after_a_kill_from_outside_is_not_known_to_be_lost(
         returncode: int, decided: bool) -> None:
@@ -297,3 +298,38 @@ def test_a_send_missing_after_a_kill_from_outside_is_not_known_to_be_lost(
     if not decided:
         assert not any(r.startswith(("exactly_one_delivery", "same_key_one_delivery"))
                        for r in reasons), reasons
+
+
+
+def test_a_kill_from_outside_that_other_workers_followed_does_not_cut_the_story_short(
+        ) -> None:
+    """The start worker parked and then died of a SIGKILL the harness did not send, but
+    the human approved and a resume ran after it and sent nothing: the story went on, so
+    the missing send is the resume's, a ``fail`` (found by an attack: a loop that killed
+    itself after parking turned its lost send into ``unknown``)."""
+    from harness.assess import assess
+
+    workers = (run(0, "start", -9), run(1, "resume", 0))
+    ev = evidence(workers=workers, execution_id="o1001[no-kill]")
+    assert ev.cut_short_by is None
+    found, verdict, _ = assess(ev, plan(schedule=BASELINE))
+    status = {c.check_id: c.status for c in found}
+    assert status["exactly_one_delivery"] is CheckStatus.FAIL
+    assert verdict == FAIL
+
+
+def test_a_send_the_history_claims_is_a_proven_loss_even_when_cut_short() -> None:
+    """The last worker checkpointed ``completed, email_sent`` with no delivery behind it,
+    then died of a SIGTERM: the loop itself says it is done and will not send again, so
+    the missing delivery is decided (``fail``), not "not known" (found by an attack)."""
+    from harness.assess import assess
+    from tests.test_checks import good_states, rows
+
+    workers = (run(0, "start", 0), run(1, "resume", -15))
+    ev = evidence(workers=workers, execution_id="o1001[no-kill]",
+                  checkpoints=rows(good_states()))
+    assert ev.cut_short_by is not None
+    found, _, _ = assess(ev, plan(schedule=BASELINE))
+    status = {c.check_id: c for c in found}
+    for check in ("exactly_one_delivery", "same_key_one_delivery"):
+        assert status[check].status is CheckStatus.FAIL, status[check]

@@ -177,10 +177,13 @@ class Event:
     ref: str | None = None
 
 
-#: Signals a process gets by its own fault (its code crashed, or passed a limit it set), not
-#: from outside: a worker that dies of one was not stopped by the environment.
+#: Signals a process gets by its own doing (its code crashed, a system call its sandbox
+#: forbids, a limit or a timer it set: ``signal(7)``), not from outside: a worker that dies
+#: of one was not stopped by the environment.
 OWN_FAULT_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
-                               signal.SIGABRT, signal.SIGXCPU, signal.SIGXFSZ})
+                               signal.SIGABRT, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGSYS,
+                               signal.SIGTRAP, signal.SIGALRM, signal.SIGVTALRM,
+                               signal.SIGPROF})
 
 
 @dataclass(frozen=True)
@@ -317,12 +320,15 @@ class Evidence:
     @property
     def cut_short_by(self) -> str | None:
         """Why the story did not run to its end, or ``None``: its first error (a deadline,
-        a harness error, the human unable to act), else the first worker stopped from
-        outside (``WorkerRun.stopped_from_outside``): no worker recovers from a kill the
-        harness did not make, so the story ends there."""
+        a harness error, the human unable to act), else a last worker stopped from outside
+        (``WorkerRun.stopped_from_outside``): no worker was started after it, so what it
+        did not do had no other chance. A worker stopped from outside that others followed
+        did not end the story: what they did not do is theirs."""
         if self.errors:
             return self.errors[0]
-        return next((why for w in self.workers if (why := w.stopped_from_outside)), None)
+        if not self.workers:
+            return None
+        return max(self.workers, key=lambda w: w.index).stopped_from_outside
 
     @property
     def kills(self) -> tuple[Event, ...]:
