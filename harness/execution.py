@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from harness.evidence import (
     EventLog,
     committed_hit,
     file_id,
+    not_a_file,
     read_approvals,
     read_checkpoints,
     read_gateway,
@@ -59,6 +61,9 @@ from harness.spawn_launcher import SpawnLauncher
 from harness.storage_faults import migrations
 from harness.story import drive
 from shopops import labels
+from shopops.checkpoint import CHECKPOINT_DB
+from shopops.checkpoint_file import inspect
+from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
 
 __all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
@@ -201,6 +206,8 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
                        else ((), None))
     if target is None and g1 is None and not os.path.lexists(record.checkpoints_db):
         g1 = _gone(record.checkpoints_db, events)
+    if target is None and g1 is not None:
+        _spoiled(record.checkpoints_db, events, at_home)
     g4 = (Gap(EvidenceSource.TARGET, record.target_error)
           if record.target_error is not None else None)
     requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
@@ -240,6 +247,32 @@ def _gone(db: Path, events: EventLog) -> Gap | None:
     return Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} is gone although a "
                f"worker reached {hit} (a committed checkpoint, in the harness's trace): "
                "removed or replaced by a worker")
+
+
+def _spoiled(db: Path, events: EventLog, at_home: Callable[[str], str]) -> None:
+    """Record as tampering a checkpoint file that a worker removed or made into something
+    not ours after the harness's trace shows a committed checkpoint in it: gone, not a
+    regular file, or no longer a checkpoint database of ours (another table, another
+    schema, not SQLite) — never the harness's "too long to read". A loop's own writes
+    never do that (SIGKILL cannot), so it is a decided failure (``no_tampering``), not only
+    a gap that leaves every check over the history undecided (found by an attack: a
+    duplicate delivery followed by deleting or spoiling the file came out ``unknown``)."""
+    hit = committed_hit(events.snapshot())
+    if hit is None:
+        return
+    if not os.path.lexists(db):
+        what = "is gone"
+    elif (why := not_a_file(db)) is not None:
+        what = why
+    else:
+        try:
+            inspect(db, CHECKPOINT_DB, create=False)
+            return  # ours: unreadable for another reason (too long), not spoiled
+        except ShopOpsError as exc:
+            what = f"is no longer a checkpoint database of ours ({exc})"
+    events.add(EventKind.TAMPERING, None, None, None,
+               at_home(f"checkpoint database {db} {what}, although a worker had reached "
+                       f"{hit} (a committed checkpoint, in the harness's trace)"))
 
 
 def _unreached_points(controller: KillController) -> tuple[KillPoint, ...]:

@@ -255,3 +255,34 @@ def test_an_empty_decoy_history_at_the_approval_fails(tmp_path: Path) -> None:
     assert result.verdict == "fail", result.reasons
     (reason,) = result.reasons
     assert reason.startswith("history_not_replaced: ") and "asked for this approval" in reason
+
+
+def test_a_history_deleted_at_the_end_is_a_fail_not_unknown(tmp_path: Path) -> None:
+    """The last worker completes, then deletes its checkpoint files: the history is gone
+    although the harness's trace shows committed checkpoints. Before, that gap left every
+    check over the history undecided and the execution came out ``unknown`` — also after a
+    duplicate delivery or a send before the approval, which the gateway's log proves
+    (found by an attack). Now the removal is tampering (``no_tampering``): ``fail``."""
+    from harness.execution import execute
+    from harness.fork_launcher import ForkLauncher
+    from harness.model import CrashSchedule, ExecutionPlan, Scenario
+
+    mutant = Mutant(
+        "history-deleted-when-done",
+        (("loop.py", "            failpoint(\"t7.completed_saved\")\n",
+          "            failpoint(\"t7.completed_saved\")\n"
+          "            import os\n"
+          "            for ext in (\"\", \"-wal\", \"-shm\"):\n"
+          "                if os.path.exists(store.path + ext):\n"
+          "                    os.remove(store.path + ext)\n"
+          "            os._exit(0)\n"),),
+        (), "o1001[no-kill]")
+    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
+    assert sut.path is not None
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
+        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    assert result.evidence.deliveries == 1
+    assert result.verdict == "fail", result.reasons
+    assert any(r.startswith("no_tampering: ") and "checkpoint database " in r and "is gone" in r
+               for r in result.reasons), result.reasons
