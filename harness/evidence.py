@@ -37,7 +37,7 @@ from shopops.checkpoint_file import open_readonly
 from shopops.errors import HistoryTooLong, NotACheckpointDatabase
 
 __all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "committed_hit", "file_id",
-           "history_mark",
+           "history_at", "history_mark",
            "latest_checkpoint", "not_a_file", "read_approvals", "read_checkpoints",
            "read_gateway"]
 
@@ -116,7 +116,14 @@ def file_id(db: Path) -> tuple[int, int] | None:
 
 
 def history_mark(db: Path, case_id: str, events: Sequence[Event] = ()) -> HistoryMark:
-    """What identifies the case's checkpoint history now (``HistoryMark``: the file, the
+    """``history_at(db, case_id, events)``'s mark alone."""
+    return history_at(db, case_id, events)[0]
+
+
+def history_at(db: Path, case_id: str, events: Sequence[Event] = ()
+               ) -> tuple[HistoryMark, tuple[CheckpointRow, ...]]:
+    """The mark and the rows it was taken from (``()`` when unreadable). What identifies
+    the case's checkpoint history now (``HistoryMark``: the file, the
     highest ``seq``, how many rows and their ``rows_digest``), read-only like
     ``read_checkpoints``. A missing file is an empty history (``seq`` 0) unless ``events``
     (the harness's trace so far) show a worker past a committed checkpoint
@@ -126,14 +133,15 @@ def history_mark(db: Path, case_id: str, events: Sequence[Event] = ()) -> Histor
         hit = committed_hit(events)
         return HistoryMark(None, 0, 0, rows_digest(()), None if hit is None else (
             f"no checkpoint file {db.name} although a worker had reached {hit} (a committed "
-            "checkpoint, in the harness's trace)"))
+            "checkpoint, in the harness's trace)")), ()
     identity = file_id(db)
     rows, gap = read_checkpoints(db, case_id)
     if identity is None:
-        return HistoryMark(None, 0, 0, rows_digest(()), f"{db.name} is not a regular file")
+        return HistoryMark(None, 0, 0, rows_digest(()), f"{db.name} is not a regular file"), ()
     if gap is not None:
-        return HistoryMark(identity, 0, 0, rows_digest(()), gap.reason)
-    return HistoryMark(identity, rows[-1].seq if rows else 0, len(rows), rows_digest(rows))
+        return HistoryMark(identity, 0, 0, rows_digest(()), gap.reason), ()
+    return (HistoryMark(identity, rows[-1].seq if rows else 0, len(rows), rows_digest(rows)),
+            rows)
 
 
 def committed_hit(events: Sequence[Event]) -> str | None:

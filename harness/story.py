@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness.approval_service import SERVICE_QUEUE
 from harness.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.evidence import EventLog, history_mark, latest_checkpoint
+from harness.evidence import EventLog, history_at, latest_checkpoint
 from harness.launcher import Launcher
 from harness.model import (
     DEFAULT_GATE,
@@ -53,7 +53,7 @@ from harness.story_plan import story_of
 from harness.story_workers import RUN_ID, Started, Workers
 from shopops import labels
 from shopops.approvals import ApprovalQueue
-from shopops.checkpoint import CheckpointStore
+from shopops.checkpoint import CheckpointRow, CheckpointStore
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
 
@@ -291,8 +291,8 @@ class _Engine:
         identifies it (``HistoryMark``: the file and the rows), so that the checks can tell
         a later row from one replaced or rewritten under the same ``seq``."""
         first = self.approval_event is None
-        mark = (history_mark(self.w.ckpt_db, self.s.case_id, self.events.snapshot())
-                if first else None)
+        mark, rows = (history_at(self.w.ckpt_db, self.s.case_id, self.events.snapshot())
+                      if first else (None, ()))
         seq_now = 0
         if mark is not None and mark.unreadable is None:
             seq_now = mark.seq
@@ -310,8 +310,8 @@ class _Engine:
                                     ref=ticket.ticket_id)
             if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
                 self.w.target.ticket = ticket.ticket_id
-            if mark is not None and self.w.target is None:
-                mark = _parked_on_nothing(mark)
+            if mark is not None and self.w.target is None and gate == DEFAULT_GATE:
+                mark = _draft_not_durable(mark, rows, ticket.draft_digest)
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"refused: {exc}")
@@ -414,13 +414,24 @@ class _Engine:
                 queue.request(self.s.case_id, draft.digest())
 
 
-def _parked_on_nothing(mark: HistoryMark) -> HistoryMark:
-    """``mark`` (read as the human approved a request the loop made) with ``unreadable``
-    set when it holds no checkpoint row: a loop parks on a checkpoint (Chapter 8: the draft
-    and the park are durable before the approval is asked for), so an empty history then
-    was hidden or swapped for an empty one (found by an attack: a decoy database at the
-    approval, the real rows copied back into it later, passed)."""
-    if mark.unreadable is not None or mark.rows:
+def _draft_not_durable(mark: HistoryMark, rows: tuple[CheckpointRow, ...],
+                       approved: str) -> HistoryMark:
+    """``mark`` (read as the human approved a request the loop made for the draft digest
+    ``approved``) with ``unreadable`` set when none of its ``rows`` holds that draft: a loop
+    makes its draft durable before it asks for approval (Chapter 8; the reference saves it
+    at ``t1.draft_email``), so a history without it then was hidden or swapped (found by
+    attacks: an empty decoy database at the approval, or the rows after the first moved
+    away and back, passed with rows rewritten meanwhile). Rows that do not parse are
+    skipped: the checks over the history judge them."""
+    if mark.unreadable is not None:
         return mark
-    return replace(mark, unreadable="no checkpoint of the case, although the loop had asked "
-                                    "for this approval (the queue held its request)")
+    for row in rows:
+        try:
+            draft = row.state().draft
+        except ShopOpsError:
+            continue
+        if draft is not None and draft.digest() == approved:
+            return mark
+    return replace(mark, unreadable=(
+        f"no checkpoint of the case holds the approved draft ({approved[:12]}), although "
+        "the loop had asked for this approval (the queue held its request)"))

@@ -345,3 +345,26 @@ def test_the_mark_round_trips_through_run_json_and_rejudges_alike() -> None:
     plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule())
     assert assess(back, plan) == assess(ev, plan)
     assert assess(back, plan)[1] == "fail"
+
+
+def test_an_approval_over_a_history_without_the_approved_draft_is_unreadable() -> None:
+    """The human approves the loop's request for a draft; the history the harness read then
+    must hold that draft (a loop makes it durable before asking, Chapter 8). One without it
+    — only the first row left, the rest moved away and back later (found by an attack:
+    PASS with the hidden rows rewritten meanwhile) — marks the history unreadable at the
+    approval, which ``history_not_replaced`` fails on; one with it is left as it was, and
+    so is an already unreadable mark."""
+    from harness.evidence import rows_digest
+    from harness.model import HistoryMark
+    from harness.story import _draft_not_durable
+    from tests.test_checks import DIGEST, good_states, rows
+
+    full = rows(good_states()[:3])
+    mark = HistoryMark((1, 2), 3, 3, rows_digest(full))
+    assert _draft_not_durable(mark, full, DIGEST) is mark
+    thinned = full[:1]  # drafting, before the draft was written
+    flagged = _draft_not_durable(replace(mark, rows=1, seq=1), thinned, DIGEST)
+    assert flagged.unreadable is not None and DIGEST[:12] in flagged.unreadable
+    assert _draft_not_durable(mark, full, "0" * 64).unreadable is not None  # another draft
+    gone = replace(mark, unreadable="not ours")
+    assert _draft_not_durable(gone, (), DIGEST) is gone
