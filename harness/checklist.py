@@ -113,8 +113,20 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
                      f"{w.phase_after}, {len(sent)} delivery(ies) while it ran")
         if not parked or sent:
             bad.append((-1, "resume without approval did not park"))
+    final = states[-1][1] if states else None
+    asked = any(r.gate == DEFAULT_GATE for r in ev.approval_requests)
+    if final is not None and final.phase == Phase.AWAITING_APPROVAL and not asked:
+        # parked for a human who was never asked (the queue is the harness's): stuck
+        lines.append(f"the loop parked (latest checkpoint awaiting_approval, request "
+                     f"{final.approval_request_id}) but the queue never held a request of "
+                     "the case")
+        bad.append((-1, "parked without asking for approval"))
     if problems:
         return CheckResult("parked_until_approval", False, problems[0], tuple(lines + problems))
+    if bad == [(-1, "parked without asking for approval")]:
+        return CheckResult("parked_until_approval", False, "the loop parked for approval but "
+                           "never asked for it: the queue held no request of the case",
+                           tuple(lines))
     if bad:
         return CheckResult("parked_until_approval", False,
                            f"{len(bad)} checkpoint(s)/resume(s) moved past awaiting_approval "

@@ -368,3 +368,24 @@ def test_an_approval_over_a_history_without_the_approved_draft_is_unreadable() -
     assert _draft_not_durable(mark, full, "0" * 64).unreadable is not None  # another draft
     gone = replace(mark, unreadable="not ours")
     assert _draft_not_durable(gone, (), DIGEST) is gone
+
+
+def test_a_loop_parked_without_asking_fails_parked_until_approval() -> None:
+    """The loop's last checkpoint is ``awaiting_approval`` but the harness's approval
+    service never received a request of the case: the human cannot approve and the case
+    is stuck for good. Before, the story was cut short ("the human could not approve") and
+    the lost send was ``unknown`` (found by an attack); the parked history and the
+    harness's empty queue prove it."""
+    from harness.checklist import parked_until_approval
+    from shopops.approvals import ApprovalRequest
+    from tests.test_checks import DIGEST, REQUEST_ID, good_states, rows
+    from tests.test_verdict import evidence
+
+    parked = rows(good_states()[:3])
+    ev = evidence(checkpoints=parked, approval_event=None, checkpoint_seq_at_approval=None,
+                  approval_requests=())
+    result = parked_until_approval(ev)
+    assert not result.passed and "never asked" in result.detail
+    asked = replace(ev, approval_requests=(ApprovalRequest(
+        REQUEST_ID, "case-O-1001", DIGEST, "2026-07-19T00:00:03Z", "pending"),))
+    assert parked_until_approval(asked).passed
