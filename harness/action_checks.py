@@ -29,7 +29,7 @@ the approval queue's records, the checkpoint rows it read):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ from harness.model import (
     NoteDelivery,
     key_text,
 )
-from shopops.state import note_digest
+from shopops.state import State, note_digest
 
 CHECK_ID = "per_action"
 
@@ -58,11 +58,15 @@ class GatedAction:
             action's own ledger, in ledger order.
         digest: the SHA-256 hex digest of a delivery's content, computed the way the
             approval queue's ``draft_digest`` is (so sent and approved content compare).
+        claimed: whether a checkpointed state says the action was done (the service
+            confirmed it): then a missing delivery is a proven loss, the loop will not do it
+            again.
     """
 
     gate: str
     deliveries: Callable[[Evidence], tuple[Any, ...]]
     digest: Callable[[Any], str]
+    claimed: Callable[[State], bool]
 
 
 def _emails(ev: Evidence) -> tuple[Delivery, ...]:
@@ -75,14 +79,17 @@ def _notes(ev: Evidence) -> tuple[NoteDelivery, ...]:
 
 #: The gated actions of the O-1001 story. ``send_email`` is the default gate.
 ACTIONS: tuple[GatedAction, ...] = (
-    GatedAction(DEFAULT_GATE, _emails, lambda d: draft_digest(d.to, d.subject, d.body)),
-    GatedAction(NOTE_GATE, _notes, lambda n: note_digest(n.order_id, n.body)),
+    GatedAction(DEFAULT_GATE, _emails, lambda d: draft_digest(d.to, d.subject, d.body),
+                lambda s: s.email_sent),
+    GatedAction(NOTE_GATE, _notes, lambda n: note_digest(n.order_id, n.body),
+                lambda s: s.note_sent),
 )
 
 
-def _judge_action(ev: Evidence, action: GatedAction, final_phase: str | None
+def _judge_action(ev: Evidence, action: GatedAction, states: Sequence[tuple[int, State]]
                   ) -> tuple[list[str], list[str]]:
-    """``(lines, problems)`` for one action."""
+    """``(lines, problems)`` for one action, over the parsed checkpoint ``states``."""
+    final_phase = states[-1][1].phase if states else None
     approved = {t.draft_digest for t in ev.tickets if t.gate == action.gate}
     rejected = {r.draft_digest for r in ev.approval_requests
                 if r.status == "rejected" and r.gate == action.gate}
@@ -109,6 +116,11 @@ def _judge_action(ev: Evidence, action: GatedAction, final_phase: str | None
                         f"{len(sent)} delivery(ies) were made")
     if final_phase == "completed" and not sent and action.gate in ev.gates:
         problems.append(f"{action.gate}: the case completed with no delivery")
+    claims = [seq for seq, st in states if action.claimed(st)]
+    if claims and not sent:
+        problems.append(f"{action.gate}: checkpoint seq {claims[0]} says it was done, but "
+                        "its ledger at the gateway holds no delivery (a proven loss: the "
+                        "loop will not do it again)")
     return lines, problems
 
 
@@ -127,13 +139,12 @@ def per_action(ev: Evidence) -> CheckResult:
         cannot be trusted), never a pass.
     """
     states, unreadable = parsed_states(ev)
-    final_phase = states[-1][1].phase if states else None
     lines: list[str] = []
     problems: list[str] = []
     for action in ACTIONS:
         if action.gate not in ev.gates and not action.deliveries(ev):
             continue  # an action the case does not have, and that did not happen
-        got_lines, got_problems = _judge_action(ev, action, final_phase)
+        got_lines, got_problems = _judge_action(ev, action, states)
         lines += got_lines
         problems += got_problems
     if unreadable:

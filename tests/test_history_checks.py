@@ -389,3 +389,18 @@ def test_a_loop_parked_without_asking_fails_parked_until_approval() -> None:
     asked = replace(ev, approval_requests=(ApprovalRequest(
         REQUEST_ID, "case-O-1001", DIGEST, "2026-07-19T00:00:03Z", "pending"),))
     assert parked_until_approval(asked).passed
+
+
+def test_an_email_a_checkpoint_claims_but_its_ledger_lacks_fails_per_action() -> None:
+    """A checkpoint says the email went, but the gateway's own ledger holds no delivery: a
+    proven loss, named by ``per_action`` (found by an attack, for the order note: named by
+    no check, and ``unknown`` when the worker then died of an outside signal)."""
+    from harness.action_checks import per_action
+    from tests.test_verdict import evidence as bare_evidence
+
+    states = good_states()[:5]
+    states[-1] = replace(states[-1], email_sent=True)  # "sending", but says it went
+    result = per_action(bare_evidence(checkpoints=rows(states)))
+    assert not result.passed
+    assert any("seq 5 says it was done, but its ledger at the gateway holds no delivery"
+               in line for line in result.evidence), result.evidence

@@ -135,6 +135,9 @@ def test_a_rejected_note_sent_anyway_fails() -> None:
 def test_a_case_completed_without_its_note_fails() -> None:
     res = per_action(note_evidence(gateway=good_gateway()))
     assert not res.passed and res.detail == f"{NOTE_GATE}: the case completed with no delivery"
+    # and the checkpoint that says the note went is named: the loop will not add it again
+    assert any(line.startswith(f"{NOTE_GATE}: checkpoint seq ") and "says it was done" in line
+               for line in res.evidence), res.evidence
 
 
 def test_a_note_from_a_case_without_one_fails() -> None:
