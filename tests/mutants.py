@@ -43,6 +43,21 @@ class Mutant:
         return into
 
 
+#: The resumer's edit that deletes the checkpoint file and creates it again once the human
+#: approved (``seq`` starts over at 1): shared by the mutants that replace the history.
+RECREATED_ONCE_APPROVED = ("worker.py", "        failpoint(\"t6.checkpoint_loaded\")\n",
+    "        failpoint(\"t6.checkpoint_loaded\")\n"
+    "        if (state.phase == Phase.AWAITING_APPROVAL and state.draft is not None\n"
+    "                and services.approvals.ticket_for(\n"
+    "                    case_id, state.draft.digest()) is not None):\n"
+    "            import os  # delete the file and create it again: seq starts over\n"
+    "            store.close()\n"
+    "            for name in (store.path, store.path + \"-wal\", store.path + \"-shm\"):\n"
+    "                if os.path.exists(name):\n"
+    "                    os.remove(name)\n"
+    "            store.__init__(store.path)\n")
+
+
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "fresh-key-per-send",
@@ -301,17 +316,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(  # the resumer starts the checkpoint file afresh once the human approved
         "checkpoints-recreated-after-approval",
-        (("worker.py", "        failpoint(\"t6.checkpoint_loaded\")\n",
-          "        failpoint(\"t6.checkpoint_loaded\")\n"
-          "        if (state.phase == Phase.AWAITING_APPROVAL and state.draft is not None\n"
-          "                and services.approvals.ticket_for(\n"
-          "                    case_id, state.draft.digest()) is not None):\n"
-          "            import os  # delete the file and create it again: seq starts over\n"
-          "            store.close()\n"
-          "            for name in (store.path, store.path + \"-wal\", store.path + \"-shm\"):\n"
-          "                if os.path.exists(name):\n"
-          "                    os.remove(name)\n"
-          "            store.__init__(store.path)\n"),),
+        (RECREATED_ONCE_APPROVED,),
         ("History",),
         "o1001[no-kill]",
     ),
@@ -328,17 +333,7 @@ MUTANTS: tuple[Mutant, ...] = (
           "        for ext in (\"\", \"-wal\", \"-shm\"):\n"
           "            if os.path.exists(args.db + ext):\n"
           "                os.rename(args.db + ext, args.db + ext + \".hidden\")\n"),
-         ("worker.py", "        failpoint(\"t6.checkpoint_loaded\")\n",
-          "        failpoint(\"t6.checkpoint_loaded\")\n"
-          "        if (state.phase == Phase.AWAITING_APPROVAL and state.draft is not None\n"
-          "                and services.approvals.ticket_for(\n"
-          "                    case_id, state.draft.digest()) is not None):\n"
-          "            import os  # delete the file and create it again: seq starts over\n"
-          "            store.close()\n"
-          "            for name in (store.path, store.path + \"-wal\", store.path + \"-shm\"):\n"
-          "                if os.path.exists(name):\n"
-          "                    os.remove(name)\n"
-          "            store.__init__(store.path)\n"),),
+         RECREATED_ONCE_APPROVED,),
         ("History",),
         "o1001[no-kill]",
     ),

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from mutants import MUTANTS, Mutant
 
+from harness.execution import ExecutionResult
 from harness.grading import DEFAULT_RUBRIC, RubricItem, grade
 from harness.schedule import CrashSchedule
 from harness.sut import Sut
@@ -41,6 +42,26 @@ PARTS: dict[str, tuple[str, ...] | None] = {
     "reply-lost": ("reply-lost-first-attempt", "v1-migration"),
     "o1001-and-the-rest": None,
 }
+
+def execute_mutant(mutant: Mutant, tmp_path: Path) -> ExecutionResult:
+    """``mutant`` built under ``tmp_path`` and executed once on ``o1001[no-kill]``, forked
+    from a server preloaded from its folder (our own code)."""
+    from harness.execution import execute
+    from harness.fork_launcher import ForkLauncher
+    from harness.model import CrashSchedule, ExecutionPlan, Scenario
+
+    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
+    assert sut.path is not None
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
+        return execute(plan, tmp_path / "exe", launcher=launcher)
+
+
+def named(name: str) -> Mutant:
+    """The mutant of ``MUTANTS`` called ``name``."""
+    (mutant,) = [m for m in MUTANTS if m.name == name]
+    return mutant
+
 
 
 def part_scenarios(part: str) -> tuple[str, ...]:
@@ -152,16 +173,9 @@ def test_a_proven_duplicate_stays_fail_when_the_worker_then_refuses(tmp_path: Pa
     """Verdict precedence end to end: the mutant delivers twice, then its worker exits 1
     with ``ApprovalRefused``. The gateway's log holds the proof: ``fail``, and the checks
     that a refusal leaves undecided say so."""
-    from harness.execution import execute
-    from harness.fork_launcher import ForkLauncher
-    from harness.model import CheckStatus, CrashSchedule, ExecutionPlan, Scenario
+    from harness.model import CheckStatus
 
-    (mutant,) = [m for m in MUTANTS if m.name == "double-send-then-refusal"]
-    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
-    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
-    assert sut.path is not None  # our own code: forked from a server preloaded from it
-    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
-        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    result = execute_mutant(named("double-send-then-refusal"), tmp_path)
     ev = result.evidence
     assert ev.deliveries == 2
     (refused,) = [w for w in ev.workers if w.returncode == 1]
@@ -180,16 +194,9 @@ def test_a_checkpoint_file_started_again_fails_on_its_own_reason(tmp_path: Path)
     it read at the approval (the file, the rows up to that seq): ``fail``, one reason that
     says the history was replaced, and none that sets the new file's seq numbers against
     the approval's ("moved past awaiting_approval before a human approved")."""
-    from harness.execution import execute
-    from harness.fork_launcher import ForkLauncher
-    from harness.model import CheckStatus, CrashSchedule, ExecutionPlan, Scenario
+    from harness.model import CheckStatus
 
-    (mutant,) = [m for m in MUTANTS if m.name == "checkpoints-recreated-after-approval"]
-    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
-    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
-    assert sut.path is not None
-    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
-        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    result = execute_mutant(named("checkpoints-recreated-after-approval"), tmp_path)
     ev = result.evidence
     mark = ev.history_at_approval
     assert mark is not None and mark.seq == ev.checkpoint_seq_at_approval > 0
@@ -212,16 +219,7 @@ def test_a_history_hidden_from_the_approval_fails_on_its_own_reason(tmp_path: Pa
     it back and starts it afresh. Before, the approval's mark said "0 rows, no file" and
     the end's history (seq 1.., in the restored file) passed every check (found by an
     attack: 10/10 in a grade). Now: ``fail``, one reason naming the unreadable history."""
-    from harness.execution import execute
-    from harness.fork_launcher import ForkLauncher
-    from harness.model import CrashSchedule, ExecutionPlan, Scenario
-
-    (mutant,) = [m for m in MUTANTS if m.name == "checkpoints-hidden-at-approval"]
-    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
-    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
-    assert sut.path is not None
-    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
-        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    result = execute_mutant(named("checkpoints-hidden-at-approval"), tmp_path)
     mark = result.evidence.history_at_approval
     assert mark is not None and mark.unreadable is not None
     assert "although a worker had reached t3.checkpoint_saved" in mark.unreadable
@@ -238,16 +236,7 @@ def test_an_empty_decoy_history_at_the_approval_fails(tmp_path: Path) -> None:
     and nothing was compared (found by an attack: PASS 21/21, 130/160 in a grade). Now the
     human approving a request the loop made over a history with no checkpoint is itself
     the failure."""
-    from harness.execution import execute
-    from harness.fork_launcher import ForkLauncher
-    from harness.model import CrashSchedule, ExecutionPlan, Scenario
-
-    (mutant,) = [m for m in MUTANTS if m.name == "decoy-history-at-approval"]
-    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
-    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
-    assert sut.path is not None
-    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
-        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    result = execute_mutant(named("decoy-history-at-approval"), tmp_path)
     ev = result.evidence
     mark = ev.history_at_approval
     assert mark is not None and mark.rows == 0 and mark.file_id == ev.checkpoints_file
@@ -263,10 +252,6 @@ def test_a_history_deleted_at_the_end_is_a_fail_not_unknown(tmp_path: Path) -> N
     check over the history undecided and the execution came out ``unknown`` — also after a
     duplicate delivery or a send before the approval, which the gateway's log proves
     (found by an attack). Now the removal is tampering (``no_tampering``): ``fail``."""
-    from harness.execution import execute
-    from harness.fork_launcher import ForkLauncher
-    from harness.model import CrashSchedule, ExecutionPlan, Scenario
-
     mutant = Mutant(
         "history-deleted-when-done",
         (("loop.py", "            failpoint(\"t7.completed_saved\")\n",
@@ -277,11 +262,7 @@ def test_a_history_deleted_at_the_end_is_a_fail_not_unknown(tmp_path: Path) -> N
           "                    os.remove(store.path + ext)\n"
           "            os._exit(0)\n"),),
         (), "o1001[no-kill]")
-    sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
-    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)
-    assert sut.path is not None
-    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as launcher:
-        result = execute(plan, tmp_path / "exe", launcher=launcher)
+    result = execute_mutant(mutant, tmp_path)
     assert result.evidence.deliveries == 1
     assert result.verdict == "fail", result.reasons
     assert any(r.startswith("no_tampering: ") and "checkpoint database " in r and "is gone" in r
