@@ -291,12 +291,13 @@ class _Engine:
         identifies it (``HistoryMark``: the file and the rows), so that the checks can tell
         a later row from one replaced or rewritten under the same ``seq``."""
         first = self.approval_event is None
+        # a target keeps its own storage: no checkpoint file of ours to mark
         mark, rows = (history_at(self.w.ckpt_db, self.s.case_id, self.events.snapshot())
-                      if first else (None, ()))
+                      if first and self.w.target is None else (None, ()))
         seq_now = 0
         if mark is not None and mark.unreadable is None:
             seq_now = mark.seq
-        elif mark is not None:  # unreadable: the newest row, if any can be read
+        elif first:  # unreadable, or a target's: the newest row, if any can be read
             latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
             seq_now = latest.seq if latest is not None else 0
         try:
@@ -310,7 +311,7 @@ class _Engine:
                                     ref=ticket.ticket_id)
             if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
                 self.w.target.ticket = ticket.ticket_id
-            if mark is not None and self.w.target is None and gate == DEFAULT_GATE:
+            if mark is not None and gate == DEFAULT_GATE:
                 mark = _draft_not_durable(mark, rows, ticket.draft_digest)
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
