@@ -115,7 +115,9 @@ def load_scenario(path: str | Path) -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         found = re.search(r"at line (\d+)", str(exc))  # TOMLDecodeError.lineno is 3.14+
         line = int(found[1]) if found else None
-        raise ScenarioError(f"{path}: TOML syntax error: {exc}", path=str(path),
+        bom = (" (the file starts with a UTF-8 byte-order mark, which TOML does not allow: "
+               "save it as UTF-8 without one)" if text.startswith("\ufeff") else "")
+        raise ScenarioError(f"{path}: TOML syntax error: {exc}{bom}", path=str(path),
                             field=None, line=line, reason="syntax") from exc
     return _build(data, path, text)
 

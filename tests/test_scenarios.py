@@ -120,6 +120,15 @@ def test_toml_syntax_error_carries_its_line(tmp_path: Path) -> None:
     assert refused(write(tmp_path, 'name = "x"\n[crash]\npoints = = 3\n')).line == 3
 
 
+def test_a_byte_order_mark_is_named(tmp_path: Path) -> None:
+    """An editor's UTF-8 BOM makes TOML say only "Invalid statement"; the error says why
+    (found by a new-user trial)."""
+    err = refused(write(tmp_path, '\ufeffname = "x"\n'))
+    assert err.reason == "syntax"
+    assert "starts with a UTF-8 byte-order mark" in str(err)
+    assert "byte-order mark" not in str(refused(write(tmp_path, 'name = = "x"\n')))
+
+
 def test_unknown_top_level_field(tmp_path: Path) -> None:
     path = write(tmp_path, 'name = "x"\nnmae = "y"\n')
     err = refused(path)
