@@ -162,9 +162,14 @@ def not_sent_before_approval(ev: Evidence) -> CheckResult:
     if problems:
         return CheckResult("not_sent_before_approval", False, problems[0],
                            tuple(lines + problems))
-    if early or flagged or phantom:
+    if early or flagged:
         return CheckResult("not_sent_before_approval", False,
                            "a send was recorded or made before the approval", tuple(lines))
+    if phantom:  # after the approval, but a send the gateway never made
+        seq, d = phantom[0]
+        return CheckResult("not_sent_before_approval", False,
+                           f"checkpoint seq {seq} records a send (delivery {d}) the gateway "
+                           "never made", tuple(lines))
     return CheckResult("not_sent_before_approval", True,
                        "nothing sent and email_sent false until after the approval",
                        tuple(lines))

@@ -404,6 +404,10 @@ def test_not_sent_before_approval_fails_on_email_sent_with_no_gateway_delivery()
     assert not res.passed
     assert (f"checkpoint seq 6: email_sent with delivery {DELIVERY_ID} the gateway never made"
             in res.evidence)
+    # the claim is after the approval: the headline says what it is, not "before the
+    # approval" (found by an attack)
+    assert res.detail == (f"checkpoint seq 6 records a send (delivery {DELIVERY_ID}) the "
+                          "gateway never made")
 
 
 def test_not_sent_before_approval_fails_on_email_sent_in_a_checkpoint_before_the_cut() -> None:
