@@ -93,8 +93,7 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
     lines = [f"human approved at trace seq {ev.approval_event}; checkpoints up to seq {cut} "
              "were saved before"] if ev.approval_event is not None else ["no approval happened"]
     if replaced:
-        lines.append("the checkpoint history was replaced or rewritten after the approval: "
-                     "its seq numbers are not compared with it (see history_not_replaced)")
+        lines.append(NOT_COMPARED)
     bad = [(seq, s.phase) for seq, s in states if not replaced
            and (cut is None or seq <= cut) and Phase(s.phase) not in PRE_APPROVAL]
     lines += [f"checkpoint seq {seq}: phase {p} before the approval" for seq, p in bad]
@@ -114,16 +113,16 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
         if not parked or sent:
             bad.append((-1, "resume without approval did not park"))
     final = states[-1][1] if states else None
-    asked = any(r.gate == DEFAULT_GATE for r in ev.approval_requests)
-    if final is not None and final.phase == Phase.AWAITING_APPROVAL and not asked:
-        # parked for a human who was never asked (the queue is the harness's): stuck
+    unasked = (final is not None and final.phase == Phase.AWAITING_APPROVAL
+               and not any(r.gate == DEFAULT_GATE for r in ev.approval_requests))
+    if unasked:  # parked for a human who was never asked (the queue is the harness's)
+        assert final is not None
         lines.append(f"the loop parked (latest checkpoint awaiting_approval, request "
                      f"{final.approval_request_id}) but the queue never held a request of "
                      "the case")
-        bad.append((-1, "parked without asking for approval"))
     if problems:
         return CheckResult("parked_until_approval", False, problems[0], tuple(lines + problems))
-    if bad == [(-1, "parked without asking for approval")]:
+    if unasked and not bad:
         return CheckResult("parked_until_approval", False, "the loop parked for approval but "
                            "never asked for it: the queue held no request of the case",
                            tuple(lines))
@@ -149,8 +148,7 @@ def not_sent_before_approval(ev: Evidence) -> CheckResult:
     cut = ev.checkpoint_seq_at_approval
     replaced = history_replaced(ev)
     if replaced:
-        lines.append("the checkpoint history was replaced or rewritten after the approval: "
-                     "its seq numbers are not compared with it (see history_not_replaced)")
+        lines.append(NOT_COMPARED)
     flagged = [seq for seq, s in states
                if not replaced and s.email_sent and (cut is None or seq <= cut)]
     lines += [f"checkpoint seq {seq}: email_sent true before the approval" for seq in flagged]
@@ -224,6 +222,11 @@ def same_key_one_delivery(ev: Evidence) -> CheckResult:
                            f"one key but {ev.deliveries} deliveries", tuple(lines))
     return CheckResult("same_key_one_delivery", True,
                        f"{len(sends)} request(s), one key, one delivery", tuple(lines))
+
+
+#: What a check that sets rows against the approval by ``seq`` says of a replaced history.
+NOT_COMPARED = ("the checkpoint history was replaced or rewritten after the approval: its seq "
+                "numbers are not compared with it (see history_not_replaced)")
 
 
 def _claims_done(states: list[tuple[int, State]]) -> bool:

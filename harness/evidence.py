@@ -37,9 +37,8 @@ from shopops.checkpoint_file import open_readonly
 from shopops.errors import HistoryTooLong, NotACheckpointDatabase
 
 __all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "committed_hit", "file_id",
-           "history_at", "history_mark",
-           "latest_checkpoint", "not_a_file", "read_approvals", "read_checkpoints",
-           "read_gateway"]
+           "history_at", "latest_checkpoint", "not_a_file", "read_approvals",
+           "read_checkpoints", "read_gateway"]
 
 
 class EventLog:
@@ -113,11 +112,6 @@ def file_id(db: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
-
-
-def history_mark(db: Path, case_id: str, events: Sequence[Event] = ()) -> HistoryMark:
-    """``history_at(db, case_id, events)``'s mark alone."""
-    return history_at(db, case_id, events)[0]
 
 
 def history_at(db: Path, case_id: str, events: Sequence[Event] = ()

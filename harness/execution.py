@@ -217,7 +217,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         workers=record.workers, checkpoints=checkpoints, approval_requests=requests,
         tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
         checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
-        history_at_approval=record.history_at_approval if target is None else None,
+        history_at_approval=record.history_at_approval,  # none for a target
         checkpoints_file=identity,
         unreached=tuple(controller.pending) + _unreached_points(controller),
         errors=tuple(at_home(e) for e in record.errors),

@@ -258,8 +258,8 @@ class Evidence:
         approval_event: the trace ``seq`` of the human's approval, or ``None``.
         checkpoint_seq_at_approval: the highest checkpoint ``seq`` when the human approved.
         history_at_approval: what identified the checkpoint history then (its file and its
-            rows up to that ``seq``, ``HistoryMark``), or ``None`` (no approval, a target,
-            or a history the harness could not read then).
+            rows up to that ``seq``, ``HistoryMark``; ``unreadable`` set when it could
+            not be read then), or ``None`` (no approval, or a target).
         checkpoints_file: ``(st_dev, st_ino)`` of the checkpoint file the harness read
             ``checkpoints`` from at the end (``None``: no regular file there).
         unreached: scheduled kills that never fired.
