@@ -74,14 +74,18 @@ def install_v1_fixture(db: Path) -> int:
 
 
 def migrations(db: Path) -> tuple[tuple[str, int], ...]:
-    """The ``schema_migrations`` records ``(name, rows)`` of a checkpoint database."""
+    """The ``schema_migrations`` records ``(name, rows)`` of a checkpoint database; ``()``
+    when it has none or cannot be read now. ``collect`` reads it after the history: a file
+    spoiled in between (by a process outside the execution: its workers are gone) leaves
+    the history already read as the evidence, and must not end the whole run with a
+    ``sqlite3.DatabaseError`` (found by a new-user trial writing garbage over the file)."""
     if not db.exists():
         return ()
-    with contextlib.closing(open_readonly(db)) as conn:
-        try:
+    try:
+        with contextlib.closing(open_readonly(db)) as conn:
             return tuple(conn.execute('SELECT name, "rows" FROM schema_migrations ORDER BY name'))
-        except sqlite3.OperationalError:
-            return ()
+    except sqlite3.Error:
+        return ()
 
 
 class LockHolder:

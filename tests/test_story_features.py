@@ -491,3 +491,18 @@ def test_a_double_plan_runs_with_two_kills_in_order(launcher: Launcher, tmp_path
     assert killed == [first.worker, then.worker]
     assert ev.unreached == ()
     assert ev.deliveries == 1
+
+
+@pytest.mark.parametrize("content", [b"", b"SQLite format 3\x00" + bytes(range(256)) * 32,
+                                     b"not a database at all" * 200])
+def test_the_migration_records_of_a_spoiled_file_are_none_not_a_harness_error(
+        tmp_path: Path, content: bytes) -> None:
+    """``collect`` reads the migration records after the history; a file spoiled from
+    outside in between must not end the whole run with ``sqlite3.DatabaseError`` (found by
+    a new-user trial: 3 of 4 runs ended "harness error: DatabaseError: file is not a
+    database", every result lost)."""
+    from harness.storage_faults import migrations
+
+    db = tmp_path / "checkpoints.db"
+    db.write_bytes(content)
+    assert migrations(db) == ()
