@@ -1,5 +1,5 @@
 """The project's own test configuration for the shipped scenario items (``scenarios/``,
-collected by ``harness.pytest_plugin`` through pyproject's ``testpaths``).
+collected by ``harness.plugin.hooks`` through pyproject's ``testpaths``).
 
 In the default run (``pytest`` with no paths, so pyproject's ``testpaths``) a double-crash
 matrix keeps a representative sample (``tests/crash_sample.py``: every single kill, and
@@ -79,7 +79,7 @@ def _proven_elsewhere(config: pytest.Config, items: list[pytest.Item]) -> None:
     runs and asserts ``pass`` on (``_GRADES``): in the default run each execution of a
     rubric scenario is one test, not two (~30 test-seconds). Only what such a grade still
     selected after ``-k``/``-m`` covers is dropped."""
-    from harness.pytest_plugin import ExecutionItem
+    from harness.plugin.hooks import ExecutionItem
 
     covered: set[str] = set()
     for item in items:
@@ -95,7 +95,7 @@ def _proven_elsewhere(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 def _sample(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from harness.pytest_plugin import ExecutionItem
+    from harness.plugin.hooks import ExecutionItem
 
     by_file: dict[str, list[ExecutionItem]] = {}
     for item in items:

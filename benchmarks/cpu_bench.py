@@ -32,10 +32,10 @@ from pathlib import Path
 
 import psutil
 
-from harness.execution import ExecutionPlan, execute
-from harness.launcher import make_launcher
-from harness.scenario import load_scenario
-from harness.schedule import CrashSchedule
+from harness.launch.launcher import make_launcher
+from harness.model import CrashSchedule
+from harness.plan.scenario import load_scenario
+from harness.run.execution import ExecutionPlan, execute
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,7 +2,7 @@
 
 Grades, one after the other, (1) the reference (``Sut()``: a fork server preloaded with
 ``shopops``), (2) a foreign copy of the reference (``Sut(path=copy)``: untrusted, sealed,
-workers forked by the sealed fork server, ``harness.sealed_fork``) and, with ``--spawn``,
+workers forked by the sealed fork server, ``harness.forkserver.sealed``) and, with ``--spawn``,
 (3) the same copy with a fresh interpreter per worker (the old way). Prints one line per
 grade and, on its last line, a JSON object::
 
@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness import sandbox  # noqa: E402
-from harness.grading import DEFAULT_RUBRIC, grade  # noqa: E402
-from harness.sut import Sut  # noqa: E402
+from harness.grading.grade import DEFAULT_RUBRIC, grade  # noqa: E402
+from harness.launch.sealed import Sut  # noqa: E402
+from harness.sandbox import users as sandbox  # noqa: E402
 
 
 def timed(sut: Sut, out: Path, items: int, jobs: int, launcher: str | None

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from matrix_bench import ROOT, interpreter_start_ms, measure  # noqa: E402
 
-from harness.scenario import load_scenario  # noqa: E402
+from harness.plan.scenario import load_scenario  # noqa: E402
 
 
 def main() -> int:

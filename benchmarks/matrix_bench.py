@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.runner import run
-from harness.scenario import Scenario, load_scenario
+from harness.plan.scenario import Scenario, load_scenario
+from harness.run.runner import run
 
 ROOT = Path(__file__).resolve().parent.parent
 

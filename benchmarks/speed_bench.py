@@ -52,11 +52,11 @@ from cpu_bench import count, noop_workers  # noqa: E402
 from cpu_bench import executions as cpu_split  # noqa: E402
 from matrix_bench import ROOT, measure  # noqa: E402
 
-from harness.execution import ExecutionPlan, execute  # noqa: E402
-from harness.launcher import make_launcher  # noqa: E402
-from harness.runner import run  # noqa: E402
-from harness.scenario import load_scenario  # noqa: E402
-from harness.schedule import CrashSchedule  # noqa: E402
+from harness.launch.launcher import make_launcher  # noqa: E402
+from harness.model import CrashSchedule  # noqa: E402
+from harness.plan.scenario import load_scenario  # noqa: E402
+from harness.run.execution import ExecutionPlan, execute  # noqa: E402
+from harness.run.runner import run  # noqa: E402
 
 
 def long_run(n: int, jobs: int) -> tuple[float, float, dict[str, int]]:

@@ -4,7 +4,7 @@ DBOS), and the import time that dominates a framework target's worker start.
 For each target runs its no-kill execution ``--rounds`` times with fresh interpreters
 (``spawn``) and ``--rounds`` times with the run's fork launcher (``fork``: the reference
 loop from its fork server, target workers from a second server that preloaded the
-frameworks, ``harness.fork_worker.TARGET_PRELOAD``; one warm-up execution first, so that
+frameworks, ``harness.forkserver.worker.TARGET_PRELOAD``; one warm-up execution first, so that
 the servers' start is not counted), side by side in one run, and measures, in a fresh
 interpreter, how long importing the target's module takes — the part of every worker's
 start the preloading server saves. The last line is a JSON object::
@@ -34,10 +34,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.execution import execute  # noqa: E402
-from harness.launcher import Launcher, SpawnLauncher, make_launcher  # noqa: E402
+from harness.launch.launcher import Launcher, SpawnLauncher, make_launcher  # noqa: E402
 from harness.model import CrashSchedule, ExecutionPlan, Scenario  # noqa: E402
-from harness.scenario import load_scenario  # noqa: E402
+from harness.plan.scenario import load_scenario  # noqa: E402
+from harness.run.execution import execute  # noqa: E402
 
 TARGETS = {
     "reference": (ROOT / "scenarios" / "o1001.toml", "shopops.loop"),

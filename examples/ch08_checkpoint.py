@@ -6,7 +6,7 @@ Run from the repository root with nothing else running::
 
 What it does, in a temporary directory that is removed at the end:
 
-1. starts the mock email gateway (``harness.mock_gateway.MockGateway``) on loopback and
+1. starts the mock email gateway (``harness.services.gateway.MockGateway``) on loopback and
    points ``SHOPOPS_GATEWAY_URL`` / ``SHOPOPS_APPROVALS_DB`` at it and at a fresh approval
    queue, before anything builds the default services;
 2. t0–t4 in a real worker process, ``python -m shopops run``, armed with
@@ -33,7 +33,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.mock_gateway import MockGateway, read_log
+from harness.services.gateway import MockGateway, read_log
 
 CASE, ORDER, RUN = "case-O-1001", "O-1001", "run-1"
 REPO = Path(__file__).resolve().parent.parent

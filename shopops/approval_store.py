@@ -62,7 +62,7 @@ class SqliteStore:
         busy_timeout_s: seconds a writer waits for a lock before failing.
         create: a missing or empty file becomes a new queue; without it, it is refused.
         kind: the file's schema as accepted (default ``APPROVAL_QUEUE``; the harness's
-            approval service adds its call log: ``harness.approval_service.SERVICE_QUEUE``).
+            approval service adds its call log: ``harness.services.approvals.SERVICE_QUEUE``).
         threads: the connection may be used from any thread (``check_same_thread=False``,
             Python's ``sqlite3`` docs); the caller then serializes the calls itself.
 

@@ -210,7 +210,7 @@ def inspect(path: str | os.PathLike[str], ours: OurSchema, *, create: bool) -> F
 
     The one inspector of every database file of ours (issue 14): the checkpoint store
     (``shopops.checkpoint``), the approval queue (``shopops.approvals``) and the harness's
-    gateway log (``harness.mock_gateway``) each call it before opening a connection that can
+    gateway log (``harness.services.gateway``) each call it before opening a connection that can
     write.
 
     Args:

@@ -145,7 +145,7 @@ class _Armed:
         try:
             if self.sock is None:
                 self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-                # "@name" is a Linux abstract socket (no file): see harness/channel.py
+                # "@name" is a Linux abstract socket (no file): see harness/services/channel.py
                 address = "\0" + self.channel[1:] if self.channel.startswith("@") else self.channel
                 self.sock.connect(address)
                 self.reader = self.sock.makefile("rb")

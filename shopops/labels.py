@@ -61,7 +61,7 @@ CATALOGUE: tuple[Label, ...] = (
         "ckpt.before_commit",
         "inside CheckpointStore.save: the row is written, the transaction not committed",
     ),
-    # Boundaries the harness installs in a target's worker (harness.boundaries), so a loop
+    # Boundaries the harness installs in a target's worker (harness.targets.boundaries), so a loop
     # that never calls failpoint() still has kill points at its durability boundaries.
     Label("b.sqlite.before_commit", "target: an SQLite transaction is about to commit"),
     Label("b.sqlite.after_commit", "target: an SQLite transaction has committed"),

@@ -42,7 +42,7 @@ class Records:
 
         The files are read every time; the JSON is decoded again only when their bytes
         differ from the last load's in this process (the same records are returned then).
-        A fork server that loaded them before forking (``harness.fork_worker``) so spares
+        A fork server that loaded them before forking (``harness.forkserver.worker``) so spares
         each worker the decoding and its first touches of the decoder (~1 ms of a fresh
         child here).
 

@@ -288,9 +288,9 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
     "SHOPOPS_FAILPOINTS": _failpoints,
     "SHOPOPS_FAILPOINT_CHANNEL": socket_path,
     "SHOPOPS_READ_TIMEOUT_S": READ_TIMEOUT_S.parse,
-    "SHOPOPS_SHARD": shard_spec,  # shopops-chaos run: harness.shard
+    "SHOPOPS_SHARD": shard_spec,  # shopops-chaos run: harness.plan.shard
     "SHOPOPS_MAX_ATTEMPTS": MAX_ATTEMPTS.parse,
-    "SHOPOPS_SCRATCH": _scratch,  # the harness: harness.scratch
+    "SHOPOPS_SCRATCH": _scratch,  # the harness: harness.sandbox.scratch
 }
 
 

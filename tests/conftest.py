@@ -1,7 +1,7 @@
 """Cost markers for the test modules (one place): ``pure``, ``io``, ``processes``; a test
 that carries one of them itself keeps it, a module not listed counts as ``processes``.
 Select with ``-m pure`` / ``-m "not processes"``; ``slow`` tests run only with
-``--crash-soak`` (``harness.pytest_plugin``)."""
+``--crash-soak`` (``harness.plugin.hooks``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from inner_pytest import INNER_ADDOPTS
 
-from harness.mock_gateway import MockGateway
+from harness.services.gateway import MockGateway
 from shopops import failpoints
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CheckpointStore

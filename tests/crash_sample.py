@@ -2,7 +2,7 @@
 keeps (the root ``conftest.py``; the whole matrix with ``--crash-soak``, by naming the file,
 or with ``shopops-chaos run``, which always runs it whole).
 
-A double-crash matrix (``double = true``, ``harness.matrix.double_kill_plans``) is every
+A double-crash matrix (``double = true``, ``harness.plan.matrix.double_kill_plans``) is every
 single kill — the rows — and, for each, a second kill at every point its recovery reaches:
 the columns are the second kill's labels. Its executions repeat one another exhaustively
 (O-1001's is about 265). The sample keeps

@@ -15,7 +15,7 @@ from unittest import mock
 
 import psutil
 
-from harness import cli as chaos_cli
+from harness.cli import main as chaos_cli
 from shopops import cli as shopops_cli
 
 #: The two entry points: ``shopops-chaos`` and ``shopops``.

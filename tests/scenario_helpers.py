@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.scenario import ScenarioError, load_scenario
+from harness.plan.scenario import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((ROOT / "scenarios").glob("*.toml"))

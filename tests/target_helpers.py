@@ -2,9 +2,9 @@
 
 Every worker is a real process in its own session, started with a deadline; on a timeout
 or a failing test its whole process group is SIGKILLed and reaped. It is a fresh interpreter
-(``python -m harness.target_worker``), or, given a launcher, forked from a server that
+(``python -m harness.targets.worker``), or, given a launcher, forked from a server that
 preloaded the frameworks, as ``shopops-chaos run``'s default fork launcher starts target
-workers (``harness.fork_worker.TARGET_PRELOAD``).
+workers (``harness.forkserver.worker.TARGET_PRELOAD``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from harness.launcher import Launcher
-from harness.mock_gateway import MockGateway, read_log
+from harness.launch.launcher import Launcher
+from harness.services.gateway import MockGateway, read_log
 from harness.targets.base import DurableState, Role
 from harness.targets.context import TargetContext
 from harness.targets.extras import missing

@@ -1,4 +1,4 @@
-"""The per-action check (``harness.action_checks.per_action``): it passes on the good story
+"""The per-action check (``harness.judge.checks.actions.per_action``): it passes on the good story
 of ``test_checks`` and fails on the evidence realistic broken loops leave behind — a send
 that "polishes" the approved draft on the way out, a rejected draft sent anyway, a resumed
 worker that sends again under a fresh key, a case that completes without sending, a case
@@ -23,17 +23,17 @@ from test_checks import (
     ticket,
 )
 
-from harness.action_checks import ACTIONS, CHECK_ID, per_action
-from harness.checks import CHECK_IDS, NEEDS, run_checks
-from harness.mock_gateway import GatewayLog
+from harness.judge.checks.actions import ACTIONS, CHECK_ID, per_action
+from harness.judge.checks.registry import CHECK_IDS, needs, run_checks
 from harness.model import EvidenceSource
+from harness.services.gateway import GatewayLog
 from shopops.approvals import ApprovalRequest
 from shopops.state import State
 
 
 def test_the_check_is_registered_with_what_it_reads() -> None:
     assert CHECK_ID in CHECK_IDS
-    assert NEEDS[CHECK_ID] == {EvidenceSource.CHECKPOINTS, EvidenceSource.APPROVALS,
+    assert needs(CHECK_ID) == {EvidenceSource.CHECKPOINTS, EvidenceSource.APPROVALS,
                                EvidenceSource.GATEWAY}
     # send_email is the default gate; the order note is the second gated action
     assert [a.gate for a in ACTIONS] == ["send_email", "add_order_note"]

@@ -1,4 +1,4 @@
-"""The harness-owned approval service (``harness.approval_service``) and the queue's client
+"""The harness-owned approval service (``harness.services.approvals``) and the queue's client
 backend (``shopops.approval_client``): a worker's queue works as on its own file, the
 records are the harness's, and nothing a worker can ask for deletes, rewrites, approves or
 un-consumes them. Real Unix sockets and SQLite files, in process (each test well under a
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.approval_service import SERVICE_QUEUE, ApprovalService
-from harness.evidence import read_approvals
+from harness.judge.evidence import read_approvals
+from harness.services.approvals import SERVICE_QUEUE, ApprovalService
 from shopops.approvals import ENV_SOCKET, NOTE_GATE, ApprovalQueue
 from shopops.errors import ApprovalRefused, ConfigError
 from shopops.runtime import services_from_env

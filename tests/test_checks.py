@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from harness.checks import (
+from harness.judge.checks.registry import (
     CHECK_IDS,
     CHECKS,
     CheckResult,
@@ -29,8 +29,9 @@ from harness.checks import (
     step_continues,
     ticket_server_issued,
 )
-from harness.evidence import Event, Evidence, WorkerRun
-from harness.mock_gateway import Delivery, GatewayLog, RequestRecord
+from harness.judge.evidence import Event, Evidence, WorkerRun
+from harness.model import CheckId
+from harness.services.gateway import Delivery, GatewayLog, RequestRecord
 from shopops.approvals import ApprovalRequest, Ticket
 from shopops.checkpoint import CheckpointRow
 from shopops.state import Draft, State
@@ -227,8 +228,9 @@ def test_the_good_story_passes_every_check() -> None:
     assert [(r.check_id, r.passed) for r in results] == [(c, True) for c in CHECK_IDS]
 
 
-def test_check_ids_are_the_function_names_in_order() -> None:
-    assert CHECK_IDS == tuple(c.__name__ for c in CHECKS)
+def test_one_check_per_check_id_in_its_order() -> None:
+    assert CHECK_IDS == tuple(CheckId)
+    assert [c.id for c in CHECKS] == [CheckId(c.run.__name__) for c in CHECKS]
     assert CHECK_IDS[:5] == ("draft_identical", "parked_until_approval",
                              "not_sent_before_approval", "step_continues",
                              "same_key_one_delivery")

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from input_helpers import assert_refused, call
 
-from harness.mock_gateway import MockGateway, read_log
+from harness.services.gateway import MockGateway, read_log
 
 CASE = "case-O-1001"
 TIMEOUT_S = 60.0

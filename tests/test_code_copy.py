@@ -1,4 +1,4 @@
-"""An implementation's folder is copied as root without trusting it (``harness.code_copy``):
+"""An implementation's folder is copied as root without trusting it (``harness.sandbox.code_copy``):
 only folders and regular files, within a size budget, never through a symlink."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import sandbox
-from harness.code_copy import MAX_BYTES, CopyRefused, copy_file, copy_tree
+from harness.sandbox import users as sandbox
+from harness.sandbox.code_copy import MAX_BYTES, CopyRefused, copy_file, copy_tree
 
 pytestmark = pytest.mark.io
 
@@ -92,7 +92,7 @@ def test_install_code_leaves_nothing_of_a_refused_folder(tmp_path: Path,
 
 def test_folders_count_against_the_entry_limit(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("harness.code_copy.MAX_FILES", 20)
+    monkeypatch.setattr("harness.sandbox.code_copy.MAX_FILES", 20)
     src = package(tmp_path)
     for i in range(30):
         (src / f"empty{i:02d}").mkdir()  # no file at all: 200,000 of these took 41 s
@@ -113,7 +113,7 @@ def test_a_report_naming_an_undecodable_file_name_is_written(tmp_path: Path) -> 
     """A grade's text may carry a name's undecodable byte (``surrogateescape``): the report
     is written with a backslash escape instead of failing with ``UnicodeEncodeError``
     (``report.md`` and ``report.html`` were never written)."""
-    from harness.grading_io import write_sealed
+    from harness.grading.safe_io import write_sealed
 
     name = os.fsdecode(b"/tmp/u\xff")
     path = write_sealed(tmp_path / "report.md", f"replay: --sut {name}\n")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.execution import ExecutionResult, execute
-from harness.fork_launcher import ForkLauncher
+from harness.grading.retry import outside_cause
+from harness.launch.fork import ForkLauncher
 from harness.model import CrashSchedule, ExecutionPlan
-from harness.retry import outside_cause
-from harness.scenario import load_scenario
-from harness.sut import Sut
+from harness.model.plan import Sut
+from harness.plan.scenario import load_scenario
+from harness.run.execution import ExecutionResult, execute
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Far longer than these executions take: waiting it out is what must not happen.

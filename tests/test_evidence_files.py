@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.evidence import read_approvals, read_checkpoints, read_gateway
+from harness.judge.evidence import read_approvals, read_checkpoints, read_gateway
 from harness.model.kinds import EvidenceSource
 
 
@@ -67,12 +67,12 @@ def test_a_planted_file_is_a_gap_with_its_reason(name: str, planted: str,
 
 
 def _collect(tmp_path: Path, hits: tuple[str, ...]) -> object:
-    from harness.controller import KillController
-    from harness.evidence import EventLog
-    from harness.execution import collect
+    from harness.judge.evidence import EventLog
     from harness.model import CrashSchedule, EventKind, ExecutionPlan
     from harness.model.story import StoryRecord
-    from harness.scenario import load_scenario
+    from harness.plan.scenario import load_scenario
+    from harness.run.execution import collect
+    from harness.story.controller import KillController
 
     root = Path(__file__).resolve().parent.parent
     plan = ExecutionPlan(load_scenario(root / "scenarios" / "o1001.toml"), CrashSchedule())

@@ -18,7 +18,7 @@ import psutil
 import pytest
 from input_helpers import assert_refused, call
 
-from harness.explore import (
+from harness.explore.explorer import (
     CI_EXAMPLES,
     ExploreResult,
     explore,
@@ -26,8 +26,8 @@ from harness.explore import (
     scenario_toml,
     write_explore_report,
 )
-from harness.scenario import Scenario, load_scenario, load_scenarios
-from harness.schedule import CrashSchedule
+from harness.model import CrashSchedule
+from harness.plan.scenario import Scenario, load_scenario, load_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -253,13 +253,13 @@ def test_an_undecided_check_is_listed_as_undecided_not_as_failing() -> None:
     """explore.json's ``failing_checks`` names only checks that failed on the evidence; a
     check whose evidence is missing is ``undecided_checks`` (it used to be listed as
     failing, so an unknown example looked like a proven failure)."""
-    from harness.explore import failing_and_undecided
+    from harness.explore.explorer import failing_and_undecided
     from harness.model import CheckResult
 
-    checks = (CheckResult("one_send", True, "ok"),
+    checks = (CheckResult("step_continues", True, "ok"),
               CheckResult("exactly_one_delivery", False, "two deliveries"),
               CheckResult("draft_identical", False, "no checkpoint", undecided="no history"),
               CheckResult("no_tampering", False, "expected", ),
-              CheckResult("lease_fencing", False, "n/a", applicable=False))
+              CheckResult("lease_exclusive", False, "n/a", applicable=False))
     assert failing_and_undecided(checks, frozenset({"no_tampering"})) == (
         ("exactly_one_delivery",), ("draft_identical",))

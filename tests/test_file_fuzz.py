@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.gateway_ledger import GATEWAY_LOG
-from harness.mock_gateway import MockGateway
+from harness.services.gateway import MockGateway
+from harness.services.ledger import GATEWAY_LOG
 from shopops.approval_store import APPROVAL_QUEUE
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore

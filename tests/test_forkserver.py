@@ -22,10 +22,10 @@ from typing import Any
 import psutil
 import pytest
 
-from harness.channel import FailpointChannel, Hit
-from harness.fork_launcher import ForkLauncher, ForkServerError, ForkWorker
-from harness.launcher import Launcher, SpawnLauncher, make_launcher
-from harness.processes import PopenWorker, Worker
+from harness.launch.fork import ForkLauncher, ForkServerError, ForkWorker
+from harness.launch.launcher import Launcher, SpawnLauncher, make_launcher
+from harness.launch.processes import PopenWorker, Worker
+from harness.services.channel import FailpointChannel, Hit
 
 pytest_plugins = ["pytester"]
 
@@ -164,7 +164,7 @@ def test_the_preload_and_its_warm_up_leave_no_descriptor_thread_or_file() -> Non
     code = (
         "import os, sys, tempfile, threading\n"
         "before = sorted(os.listdir('/proc/self/fd'))\n"
-        "from harness.fork_worker import preload\n"
+        "from harness.forkserver.worker import preload\n"
         "preload()\n"
         "print(before == sorted(os.listdir('/proc/self/fd')), threading.active_count())\n")
     with tempfile.TemporaryDirectory() as tmp:
@@ -181,7 +181,7 @@ def test_a_forked_worker_environ_is_replaced_by_its_difference_exactly() -> None
     worker starts see), for a variable removed, changed, added and kept."""
     import ctypes
 
-    from harness.fork_worker import _replace_environ
+    from harness.forkserver.worker import _replace_environ
 
     getenv = ctypes.CDLL(None).getenv
     getenv.restype = ctypes.c_char_p
@@ -222,7 +222,7 @@ def test_the_preloaded_main_runs_as_runpy_would_run_it(tmp_path: Path) -> None:
     runs = {
         "runpy": "import runpy; runpy.run_module('probepkg', run_name='__main__', "
                  "alter_sys=True)",
-        "cached": "from harness.fork_worker import _main_code, _run_main; "
+        "cached": "from harness.forkserver.worker import _main_code, _run_main; "
                   "_run_main(*_main_code('probepkg'))",
     }
     seen = {}
@@ -238,7 +238,7 @@ def test_the_preloaded_main_runs_as_runpy_would_run_it(tmp_path: Path) -> None:
 
 
 def test_a_package_without_a_main_is_an_import_error() -> None:
-    from harness.fork_worker import _main_code
+    from harness.forkserver.worker import _main_code
 
     with pytest.raises(ImportError, match="json.__main__"):
         _main_code("json")
@@ -443,8 +443,8 @@ def test_a_held_worker_runs_nothing_until_released(probe_dir: Path) -> None:
 @pytest.mark.parametrize("via", ["fork", "sut_boot"])
 def test_a_live_worker_is_titled_by_role_and_execution(via: str, fork: ForkLauncher,
                                                        probe_dir: Path) -> None:
-    # ps shows "shopops-worker ROLE EXECUTION", not "python3 -m harness.forkserver"; read from
-    # the kernel (/proc/PID/cmdline via psutil) while the worker is alive and waiting
+    # ps shows "shopops-worker ROLE EXECUTION", not "python3 -m harness.forkserver.server"; read
+    # from the kernel (/proc/PID/cmdline via psutil) while the worker is alive and waiting
     title = "shopops-worker resume x-o1001-3fa2c0ffee"
     ready = probe_dir / "ready"
     env = base_env(PYTHONPATH=str(probe_dir), HARNESS_WORKER_TITLE=title)
@@ -453,7 +453,7 @@ def test_a_live_worker_is_titled_by_role_and_execution(via: str, fork: ForkLaunc
     else:  # a spawned untrusted worker's boot (uid -1: limits only, no privilege drop)
         env["PYTHONPATH"] += os.pathsep + str(ROOT)
         worker = start(SpawnLauncher(), probe_dir,
-                       [sys.executable, "-P", "-s", "-m", "harness.sut_boot", "2048", "64",
+                       [sys.executable, "-P", "-s", "-m", "harness.sandbox.boot", "2048", "64",
                         "600", "64", "-1", str(probe_dir), "fsprobe", "hang", str(ready)],
                        env, "w")
     try:
@@ -470,10 +470,9 @@ def test_the_harness_titles_each_worker_by_its_role_and_execution_folder(
         tmp_path: Path) -> None:
     """What a real execution asks for: each worker's env names its role and the execution
     folder (the name the fork server's child and sut_boot set as its title)."""
-    from harness.model import WorkerRole
-    from harness.runner import run
-    from harness.scenario import load_scenarios
-    from harness.schedule import CrashSchedule
+    from harness.model import CrashSchedule, WorkerRole
+    from harness.plan.scenario import load_scenarios
+    from harness.run.runner import run
 
     titles: list[str] = []
 
@@ -529,7 +528,7 @@ def test_sigterm_to_the_server_kills_and_reports_its_children(probe_dir: Path) -
 
 CHILD_HARNESS = '''
 import json, os, sys
-from harness.fork_launcher import ForkLauncher
+from harness.launch.fork import ForkLauncher
 cwd = sys.argv[1]
 launcher = ForkLauncher(modules=("fsprobe",))
 env = dict(os.environ, PYTHONPATH=cwd)
@@ -593,9 +592,9 @@ def test_fork_and_spawn_agree_on_a_sample(tmp_path: Path) -> None:
     killed where the gateway accepted the send (the duplicate-send point; one that never
     gets there is unknown under both). The whole comparison is the slow test below
     (``--crash-soak``)."""
-    from harness.runner import run
-    from harness.scenario import load_scenarios
-    from harness.schedule import CrashSchedule
+    from harness.model import CrashSchedule
+    from harness.plan.scenario import load_scenarios
+    from harness.run.runner import run
 
     sample = ("o1001", "gateway-5xx", "two-resumers", "lease-takeover",
               "checkpoint-corrupt-json", "v1-migration", "reply-lost-retry", "rejection")
@@ -613,8 +612,8 @@ def test_fork_and_spawn_agree_on_a_sample(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_fork_and_spawn_give_the_same_verdicts_and_checks(tmp_path: Path) -> None:
-    from harness.runner import run
-    from harness.scenario import load_scenarios
+    from harness.plan.scenario import load_scenarios
+    from harness.run.runner import run
 
     # Every shipped scenario but the double-crash matrix: its ~255 executions are pairs of
     # the single kills compared here, and with fresh interpreters they alone take minutes.

@@ -177,7 +177,7 @@ def test_a_proxy_in_the_environment_does_not_stand_between_loop_and_gateway(
         monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """A real gateway on 127.0.0.1 and HTTP_PROXY naming a port nobody listens on: the send
     still reaches the gateway (requests would otherwise route it through the proxy)."""
-    from harness.mock_gateway import MockGateway
+    from harness.services.gateway import MockGateway
 
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from input_helpers import call
 
-from harness import sandbox
-from harness.grading import RubricError, RubricItem, grade, load_rubric
-from harness.schedule import CrashSchedule
-from harness.sut import Sut
+from harness.grading.grade import RubricError, RubricItem, grade, load_rubric
+from harness.model import CrashSchedule
+from harness.model.plan import Sut
+from harness.sandbox import users as sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_ITEM = (RubricItem("Exercise 4: a lease owner rejects resume from another owner", 10,
@@ -75,8 +75,8 @@ def test_a_preflight_that_hangs_is_killed_at_its_deadline(tmp_path: Path,
     """``--help`` started through the grade's launcher (sealed fork server, or the server
     preloaded from the folder) that never returns: killed at the preflight's deadline, and
     said so. Any deadline holds: the hang never ends, however loaded the machine."""
-    from harness.grading import _launcher
-    from harness.preflight import preflight
+    from harness.grading.grade import _launcher
+    from harness.grading.preflight import preflight
 
     folder = student(tmp_path, cli_main="def main(argv=None):  # noqa: F811\n"
                                         "    import time\n"
@@ -100,7 +100,7 @@ def test_a_hanging_implementation_is_killed_and_scores_zero(tmp_path: Path) -> N
             "    time.sleep(3600)\n")
     folder = student(tmp_path, cli_main=hang)
     # one execution of a two-worker story is enough to show it: each hanging worker costs
-    # the whole deadline, and the grade runs the execution 3 times (harness.retry: a passed
+    # the whole deadline, and the grade runs the execution 3 times (harness.grading.retry: a passed
     # deadline may be a busy machine). A short deadline cannot turn this into a pass: a
     # worker that never returns is killed at any deadline, however loaded the machine.
     item = RubricItem("Exactly one delivery at every kill point", 10, ("o1001",),
@@ -233,12 +233,11 @@ def test_an_undecided_check_of_an_item_is_said_to_be_undecided() -> None:
     """A failing execution whose item check could not be decided is broken for the item
     (as before), and its line says why it was not decided, not the check's pass wording
     (found by an attack: "phase_path: 0 checkpoint(s) along the FSM" read as a pass)."""
-    from harness.execution import ExecutionPlan, ExecutionResult
-    from harness.grading import score_item
-    from harness.model import CheckResult, Verdict
-    from harness.rubric import RubricItem
-    from harness.scenario import Scenario
-    from harness.schedule import CrashSchedule
+    from harness.grading.grade import score_item
+    from harness.grading.rubric import RubricItem
+    from harness.model import CheckResult, CrashSchedule, Verdict
+    from harness.plan.scenario import Scenario
+    from harness.run.execution import ExecutionPlan, ExecutionResult
     from tests.test_verdict import evidence
 
     undecided = CheckResult("phase_path", False, "0 checkpoint(s) along the FSM",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import evidence
+from harness.judge import evidence
 from harness.model import EvidenceSource
 from shopops.checkpoint import CheckpointStore, read_history
 from shopops.errors import HistoryTooLong

@@ -1,4 +1,4 @@
-"""The checks over the whole history (``harness.history_checks``): each passes on the good
+"""The checks over the whole history (``harness.judge.checks.history``): each passes on the good
 story of ``test_checks`` and fails on the evidence a realistic broken loop leaves — a
 worker that calls the gateway after completion, a stale worker rewriting a finished case, a
 lease holder writing after a takeover, a rejected case parked forever, a case retried past
@@ -30,10 +30,8 @@ from test_checks import (
     worker,
 )
 
-from harness.checklist import not_sent_before_approval, parked_until_approval
-from harness.checks import CHECK_IDS, run_checks
-from harness.codec import decode, encode
-from harness.history_checks import (
+from harness.judge.checks.checklist import not_sent_before_approval, parked_until_approval
+from harness.judge.checks.history import (
     attempts_bounded,
     history_not_replaced,
     lease_exclusive,
@@ -41,8 +39,10 @@ from harness.history_checks import (
     phase_path,
     rejection_respected,
 )
-from harness.mock_gateway import GatewayLog
+from harness.judge.checks.registry import CHECK_IDS, run_checks
 from harness.model import Evidence, HistoryMark, rows_digest
+from harness.reports.codec import decode, encode
+from harness.services.gateway import GatewayLog
 from shopops.approvals import ApprovalRequest
 from shopops.checkpoint import CheckpointRow
 from shopops.state import State
@@ -335,7 +335,7 @@ def test_a_history_rewritten_or_emptied_in_the_same_file_fails() -> None:
 
 
 def test_the_mark_round_trips_through_run_json_and_rejudges_alike() -> None:
-    from harness.assess import assess
+    from harness.judge.assess import assess
     from harness.model import CrashSchedule, ExecutionPlan, Scenario
 
     ev = started_again()
@@ -354,9 +354,9 @@ def test_an_approval_over_a_history_without_the_approved_draft_is_unreadable() -
     PASS with the hidden rows rewritten meanwhile) — marks the history unreadable at the
     approval, which ``history_not_replaced`` fails on; one with it is left as it was, and
     so is an already unreadable mark."""
-    from harness.evidence import rows_digest
+    from harness.judge.evidence import rows_digest
     from harness.model import HistoryMark
-    from harness.story import _draft_not_durable
+    from harness.story.engine import _draft_not_durable
     from tests.test_checks import DIGEST, good_states, rows
 
     full = rows(good_states()[:3])
@@ -376,7 +376,7 @@ def test_a_loop_parked_without_asking_fails_parked_until_approval() -> None:
     is stuck for good. Before, the story was cut short ("the human could not approve") and
     the lost send was ``unknown`` (found by an attack); the parked history and the
     harness's empty queue prove it."""
-    from harness.checklist import parked_until_approval
+    from harness.judge.checks.checklist import parked_until_approval
     from shopops.approvals import ApprovalRequest
     from tests.test_checks import DIGEST, REQUEST_ID, good_states, rows
     from tests.test_verdict import evidence
@@ -395,7 +395,7 @@ def test_an_email_a_checkpoint_claims_but_its_ledger_lacks_fails_per_action() ->
     """A checkpoint says the email went, but the gateway's own ledger holds no delivery: a
     proven loss, named by ``per_action`` (found by an attack, for the order note: named by
     no check, and ``unknown`` when the worker then died of an outside signal)."""
-    from harness.action_checks import per_action
+    from harness.judge.checks.actions import per_action
     from tests.test_verdict import evidence as bare_evidence
 
     states = good_states()[:5]

@@ -246,7 +246,7 @@ def test_bad_failpoint_spec_in_a_fresh_shopops_is_one_line(tmp_path: Path) -> No
 @pytest.mark.parametrize("make", ["symlink", "fifo"])
 def test_a_sut_folder_that_cannot_be_copied_as_root_is_refused_before_anything_runs(
         cwd: Path, make: str) -> None:
-    """``run --sut`` as root copies the package for the sandbox (``harness.code_copy``): a
+    """``run --sut`` as root copies the package for the sandbox (``harness.sandbox.code_copy``): a
     symlink (to ``/``: the whole filesystem was copied) or a FIFO (the copy blocked) in it
     is one error line naming the entry, and nothing runs."""
     impl = cwd / "impl" / "shopops"

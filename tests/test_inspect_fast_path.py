@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import gateway_ledger
-from harness.approval_service import SERVICE_QUEUE, ApprovalService
-from harness.mock_gateway import MockGateway
+from harness.services import ledger as gateway_ledger
+from harness.services.approvals import SERVICE_QUEUE, ApprovalService
+from harness.services.gateway import MockGateway
 from shopops import checkpoint_file as cf
 from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore

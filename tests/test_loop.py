@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.mock_gateway import MockGateway
+from harness.services.gateway import MockGateway
 from shopops import failpoints
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CheckpointStore

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from harness.channel import Hit
-from harness.evidence import Event, EventLog, Evidence
-from harness.execution import ExecutionPlan, KillController
-from harness.matrix import points_from_trace, single_kill_plans
-from harness.mock_gateway import GatewayLog
-from harness.scenario import Scenario, ScenarioError, load_scenario
-from harness.schedule import CrashSchedule, KillPoint
+from harness.judge.evidence import Event, EventLog, Evidence
+from harness.model import CrashSchedule, KillPoint
+from harness.plan.matrix import points_from_trace, single_kill_plans
+from harness.plan.scenario import Scenario, ScenarioError, load_scenario
+from harness.run.execution import ExecutionPlan, KillController
+from harness.services.channel import Hit
+from harness.services.gateway import GatewayLog
 
 CASE = "case-O-1001"
 O1001 = Scenario(name="o1001", path=Path("scenarios/o1001.toml"))

@@ -1,6 +1,6 @@
 """``shopops-chaos merge``: N shards merged give the same verdicts, counts, duplicates,
 junit and exit status as one run; folders that do not belong together are refused. The
-same real runs prove the shards themselves (``harness.shard``): their executions are
+same real runs prove the shards themselves (``harness.plan.shard``): their executions are
 exactly the unsharded run's, once each, with its verdicts, every shard cutting the matrix
 the same way (test_shard.py holds the cut's pure properties)."""
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from junitparser import JUnitXml
 
-from harness.codec import CodecError, decode, encode
+from harness.reports.codec import CodecError, decode, encode
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = """name = "broken"
@@ -93,7 +93,7 @@ def test_merged_shards_equal_one_run(runs: dict) -> None:
 def test_shards_cover_the_matrix_each_execution_once(runs: dict) -> None:
     """The two shards' executions are exactly the whole run's, once each, with the same
     verdicts, and every shard cut the matrix the same way."""
-    from harness.run_json import read_run_json
+    from harness.reports.run_json import read_run_json
 
     tmp: Path = runs["tmp"]
     parts = [read_run_json(folder(tmp / f"s{i}")).run for i in (1, 2)]
@@ -112,7 +112,7 @@ def test_shards_cover_the_matrix_each_execution_once(runs: dict) -> None:
 def merge_here(tmp: Path, *dirs: Path, capsys: pytest.CaptureFixture[str],
                monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
     """``shopops-chaos merge`` in this process (refusals start no worker)."""
-    from harness.cli import main
+    from harness.cli.main import main
 
     monkeypatch.chdir(tmp)
     status = main(["merge", *map(str, dirs), "--report-dir", "m"])
@@ -167,7 +167,7 @@ def test_refuses_missing_twice_and_unsharded(runs: dict, capsys: pytest.CaptureF
 
 
 def test_codec_round_trips_and_refuses_foreign_types(runs: dict) -> None:
-    from harness.run_json import read_run_json
+    from harness.reports.run_json import read_run_json
 
     shard = read_run_json(folder(runs["tmp"] / "s1"))
     assert decode(json.loads(json.dumps(encode(shard.run)))) == shard.run
@@ -178,7 +178,7 @@ def test_codec_round_trips_and_refuses_foreign_types(runs: dict) -> None:
         encode(object(), "$.x")
     for bad in ({"__dc__": "os:system", "fields": {}}, {"__dc__": "subprocess:Popen",
                                                        "fields": {"args": "true"}},
-                {"__weird__": 1}, {"__dc__": "harness.codec:CodecError", "fields": {}}):
+                {"__weird__": 1}, {"__dc__": "harness.reports.codec:CodecError", "fields": {}}):
         with pytest.raises(CodecError):
             decode(bad)
 

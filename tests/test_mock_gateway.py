@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from harness.mock_gateway import Delivery, FaultSpec, MockGateway, read_log
+from harness.services.gateway import Delivery, FaultSpec, MockGateway, read_log
 from shopops.errors import GatewayUnavailable
 from shopops.gateway_client import EmailGatewayClient
 
@@ -449,7 +449,7 @@ def test_only_a_well_formed_send_of_the_case_from_a_worker_takes_a_fault(
 
 def test_a_body_over_the_limit_is_logged_as_413_and_never_delivered(
         gateway: MockGateway, http: requests.Session) -> None:
-    from harness.mock_gateway import MAX_BODY
+    from harness.services.gateway import MAX_BODY
 
     big = post(http, gateway, "k-big", body="x" * (MAX_BODY + 1))
     assert big.status_code == 413, big.text
@@ -472,7 +472,7 @@ def test_an_absurd_claimed_pid_is_logged_not_a_lost_request(gateway: MockGateway
 
 
 def test_the_failpoint_channel_drops_an_endless_line_instead_of_buffering_it() -> None:
-    from harness.channel import MAX_LINE, FailpointChannel, Hit
+    from harness.services.channel import MAX_LINE, FailpointChannel, Hit
 
     hits: list[Hit] = []
     tampered: list[str] = []

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from mutants import MUTANTS, Mutant
 
-from harness.execution import ExecutionResult
-from harness.grading import DEFAULT_RUBRIC, RubricItem, grade
-from harness.schedule import CrashSchedule
-from harness.sut import Sut
+from harness.grading.grade import DEFAULT_RUBRIC, RubricItem, grade
+from harness.model import CrashSchedule
+from harness.model.plan import Sut
+from harness.run.execution import ExecutionResult
 
 FULL = sum(item.points for item in DEFAULT_RUBRIC)
 SCENARIOS = tuple(dict.fromkeys(s for item in DEFAULT_RUBRIC for s in item.scenarios))
@@ -46,9 +46,9 @@ PARTS: dict[str, tuple[str, ...] | None] = {
 def execute_mutant(mutant: Mutant, tmp_path: Path) -> ExecutionResult:
     """``mutant`` built under ``tmp_path`` and executed once on ``o1001[no-kill]``, forked
     from a server preloaded from its folder (our own code)."""
-    from harness.execution import execute
-    from harness.fork_launcher import ForkLauncher
+    from harness.launch.fork import ForkLauncher
     from harness.model import CrashSchedule, ExecutionPlan, Scenario
+    from harness.run.execution import execute
 
     sut = Sut(path=mutant.build(tmp_path / "sut"), trusted=True)
     plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), sut)

@@ -39,7 +39,7 @@ def start_harness(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
 def communicate_or_dump(proc: subprocess.Popen[str], timeout_s: float,
                         where: Path | None = None) -> tuple[str, str]:
     """``proc.communicate`` within ``timeout_s``; past it, ask the harness for every
-    thread's stack (SIGUSR1: ``faulthandler``, registered by ``harness.cli.main``), say
+    thread's stack (SIGUSR1: ``faulthandler``, registered by ``harness.cli.main.main``), say
     whether it had exited (then a descendant holds its pipes) and which processes were
     left (its descendants and any under ``where``, with their state), kill them all, and
     fail with that: a rare hang after a signal was seen twice under load and never

@@ -25,9 +25,9 @@ from test_checks import (
     ticket,
 )
 
-from harness.action_checks import per_action
-from harness.checks import run_checks, ticket_server_issued
-from harness.history_checks import no_request_after_done
+from harness.judge.checks.actions import per_action
+from harness.judge.checks.history import no_request_after_done
+from harness.judge.checks.registry import run_checks, ticket_server_issued
 from harness.model import Event, EventKind, Evidence, NoteDelivery
 from shopops.approvals import NOTE_GATE, ApprovalRequest
 from shopops.state import State, note_digest

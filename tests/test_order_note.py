@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.mock_gateway import MockGateway
+from harness.services.gateway import MockGateway
 from shopops import failpoints
 from shopops.approvals import NOTE_GATE
 from shopops.checkpoint import CheckpointStore
@@ -200,7 +200,7 @@ gate = "add_order_note"
 def test_the_shipped_order_note_scenario_has_both_gates() -> None:
     from scenario_helpers import ROOT
 
-    from harness.scenario import load_scenario
+    from harness.plan.scenario import load_scenario
 
     s = load_scenario(ROOT / "scenarios" / "order-note.toml")
     assert s.order_note and s.points is None  # every point the trace run reaches
@@ -214,7 +214,7 @@ def test_a_note_gate_needs_the_order_note(tmp_path: Path) -> None:
     err = refused(_write(tmp_path, _NOTE_STORY))
     assert err.field == "story[1].gate" and "sut.order_note = true" in str(err)
     assert err.line == 10
-    from harness.scenario import load_scenario
+    from harness.plan.scenario import load_scenario
 
     assert load_scenario(_write(tmp_path, "[sut]\norder_note = true\n" + _NOTE_STORY)).order_note
 
@@ -238,7 +238,7 @@ def test_bad_order_note_fields_are_refused(tmp_path: Path, text: str, field: str
 
 def test_the_order_note_reaches_the_worker_and_the_shorthand_approves_both() -> None:
     from harness.model import HumanStep, Scenario
-    from harness.story_plan import expand
+    from harness.plan.story_plan import expand
 
     steps = expand(Scenario(name="x", order_note=True))
     assert [s.gate for s in steps if isinstance(s, HumanStep)] == ["send_email", NOTE_GATE]
@@ -249,7 +249,7 @@ def test_the_order_note_reaches_the_worker_and_the_shorthand_approves_both() -> 
 def test_a_story_that_rejects_the_note_ends_rejected_with_nothing_sent(tmp_path: Path) -> None:
     """End to end, one execution: start, approve the email, reject the note on its gate,
     resume: the case ends rejected, neither ledger has a delivery, every check passes."""
-    from harness.execution import execute
+    from harness.launch.spawn import SpawnLauncher
     from harness.model import (
         CrashSchedule,
         ExecutionPlan,
@@ -259,8 +259,8 @@ def test_a_story_that_rejects_the_note_ends_rejected_with_nothing_sent(tmp_path:
         WorkerRole,
         WorkersStep,
     )
-    from harness.spawn_launcher import SpawnLauncher
-    from harness.sut import Sut
+    from harness.model.plan import Sut
+    from harness.run.execution import execute
 
     story = (WorkersStep(WorkerRole.START), HumanStep(),
              HumanStep(HumanAction.REJECT, gate=NOTE_GATE), WorkersStep(WorkerRole.RESUME))

@@ -1,4 +1,4 @@
-"""``harness.processes.output_tail``: what the harness reads back of a worker's output file,
+"""``harness.launch.processes.output_tail``: what the harness reads back of a worker's output file,
 which the worker may have replaced or filled (never trust the code under test)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from harness.processes import OUTPUT_TAIL_BYTES, output_tail
+from harness.launch.processes import OUTPUT_TAIL_BYTES, output_tail
 
 
 def test_the_last_lines_of_a_regular_file(tmp_path: Path) -> None:

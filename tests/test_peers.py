@@ -1,4 +1,4 @@
-"""The kernel's answer to "who holds this loopback connection" (``harness.peers``): the
+"""The kernel's answer to "who holds this loopback connection" (``harness.services.peers``): the
 netlink ``sock_diag`` exact look-up agrees with ``/proc/net/tcp``, names the holding
 process, knows nothing of a connection that never existed, and the ``/proc`` fallback
 answers the same where netlink is refused."""
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import peers
+from harness.services import peers
 
 
 @pytest.fixture

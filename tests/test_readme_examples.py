@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from inner_pytest import inner_env
 
-from harness.cli import build_parser
+from harness.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

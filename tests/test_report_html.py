@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.execution import ExecutionPlan, execute
-from harness.model import EvidenceSource, Gap
+from harness.model import CrashSchedule, EvidenceSource, Gap
+from harness.plan.scenario import Scenario
 from harness.reports.html import render
 from harness.reports.text import visible, visible_line
 from harness.reports.view import (
@@ -23,9 +23,8 @@ from harness.reports.view import (
     scenario_rows,
     single_grid,
 )
-from harness.runner import RunResult
-from harness.scenario import Scenario
-from harness.schedule import CrashSchedule
+from harness.run.execution import ExecutionPlan, execute
+from harness.run.runner import RunResult
 
 HOSTILE = ('<script>document.documentElement.setAttribute("data-pwned","1")</script>'
            '<img src=x onerror="document.title=\'pwned\'">\x1b[31m')

@@ -15,15 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import CHECK_IDS, CheckResult
-from harness.execution import ExecutionPlan, ExecutionResult, execute
-from harness.launcher import make_launcher
-from harness.mock_gateway import GatewayLog
-from harness.reports import WRITERS, ReportWriter, write_reports
+from harness.judge.checks.registry import CHECK_IDS, CheckResult
+from harness.launch.launcher import make_launcher
+from harness.model import CrashSchedule
+from harness.plan.scenario import Scenario
+from harness.reports.base import ReportWriter
 from harness.reports.markdown import timeline
-from harness.runner import RunResult
-from harness.scenario import Scenario
-from harness.schedule import CrashSchedule
+from harness.reports.write import WRITERS, write_reports
+from harness.run.execution import ExecutionPlan, ExecutionResult, execute
+from harness.run.runner import RunResult
+from harness.services.gateway import GatewayLog
 
 DEMO_EXPECT = frozenset({"same_key_one_delivery", "exactly_one_delivery", "per_action"})
 
@@ -335,7 +336,7 @@ def test_a_step_summary_target_that_cannot_be_appended_to_is_refused_before_the_
     """``GITHUB_STEP_SUMMARY`` naming a folder or a file in a missing folder used to end a
     passing run with a traceback and exit 1 ("an execution failed"), after ``latest`` had
     moved (found by a new-user trial). It is now bad input: one line, exit 2, no run."""
-    from harness.cli import main
+    from harness.cli.main import main
     from harness.reports.step_summary import check_target
 
     ok = tmp_path / "summary.md"

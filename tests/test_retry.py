@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.evidence import Evidence, WorkerRun
-from harness.execution import ExecutionPlan, ExecutionResult
-from harness.grading import DEFAULT_RUBRIC, grade
-from harness.mock_gateway import GatewayLog
-from harness.retry import outside_cause, retry_unknowns
-from harness.scenario import load_scenarios
-from harness.schedule import CrashSchedule
-from harness.sut import Sut
+from harness.grading.grade import DEFAULT_RUBRIC, grade
+from harness.grading.retry import outside_cause, retry_unknowns
+from harness.judge.evidence import Evidence, WorkerRun
+from harness.model import CrashSchedule
+from harness.model.plan import Sut
+from harness.plan.scenario import load_scenarios
+from harness.run.execution import ExecutionPlan, ExecutionResult
+from harness.services.gateway import GatewayLog
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = load_scenarios([ROOT / "scenarios" / "o1001.toml"])[0]

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.console import Console, ProgressLine
+from harness.reports.console import Console, ProgressLine
 from harness.reports.runs import is_complete, prune_runs
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,9 +190,9 @@ def test_sigkill_of_the_harness_leaves_latest_on_a_complete_run(
 
 
 def test_runner_progress_says_when_the_total_is_final(tmp_path: Path) -> None:
-    from harness.runner import run
-    from harness.scenario import load_scenario
-    from harness.schedule import CrashSchedule
+    from harness.model import CrashSchedule
+    from harness.plan.scenario import load_scenario
+    from harness.run.runner import run
 
     scenario = load_scenario(ROOT / "scenarios" / "late-approval.toml")
     seen: list[tuple[int, int, bool]] = []

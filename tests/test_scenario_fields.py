@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from scenario_helpers import ROOT, SHIPPED, assert_names, refused
 
-from harness.mock_gateway import FaultSpec
-from harness.scenario import (
+from harness.model import CrashSchedule, KillPoint
+from harness.plan.scenario import (
     HUMAN_ACTIONS,
     STORAGE_FAULTS,
     TICKETS,
@@ -26,7 +26,7 @@ from harness.scenario import (
     ScenarioError,
     load_scenario,
 )
-from harness.schedule import CrashSchedule, KillPoint
+from harness.services.gateway import FaultSpec
 
 README = ROOT / "scenarios" / "README.md"
 DOCUMENTED_FAULT_KINDS = ("latency", "error", "drop_after_accept", "delay_after_accept")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from scenario_helpers import ROOT, assert_names, refused
 
-from harness.scenario import load_scenario
+from harness.plan.scenario import load_scenario
 
 
 def write(folder: Path, text: str) -> Path:

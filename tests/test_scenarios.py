@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from scenario_helpers import ROOT, SHIPPED, assert_names, refused
 
-from harness.checks import CHECK_IDS
-from harness.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
-from harness.schedule import NO_KILL, CrashSchedule, KillPoint
+from harness.judge.checks.registry import CHECK_IDS
+from harness.model import NO_KILL, CrashSchedule, KillPoint
+from harness.plan.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
 from shopops import labels
 
 pytest_plugins = ["pytester"]

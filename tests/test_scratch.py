@@ -1,4 +1,4 @@
-"""The scratch area (``harness.scratch``): executions run on a RAM-backed folder and their
+"""The scratch area (``harness.sandbox.scratch``): executions run on a RAM-backed folder and their
 files end up in the run's folder; nothing is left in the scratch area; areas of dead
 harness processes are pruned; ``SHOPOPS_SCRATCH`` is validated."""
 
@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import scratch
-from harness.execution import execute
-from harness.model import ExecutionPlan
-from harness.scenario import load_scenario
-from harness.schedule import CrashSchedule
+from harness.model import CrashSchedule, ExecutionPlan
+from harness.plan.scenario import load_scenario
+from harness.run.execution import execute
+from harness.sandbox import scratch
 from shopops.errors import ConfigError
 from shopops.validators import check_environment
 
@@ -127,10 +126,10 @@ def test_the_story_errors_and_gaps_name_the_run_folder_not_the_scratch_area(
     them must name it where it stays (a scratch path is gone once the execution ends). And a
     checkpoint file a worker overwrote with garbage is a gap, not a harness error: reading its
     migrations raised ``sqlite3.DatabaseError`` and ended the whole run with exit 2."""
-    from harness.controller import KillController
-    from harness.evidence import EventLog
-    from harness.execution import collect
+    from harness.judge.evidence import EventLog
     from harness.model.story import StoryRecord
+    from harness.run.execution import collect
+    from harness.story.controller import KillController
 
     work, home = tmp_path / "scratch" / "e1", tmp_path / "run" / "e1"
     work.mkdir(parents=True)

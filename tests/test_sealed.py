@@ -12,10 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import sandbox
-from harness.fork_launcher import ForkLauncher
-from harness.sealed_launcher import SealedLauncher
-from harness.sut import SRC, Sut
+from harness.launch.fork import ForkLauncher
+from harness.launch.sealed import SealedLauncher
+from harness.model.plan import SRC, Sut
+from harness.sandbox import users as sandbox
 
 pytestmark = pytest.mark.skipif(not sandbox.available(),
                                 reason="sealed workers get a uid of their own: needs root")

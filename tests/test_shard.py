@@ -1,4 +1,4 @@
-"""Shards (``harness.shard``): the spec and the CI variables, the LPT cut, and a replay
+"""Shards (``harness.plan.shard``): the spec and the CI variables, the LPT cut, and a replay
 schedule sharded by scenario. The real sharded runs whose union is exactly the unsharded
 matrix are test_merge.py's (the same runs prove the shards and their merge)."""
 
@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.runner import run
-from harness.scenario import load_scenario
-from harness.shard import (
+from harness.plan.scenario import load_scenario
+from harness.plan.shard import (
     Shard,
     ShardError,
     Unit,
@@ -24,6 +23,7 @@ from harness.shard import (
     resolve_shard,
     shard_from_env,
 )
+from harness.run.runner import run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -135,7 +135,7 @@ def _scenarios(tmp_path: Path) -> list:
 
 @pytest.mark.processes
 def test_replay_schedule_is_sharded_by_scenario(tmp_path: Path) -> None:
-    from harness.schedule import CrashSchedule
+    from harness.model import CrashSchedule
 
     scenarios = _scenarios(tmp_path)
     sched = CrashSchedule.parse("t4.parked")
@@ -155,7 +155,7 @@ def test_replay_schedule_is_sharded_by_scenario(tmp_path: Path) -> None:
 def test_cli_refuses_a_bad_shard_before_anything_runs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         argv: list[str], env: dict[str, str], needle: str) -> None:
-    from harness.cli import main
+    from harness.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     for k, v in env.items():

@@ -1,4 +1,4 @@
-"""The story features end to end: ``harness.execution.execute`` with real workers (forked from
+"""The story features end to end: ``harness.run.execution.execute`` with real workers (forked from
 one pre-imported server per module), scenarios built in code, and assertions on the evidence
 the harness gathered — the trace, the checkpoint rows, the tickets, the gateway's request log
 — not only on the verdict.
@@ -17,15 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.checks import storage_safe
-from harness.evidence import Event, Evidence, WorkerRun
-from harness.execution import ExecutionPlan, ExecutionResult, execute
-from harness.launcher import Launcher, make_launcher
-from harness.matrix import double_kill_plans, points_after_first_kill
-from harness.mock_gateway import FaultSpec
-from harness.scenario import Scenario
-from harness.schedule import CrashSchedule, KillPoint
-from harness.storage_faults import V1_FIXTURE, corrupt_bytes
+from harness.judge.checks.registry import storage_safe
+from harness.judge.evidence import Event, Evidence, WorkerRun
+from harness.launch.launcher import Launcher, make_launcher
+from harness.model import CrashSchedule, KillPoint
+from harness.plan.matrix import double_kill_plans, points_after_first_kill
+from harness.plan.scenario import Scenario
+from harness.run.execution import ExecutionPlan, ExecutionResult, execute
+from harness.services.gateway import FaultSpec
+from harness.story.storage_faults import V1_FIXTURE, corrupt_bytes
 from shopops.checkpoint import read_history
 from shopops.state import State
 
@@ -501,7 +501,7 @@ def test_the_migration_records_of_a_spoiled_file_are_none_not_a_harness_error(
     outside in between must not end the whole run with ``sqlite3.DatabaseError`` (found by
     a new-user trial: 3 of 4 runs ended "harness error: DatabaseError: file is not a
     database", every result lost)."""
-    from harness.storage_faults import migrations
+    from harness.story.storage_faults import migrations
 
     db = tmp_path / "checkpoints.db"
     db.write_bytes(content)

@@ -1,7 +1,7 @@
 """The story as data: today's tables expand into steps that tell the same story, a
 ``[[story]]`` file is validated as strictly as the tables (file, line, field, allowed
 values; nothing runs), and the explicit steps of the shipped story files mean what the
-tables meant (``harness.story_plan``, ``harness.story_parse``)."""
+tables meant (``harness.plan.story_plan``, ``harness.plan.story_parse``)."""
 
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ from harness.model import (
     WorkerRole,
     WorkersStep,
 )
-from harness.scenario import load_scenario
-from harness.scenario_toml import scenario_toml
-from harness.story_plan import SAME_OWNER, expand, story_of
+from harness.plan.scenario import load_scenario
+from harness.plan.scenario_toml import scenario_toml
+from harness.plan.story_plan import SAME_OWNER, expand, story_of
 
 SCEN = ROOT / "scenarios"
 START = WorkersStep(WorkerRole.START, recover=WorkerRole.RECHECK)

@@ -19,8 +19,9 @@ import pytest
 from scenario_helpers import ROOT, refused
 from target_helpers import NEEDS_DBOS, NEEDS_LANGGRAPH
 
-from harness.checks import CHECK_IDS
-from harness.execution import execute
+from harness.judge.checks.registry import CHECK_IDS
+from harness.judge.checks.targets import REFERENCE_ONLY, target_checks
+from harness.judge.verdict import decide, judge
 from harness.model import (
     CheckStatus,
     CrashSchedule,
@@ -36,12 +37,11 @@ from harness.model import (
     Verdict,
     WorkersStep,
 )
+from harness.plan.scenario import load_scenario, load_scenarios
+from harness.plan.story_plan import expand
 from harness.reports.base import execution_dict
-from harness.scenario import load_scenario, load_scenarios
-from harness.story_plan import expand
-from harness.target_checks import REFERENCE_ONLY, target_checks
+from harness.run.execution import execute
 from harness.targets.examples import DBOS, STARTER
-from harness.verdict import decide, judge
 
 STARTER_DIR = ROOT / "examples" / "python_starter"
 TARGETS_DIR = ROOT / "scenarios" / "targets"
@@ -239,10 +239,10 @@ def forked() -> Iterator[object]:
     no framework): each worker a fork instead of a fresh interpreter. Fresh interpreters
     run the starter in ``test_a_target_worker_forked_after_preload_is_killed_at_a_boundary_
     point``, with the same verdict."""
-    from harness.fork_launcher import ForkLauncher
+    from harness.launch.fork import ForkLauncher
 
-    with ForkLauncher(modules=("harness.target_worker",), fallback=None,
-                      preload=("harness.target_worker", "harness.boundaries")) as launcher:
+    with ForkLauncher(modules=("harness.targets.worker",), fallback=None,
+                      preload=("harness.targets.worker", "harness.targets.boundaries")) as launcher:
         yield launcher
 
 
@@ -334,7 +334,7 @@ def test_a_target_scenario_ends_with_the_verdict_the_readme_reports(tmp_path, na
 
 @pytest.mark.pure
 def test_a_target_folder_is_read_from_its_target_toml(tmp_path) -> None:
-    from harness.target_grading import load_target_dir
+    from harness.grading.targets import load_target_dir
 
     t = load_target_dir("python", STARTER_DIR)
     assert t.source == STARTER_DIR.resolve() and t.has(TargetRole.HISTORY)
@@ -350,9 +350,9 @@ def test_a_target_folder_is_read_from_its_target_toml(tmp_path) -> None:
 
 @pytest.mark.pure
 def test_the_rubric_keeps_what_a_target_can_be_graded_on() -> None:
-    from harness.rubric import DEFAULT_RUBRIC
-    from harness.scenario import load_scenarios
-    from harness.target_grading import adapt_rubric, load_target_dir, on_target
+    from harness.grading.rubric import DEFAULT_RUBRIC
+    from harness.grading.targets import adapt_rubric, load_target_dir, on_target
+    from harness.plan.scenario import load_scenarios
 
     t = load_target_dir("python", STARTER_DIR)
     names = dict.fromkeys(n for i in DEFAULT_RUBRIC for n in i.scenarios)
@@ -371,10 +371,10 @@ TARGET_CHECKS_IDS = ("draft_identical", "not_sent_before_approval", "step_contin
 
 
 def test_grade_through_a_target_scores_it_and_replays_on_it(tmp_path) -> None:
-    from harness.grading import grade, replay_command
+    from harness.grading.grade import grade, replay_command
+    from harness.grading.rubric import RubricItem
+    from harness.grading.targets import load_target_dir
     from harness.model import REFERENCE
-    from harness.rubric import RubricItem
-    from harness.target_grading import load_target_dir
 
     t = load_target_dir("python", STARTER_DIR)
     rubric = (RubricItem("one delivery", 10, ("o1001",), ("exactly_one_delivery",)),
@@ -419,10 +419,10 @@ def test_run_refuses_a_target_without_its_folder_or_a_scenario_it_cannot_follow(
 @NEEDS_LANGGRAPH
 @pytest.mark.slow
 def test_a_langgraph_skeleton_is_graded_through_its_target_toml(tmp_path) -> None:
-    from harness.grading import grade
+    from harness.grading.grade import grade
+    from harness.grading.rubric import RubricItem
+    from harness.grading.targets import load_target_dir
     from harness.model import REFERENCE
-    from harness.rubric import RubricItem
-    from harness.target_grading import load_target_dir
 
     t = load_target_dir("langgraph", ROOT / "examples" / "langgraph_o1001")
     assert t.extra == "langgraph" and t.options == {"durability": "sync"}
@@ -438,13 +438,13 @@ def test_a_target_worker_forked_after_preload_is_killed_at_a_boundary_point(tmp_
     """A target worker forked from a server that imported the harness's side before the
     fork still gets its boundary points (installed in the child, before the target is
     imported): killed at an SQLite commit, the case resumes and passes, as spawned."""
-    from harness.fork_launcher import ForkLauncher
-    from harness.spawn_launcher import SpawnLauncher
+    from harness.launch.fork import ForkLauncher
+    from harness.launch.spawn import SpawnLauncher
 
     s = load_scenario(TARGETS_DIR / "python-starter.toml")
     plan = ExecutionPlan(s, CrashSchedule((KillPoint("b.sqlite.after_commit", 2),)))
-    with ForkLauncher(modules=("harness.target_worker",), fallback=None, degrade=False,
-                      preload=("harness.target_worker", "harness.boundaries")) as launcher:
+    with ForkLauncher(modules=("harness.targets.worker",), fallback=None, degrade=False,
+                      preload=("harness.targets.worker", "harness.targets.boundaries")) as launcher:
         forked = execute(plan, tmp_path / "fork", launcher=launcher, worker_timeout_s=120)
         assert launcher.server_pid is not None  # every worker was forked (no fallback)
     spawned = execute(plan, tmp_path / "spawn", launcher=SpawnLauncher(),
@@ -457,14 +457,14 @@ def test_a_target_worker_forked_after_preload_is_killed_at_a_boundary_point(tmp_
 @pytest.mark.slow
 def test_target_workers_fork_from_a_preloaded_server_with_the_spawned_verdicts(
         tmp_path) -> None:
-    """The run's fork launcher forks ``python -m harness.target_worker`` from a second
-    server that preloaded the frameworks (``harness.fork_worker.TARGET_PRELOAD``); the
+    """The run's fork launcher forks ``python -m harness.targets.worker`` from a second
+    server that preloaded the frameworks (``harness.forkserver.worker.TARGET_PRELOAD``); the
     matrix (every kill point the trace found) and its verdicts are those of fresh
     interpreters."""
-    from harness.fork_launcher import ForkLauncher
-    from harness.launcher import make_launcher
-    from harness.runner import run
-    from harness.spawn_launcher import SpawnLauncher
+    from harness.launch.fork import ForkLauncher
+    from harness.launch.launcher import make_launcher
+    from harness.launch.spawn import SpawnLauncher
+    from harness.run.runner import run
 
     s = load_scenario(TARGETS_DIR / "python-starter.toml")
     launcher = make_launcher("fork")
@@ -473,7 +473,7 @@ def test_target_workers_fork_from_a_preloaded_server_with_the_spawned_verdicts(
         targets = launcher.fallback
         assert isinstance(launcher, ForkLauncher) and isinstance(targets, ForkLauncher)
         assert targets.unavailable is None and targets.server_pid is not None
-        assert "harness.target_worker" in targets.modules
+        assert "harness.targets.worker" in targets.modules
     finally:
         launcher.close()
     spawned = run([s], tmp_path / "spawn", jobs=2, launcher=SpawnLauncher(),

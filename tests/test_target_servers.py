@@ -1,5 +1,5 @@
 """Target workers fork from a server that preloaded only the frameworks their code uses
-(``harness.target_servers``): which frameworks a target's folder imports, and which server
+(``harness.launch.target_servers``): which frameworks a target's folder imports, and which server
 a worker's environment routes it to."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.fork_worker import TARGET_BASE, TARGET_PRELOAD
-from harness.target_servers import FRAMEWORKS_ENV, TargetServers, frameworks_of
+from harness.forkserver.worker import TARGET_BASE, TARGET_PRELOAD
+from harness.launch.target_servers import FRAMEWORKS_ENV, TargetServers, frameworks_of
 
 pytestmark = pytest.mark.pure
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from target_helpers import NEEDS_DBOS, NEEDS_LANGGRAPH, TargetCase
 
-from harness.fork_launcher import ForkLauncher
-from harness.fork_worker import TARGET_PRELOAD
+from harness.forkserver.worker import TARGET_PRELOAD
+from harness.launch.fork import ForkLauncher
 from harness.targets.base import Role
 from harness.targets.examples import DBOS, LANGGRAPH, STARTER
 from harness.targets.python import PythonTarget
@@ -31,7 +31,7 @@ def preloaded() -> Iterator[ForkLauncher]:
     run's fork launcher has: each worker is forked from it instead of importing LangGraph
     or DBOS again (seconds each). Fresh interpreters run the starter in
     ``test_target_scenarios`` (forked and spawned give the same verdicts)."""
-    with ForkLauncher(modules=("harness.target_worker",), preload=TARGET_PRELOAD,
+    with ForkLauncher(modules=("harness.targets.worker",), preload=TARGET_PRELOAD,
                       fallback=None, start_timeout_s=240.0) as launcher:
         yield launcher
 
@@ -78,7 +78,7 @@ def test_starter_parks_then_sends_once_with_the_key_committed_before_the_send(ca
 @pytest.mark.parametrize(("label", "rows"), [("b.sqlite.before_commit", 0),
                                              ("b.sqlite.after_commit", 1)])
 def test_sqlite_commit_points_sit_on_either_side_of_the_commit(case_of, label, rows) -> None:
-    # the starter never calls failpoint(): these points come from harness.boundaries
+    # the starter never calls failpoint(): these points come from harness.targets.boundaries
     case = case_of(STARTER)
     killed = case.run(Role.START, f"{label}=kill")
     assert killed.returncode == KILLED, killed.stderr

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from tricks import TRICKS, Trick
 
-from harness import sandbox
-from harness.grading import DEFAULT_RUBRIC, grade
-from harness.schedule import CrashSchedule
-from harness.sut import Sut
+from harness.grading.grade import DEFAULT_RUBRIC, grade
+from harness.model import CrashSchedule
+from harness.model.plan import Sut
+from harness.sandbox import users as sandbox
 
 pytestmark = pytest.mark.skipif(not sandbox.available(),
                                 reason="sealed grading gives workers a uid: needs root")
@@ -99,7 +99,7 @@ def test_a_planted_symlink_is_not_written_through(tmp_path: Path) -> None:
 @pytest.mark.io
 def test_a_symlink_given_as_the_results_path_is_refused_before_anything_runs(
         tmp_path: Path) -> None:
-    from harness.grading_io import OutputPathError
+    from harness.grading.safe_io import OutputPathError
 
     outside = tmp_path / "outside.txt"
     outside.write_text("precious\n")

@@ -1,4 +1,4 @@
-"""A reaped worker's output file is bounded on disk (``harness.processes.trim_output``):
+"""A reaped worker's output file is bounded on disk (``harness.launch.processes.trim_output``):
 its beginning and end are kept, with a line saying what was cut."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.processes import output_tail, trim_output
+from harness.launch.processes import output_tail, trim_output
 
 pytestmark = pytest.mark.io
 

@@ -11,14 +11,13 @@ from typing import Any
 
 import pytest
 
-from harness.checks import CHECK_IDS, NEEDS, CheckResult
-from harness.evidence import Evidence, WorkerRun
-from harness.execution import ExecutionPlan
-from harness.mock_gateway import GatewayLog
-from harness.model import CheckStatus, EvidenceSource, Gap
-from harness.scenario import Scenario
-from harness.schedule import CrashSchedule, KillPoint
-from harness.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN, decide, judge
+from harness.judge.checks.registry import CHECK_IDS, CHECKS, CheckResult
+from harness.judge.evidence import Evidence, WorkerRun
+from harness.judge.verdict import EXIT_STATUS, FAIL, PASS, UNKNOWN, decide, judge
+from harness.model import CheckStatus, CrashSchedule, EvidenceSource, Gap, KillPoint
+from harness.plan.scenario import Scenario
+from harness.run.execution import ExecutionPlan
+from harness.services.gateway import GatewayLog
 
 DEMO = Scenario(name="demo-keys-off", idempotency_keys=False,
                 expect_failing=frozenset({"same_key_one_delivery", "exactly_one_delivery"}))
@@ -151,7 +150,7 @@ def test_each_undecided_check_says_why_and_the_others_stay_decided() -> None:
     ev = evidence(gaps=(gap,))
     decided = {c.check_id: c for c in decide(ev, checks(), plan())}
     undecided = sorted(k for k, c in decided.items() if c.status is CheckStatus.UNDECIDED)
-    assert undecided == sorted(k for k, v in NEEDS.items() if EvidenceSource.APPROVALS in v)
+    assert undecided == sorted(c.id for c in CHECKS if EvidenceSource.APPROVALS in c.needs)
     assert {decided[k].undecided for k in undecided} == {gap.reason}
     assert decided["no_process_left"].status is CheckStatus.PASS
     verdict, reasons = judge(ev, checks(), plan())
@@ -280,7 +279,7 @@ def test_a_send_missing_after_a_kill_from_outside_is_not_known_to_be_lost(
     verdict ``unknown``, retried in a grade), not a ``fail`` saying "0 deliveries" (found
     by a trial: the reference loop FAILed, "lost", when someone ``kill -9``ed a worker).
     An exit of its own (a status, a crash signal) leaves the failure decided."""
-    from harness.assess import assess
+    from harness.judge.assess import assess
 
     workers = (run(0, "start", 0), run(1, "resume", returncode))
     ev = evidence(workers=workers, execution_id="o1001[no-kill]")
@@ -307,7 +306,7 @@ def test_a_kill_from_outside_that_other_workers_followed_does_not_cut_the_story_
     the human approved and a resume ran after it and sent nothing: the story went on, so
     the missing send is the resume's, a ``fail`` (found by an attack: a loop that killed
     itself after parking turned its lost send into ``unknown``)."""
-    from harness.assess import assess
+    from harness.judge.assess import assess
 
     workers = (run(0, "start", -9), run(1, "resume", 0))
     ev = evidence(workers=workers, execution_id="o1001[no-kill]")
@@ -322,7 +321,7 @@ def test_a_send_the_history_claims_is_a_proven_loss_even_when_cut_short() -> Non
     """The last worker checkpointed ``completed, email_sent`` with no delivery behind it,
     then died of a SIGTERM: the loop itself says it is done and will not send again, so
     the missing delivery is decided (``fail``), not "not known" (found by an attack)."""
-    from harness.assess import assess
+    from harness.judge.assess import assess
     from tests.test_checks import good_states, rows
 
     workers = (run(0, "start", 0), run(1, "resume", -15))

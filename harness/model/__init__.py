@@ -4,7 +4,8 @@ Data flows one way — plan → story record → evidence → checks → verdict
 every stage hands the next one of these frozen dataclasses. This package imports nothing
 of the harness outside itself (a test reads the import graph), so any module may use it:
 reports, the explorer and the pytest plugin take their types from here, never from the
-runner.
+runner. It imports no other package of the harness (only ``shopops``'s labels and records,
+until the contract moves out of the loop under test).
 """
 
 from harness.model.evidence import (
@@ -23,6 +24,7 @@ from harness.model.evidence import (
 )
 from harness.model.hits import HIT_KINDS, HitCounter, number_trace
 from harness.model.kinds import (
+    CheckId,
     CheckStatus,
     EventKind,
     EvidenceSource,
@@ -74,7 +76,7 @@ __all__ = [
     "FaultSpec", "Gap", "GatewayLog", "HistoryMark", "HitCounter", "HoldStep", "HumanAction",
     "HumanStep",
     "KillPoint", "NOTE_GATE", "NoteDelivery", "PythonTarget", "ReleaseStep", "RequestRecord",
-    "RunResult", "Scenario",
+    "RunResult", "Scenario", "CheckId",
     "Shard", "ShardError", "ShardPlan", "StateField", "Step", "StepKind", "StorageFault",
     "StorageStep", "StoryRecord", "Sut", "TargetRole", "TicketKind", "Unit", "Verdict",
     "Wait", "When", "WorkerRole", "WorkerRun", "WorkersStep", "number_trace", "roll_up",

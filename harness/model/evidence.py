@@ -195,7 +195,7 @@ class WorkerRun:
         role: ``start`` (first run), ``recheck`` (resume before approval; must park again),
             ``resume`` (resume after approval).
         pid, returncode: as reaped (``-9`` = SIGKILL).
-        killed_by_harness, timed_out: see ``harness.processes.ExitInfo``.
+        killed_by_harness, timed_out: see ``harness.launch.processes.ExitInfo``.
         leftovers: pids of its process group found alive after it exited.
         stdout_tail, stderr_tail: the last lines it printed.
         elapsed_s: seconds from launch to reap.
@@ -282,7 +282,7 @@ class Evidence:
         target_states: a target's durable state read at the end through its own API
             (its ``history``), oldest first; empty for the reference.
         target_exposes: the ``StateField`` s the target reports; a check that needs
-            another is not applicable (``harness.target_checks``).
+            another is not applicable (``harness.judge.checks.targets``).
     """
 
     execution_id: str

@@ -1,7 +1,7 @@
 """The one hit counter: which occurrence of its label a hit is (``KillPoint``).
 
 Kill points name the N-th hit of a label across every worker of an execution
-(``harness.schedule``). The kill controller counts live hits with it, the kill matrix and
+(``harness.model.points``). The kill controller counts live hits with it, the kill matrix and
 the explorer count the hits of a recorded trace with ``number_trace``: one rule, so the
 same text names the same moment in a trace run and in a killed run.
 """

@@ -41,6 +41,31 @@ class CheckStatus(StrEnum):
     NOT_APPLICABLE = "not_applicable"  # the target does not expose the state it needs
 
 
+class CheckId(StrEnum):
+    """The checks of the checklist, in report order (``harness.judge.checks.registry``
+    registers exactly one check per member; a test says so). Scenario files, rubric files and
+    reports name checks by these strings."""
+
+    DRAFT_IDENTICAL = "draft_identical"
+    PARKED_UNTIL_APPROVAL = "parked_until_approval"
+    NOT_SENT_BEFORE_APPROVAL = "not_sent_before_approval"
+    STEP_CONTINUES = "step_continues"
+    SAME_KEY_ONE_DELIVERY = "same_key_one_delivery"
+    EXACTLY_ONE_DELIVERY = "exactly_one_delivery"
+    TICKET_SERVER_ISSUED = "ticket_server_issued"
+    INTAKE_NOT_REPEATED = "intake_not_repeated"
+    STORAGE_SAFE = "storage_safe"
+    NO_PROCESS_LEFT = "no_process_left"
+    NO_TAMPERING = "no_tampering"
+    NO_REQUEST_AFTER_DONE = "no_request_after_done"
+    PHASE_PATH = "phase_path"
+    LEASE_EXCLUSIVE = "lease_exclusive"
+    REJECTION_RESPECTED = "rejection_respected"
+    ATTEMPTS_BOUNDED = "attempts_bounded"
+    HISTORY_NOT_REPLACED = "history_not_replaced"
+    PER_ACTION = "per_action"
+
+
 class EventKind(StrEnum):
     """What one entry of the harness's trace (``Event.kind``) records."""
 
@@ -59,7 +84,7 @@ class EventKind(StrEnum):
     CLOCK = "clock"  # the simulated clock moved
     STEP = "step"  # a story step began
     ERROR = "error"  # a harness-side problem seen while the story ran
-    TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox)
+    TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox.users)
     LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
 
 

@@ -2,7 +2,7 @@
 execution's plan — plain frozen data (kill points: ``harness.model.points``; story steps:
 ``harness.model.story``).
 
-Parsing of scenario files lives in ``harness.scenario``; these types only hold what was
+Parsing of scenario files lives in ``harness.plan.scenario``; these types only hold what was
 validated.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 import shopops
-from harness.model.kinds import HumanAction, StorageFault, TicketKind
+from harness.model.kinds import CheckId, HumanAction, StorageFault, TicketKind
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
 from harness.model.story import Step
 from harness.model.target import PythonTarget
@@ -117,7 +117,7 @@ class Scenario:
             reusing its identity).
         storage_fault, lock_at, lock_ms: the ``[storage]`` table.
         story: the story as steps (``[[story]]``); empty: the story the tables above
-            describe (``harness.story_plan.expand`` turns them into steps).
+            describe (``harness.plan.story_plan.expand`` turns them into steps).
         expect_failing: check ids expected to fail in every killed execution.
         expect_deliveries: deliveries the case must end with (1; 0 when nothing may send).
         expect_worker_error: the error a resuming worker must stop with (exit 1), e.g.
@@ -156,7 +156,7 @@ class Scenario:
     lock_at: KillPoint | None = None
     lock_ms: int = 300
     story: tuple[Step, ...] = ()
-    expect_failing: frozenset[str] = field(default_factory=frozenset)
+    expect_failing: frozenset[CheckId] = field(default_factory=frozenset)
     expect_deliveries: int = 1
     expect_worker_error: str | None = None
     target: PythonTarget | None = None
@@ -174,7 +174,7 @@ SRC = str(Path(shopops.__file__).resolve().parent.parent)
 
 @dataclass(frozen=True)
 class Sut:
-    """An implementation to run (the adapter contract: ``harness.sut``).
+    """An implementation to run (the adapter contract: ``harness.model.plan``).
 
     Attributes:
         path: the folder holding the package (first on ``PYTHONPATH``), or ``None`` for the
@@ -204,14 +204,14 @@ class Sut:
     @property
     def untrusted(self) -> bool:
         """A foreign implementation that is not our own variant: started through
-        ``harness.sut_boot`` under limits, and sealed (``harness.sandbox``) when the
+        ``harness.sandbox.boot`` under limits, and sealed (``harness.sandbox.users``) when the
         harness can give it a user of its own."""
         return self.foreign and not self.trusted
 
     def argv(self, *args: str) -> list[str]:
         """The command line of one worker running ``MODULE ARGS``. For an untrusted
         implementation the boot's uid and code folder are placeholders (``-1``, ``-``:
-        unsealed) that ``harness.sut.sealed_argv`` fills in per execution."""
+        unsealed) that ``harness.launch.sealed.sealed_argv`` fills in per execution."""
         if not self.untrusted:
             return [sys.executable, "-m", self.module, *args]
         return [sys.executable, *BOOT, str(self.memory_mib), str(self.file_size_mib),
@@ -219,7 +219,7 @@ class Sut:
 
     def pythonpath(self, inherited: str | None) -> str:
         """``PYTHONPATH`` for a worker: the implementation's folder first, then the
-        harness's (for ``harness.sut_boot``), then what was inherited."""
+        harness's (for ``harness.sandbox.boot``), then what was inherited."""
         first = [str(self.path.resolve())] if self.path is not None else []
         return os.pathsep.join(p for p in (*first, SRC, inherited) if p)
 
@@ -233,7 +233,7 @@ REFERENCE = Sut()
 #: How an untrusted worker's interpreter starts the boot: ``-P`` keeps the cwd (the
 #: worker's own writable folder) off ``sys.path`` while the boot still runs as root, ``-s``
 #: keeps the user site out.
-BOOT = ("-P", "-s", "-m", "harness.sut_boot")
+BOOT = ("-P", "-s", "-m", "harness.sandbox.boot")
 
 
 @dataclass(frozen=True)

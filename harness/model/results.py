@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.model.evidence import Evidence
-from harness.model.kinds import CheckStatus, Verdict
+from harness.model.kinds import CheckId, CheckStatus, Verdict
 from harness.model.plan import ExecutionPlan
 from harness.model.shard import Shard, ShardPlan
 
@@ -19,24 +19,29 @@ class CheckResult:
     """One check over one execution's evidence.
 
     Attributes:
-        check_id: the check's name (``harness.checks.CHECK_IDS``).
+        check_id: the check (a ``CheckId``; its string is taken too and turned into one,
+            and a string that names no check raises ``ValueError``).
         passed: the check held. ``False`` when it failed *or* could not be decided.
         detail: one line.
         evidence: the lines a human needs to see why.
         undecided: why the check could not be decided (the evidence it needs is missing),
-            or ``None`` when it was decided (``harness.verdict.decide``).
+            or ``None`` when it was decided (``harness.judge.verdict.decide``).
         applicable: ``False`` when the target under test does not expose the state the
-            check needs (``harness.target_checks``): then ``passed`` is ``False`` too, the
+            check needs (``harness.judge.checks.targets``): then ``passed`` is ``False`` too, the
             status is ``not_applicable`` and the verdict ignores it — never a pass, never
             an unknown.
     """
 
-    check_id: str
+    check_id: CheckId
     passed: bool
     detail: str
     evidence: tuple[str, ...] = ()
     undecided: str | None = None
     applicable: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.check_id, CheckId):
+            object.__setattr__(self, "check_id", CheckId(self.check_id))
 
     @property
     def status(self) -> CheckStatus:
@@ -119,7 +124,7 @@ class RunResult:
             ``repeat`` > 1: the same ids come back once per repeat).
         stopped_early: ``fail_fast`` stopped the run at its first failing execution.
         shard: the part of the matrix this run is (``run(shard=...)``), else ``None``.
-        shard_plan: how the matrix was cut (every shard's units, ``harness.shard``), which
+        shard_plan: how the matrix was cut (every shard's units, ``harness.plan.shard``), which
             ``merge`` compares across shards; ``None`` when not sharded.
         skipped: ``(scenario, why)`` of the scenarios a ``--schedule`` was not run on
             because it is not in their kill matrix (``run(where_planned=True)``).

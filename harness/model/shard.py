@@ -1,4 +1,4 @@
-"""A sharded run's parts — plain frozen data (``harness.shard`` cuts the matrix into
+"""A sharded run's parts — plain frozen data (``harness.plan.shard`` cuts the matrix into
 them; ``RunResult`` records which part it is and how the matrix was cut)."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A scenario's story as data: an ordered list of steps the story engine interprets
-(``harness.story``), and the frozen record the engine hands back (``docs/design.md``,
+(``harness.story.engine``), and the frozen record the engine hands back (``docs/design.md``,
 "The story engine"; ``scenarios/README.md`` documents each step kind with an example).
 
 Today's tables (``[human]``, ``[concurrency]``, ``[storage]``) are shorthands that expand
-into these steps (``harness.story_plan.expand``); a ``[[story]]`` array of tables writes
+into these steps (``harness.plan.story_plan.expand``); a ``[[story]]`` array of tables writes
 them out. Kill schedules apply across the whole story.
 """
 

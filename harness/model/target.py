@@ -1,6 +1,6 @@
 """The loop under test when it is not the reference: a target's roles, the durable state it
 exposes, one snapshot of that state, and the target itself (functions ``module:function``
-run by ``harness.target_worker``) — plain frozen data (``docs/design.md``, "Targets").
+run by ``harness.targets.worker``) — plain frozen data (``docs/design.md``, "Targets").
 
 Parsing of a scenario's ``[target]`` table lives in ``harness.targets.spec``; the shipped
 examples in ``harness.targets.examples``.
@@ -76,7 +76,7 @@ class DurableState:
 @dataclass(frozen=True)
 class PythonTarget:
     """A loop given as functions of a module in ``folder``, each run in a fresh worker by
-    ``python -m harness.target_worker ROLE FOLDER MODULE:FUNCTION CONTEXT_FILE``.
+    ``python -m harness.targets.worker ROLE FOLDER MODULE:FUNCTION CONTEXT_FILE``.
 
     Attributes:
         folder: the folder put first on ``sys.path`` (absolute).
@@ -109,10 +109,10 @@ class PythonTarget:
         return role in self.functions
 
     def argv(self, role: TargetRole, context_file: Path) -> list[str]:
-        """``python -m harness.target_worker ROLE FOLDER MODULE:FUNCTION CONTEXT_FILE``.
+        """``python -m harness.targets.worker ROLE FOLDER MODULE:FUNCTION CONTEXT_FILE``.
 
         Raises:
             KeyError: the target has no function for ``role``.
         """
-        return [sys.executable, "-m", "harness.target_worker", role.value, str(self.folder),
+        return [sys.executable, "-m", "harness.targets.worker", role.value, str(self.folder),
                 self.functions[role], str(context_file)]

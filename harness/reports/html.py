@@ -156,7 +156,7 @@ def render_grade(*, title: str, score: float, max_score: float, implementation: 
         implementation: what was graded (``Sut.describe()``).
         output: the top-level message.
         tests: rubric items with ``name``, ``score``, ``max_score``, ``output`` (attributes
-            or mapping keys: ``harness.grading.GradedTest`` or dicts).
+            or mapping keys: ``harness.grading.grade.GradedTest`` or dicts).
         run_report: a relative link to the run's ``report.html``, if any.
     """
     return render_page("grade.html.j2", title=title, score=score, max_score=max_score,

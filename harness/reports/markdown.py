@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.checks import CHECK_IDS
+from harness.judge.checks.registry import CHECK_IDS
 from harness.model import Event, ExecutionResult, RunResult, Verdict
 from harness.reports.base import (
     check_status,

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.scratch import DATABASE_SUFFIXES as _DB_SUFFIXES
+from harness.sandbox.scratch import DATABASE_SUFFIXES as _DB_SUFFIXES
 
 if TYPE_CHECKING:
     from harness.model import ExecutionResult
@@ -36,7 +36,7 @@ DEFAULT_KEEP_RUNS = 10
 #: The file whose presence says a run folder's reports are all written (each is written
 #: last: ``summary.json`` by ``write_reports``, ``explore.json`` by an exploration).
 COMPLETE_MARKS = ("summary.json", "explore.json")
-#: A run id (``harness.runner.new_run_id``), optionally prefixed (``grade-``).
+#: A run id (``harness.run.runner.new_run_id``), optionally prefixed (``grade-``).
 RUN_ID = re.compile(r"(?:[a-z]+-)?(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)")
 
 

@@ -23,7 +23,7 @@ def summary(run: RunResult) -> dict[str, Any]:
         "executions": [execution_dict(r) for r in run.results],
     }
     if run.shard is not None and run.shard_plan is not None:
-        out["shard"] = run.shard_plan.as_dict(run.shard)  # harness.shard.ShardPlan.as_dict
+        out["shard"] = run.shard_plan.as_dict(run.shard)  # harness.plan.shard.ShardPlan.as_dict
     return out
 
 

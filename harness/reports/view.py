@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.model import NO_KEY, CheckStatus
+from harness.model import NO_KEY, CheckId, CheckStatus
 from shopops import labels
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ OUTCOME_TEXT: dict[DeliveryOutcome, str] = {
 #: The checks that judge how many emails were delivered: a ``fail`` execution is a lost
 #: send only when they decided it (one undecided — the story cut short — leaves the count
 #: unknown, whatever else failed).
-COUNT_CHECKS = frozenset({"exactly_one_delivery", "same_key_one_delivery"})
+COUNT_CHECKS = frozenset({CheckId.EXACTLY_ONE_DELIVERY, CheckId.SAME_KEY_ONE_DELIVERY})
 
 
 def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
@@ -139,7 +139,7 @@ def scenario_rows(run: RunResult) -> list[ScenarioRow]:
         for _, r in members:
             spread[r.evidence.deliveries] = spread.get(r.evidence.deliveries, 0) + 1
         want = ("a duplicate: its kills must duplicate"  # a demo such as demo-keys-off
-                if "exactly_one_delivery" in scenario.expect_failing
+                if CheckId.EXACTLY_ONE_DELIVERY in scenario.expect_failing
                 else scenario.expect_deliveries)
         deliveries = ", ".join(f"{n}×{d}" for d, n in sorted(spread.items()))
         rows.append(ScenarioRow(

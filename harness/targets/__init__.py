@@ -1,12 +1,12 @@
-"""Targets: the durable loops the harness can drive (issue 11).
+"""Targets: the durable loops the harness can drive besides the reference (issue 11).
 
 A target is started, resumed and told the human's decision through Python functions
-(``module:function``) that the harness calls in a fresh worker process
-(``harness.target_worker``), handed a ``TargetContext``. The reference loop stays the
-default target and keeps its own command line (``harness.sut``).
+(``module:function``) that the harness calls in a worker process (``worker``, which first
+installs the kill points at its durability boundaries, ``boundaries``), handed a
+``TargetContext`` (``context``). ``spec`` validates a scenario's ``[target]`` table,
+``examples`` names the shipped ones, ``extras`` the optional extras they need, ``drive``
+is what the story needs of a target, ``base`` the adapter protocol and ``python`` the
+Python target.
 
-- ``harness.targets.context``: ``TargetContext`` (what a target is handed) and
-  ``TargetSpec`` (a scenario's ``[target]`` table, validated).
-- ``harness.targets.extras``: which optional extra a framework target needs, and the clear
-  error when it is missing.
+It may import ``model`` only: ``plan`` and ``story`` import it, never the reverse.
 """

@@ -3,9 +3,9 @@
 One small protocol, one module per target (as pytest-xdist keeps one module per
 scheduler): ``harness.targets.python`` (functions ``module:function``; the LangGraph and
 DBOS examples are Python targets with an extra), the reference loop keeping its own CLI
-(``harness.sut``). A target says how to start a case, resume/recover it, deliver the
+(``harness.model.plan``). A target says how to start a case, resume/recover it, deliver the
 human's decision for a gate, which durable state it exposes for the checks, and where the
-harness may kill (its ``failpoint()`` calls plus the boundaries ``harness.boundaries``
+harness may kill (its ``failpoint()`` calls plus the boundaries ``harness.targets.boundaries``
 installs). The gateway's ledger stays the one judge of deliveries for every target.
 """
 

@@ -37,7 +37,7 @@ class TargetContext:
         ticket: the ticket the human's approval issued, for ``resume``/``decide`` (else
             ``None``).
         options: the scenario's ``target.options`` (strings), e.g. ``{"durability": "exit"}``.
-        approvals_service: the harness's approval service (``harness.approval_service``;
+        approvals_service: the harness's approval service (``harness.services.approvals``;
             ``SHOPOPS_APPROVALS_SOCKET``), which holds the approval records under the
             harness; ``None``: the queue is the file ``approvals_db``.
     """

@@ -1,4 +1,4 @@
-"""What the story needs from a scenario's target (``harness.story_workers``): each worker's
+"""What the story needs from a scenario's target (``harness.story.workers``): each worker's
 command line with its ``TargetContext`` written beside it, and the target's durable state
 read back at the end through the target's own API (its ``history`` function: LangGraph's
 ``get_state_history``, DBOS's ``list_workflow_steps``).

@@ -1,6 +1,6 @@
 """The Python target: a hand-written loop given as functions ``module:function``.
 
-Each function takes a ``TargetContext`` and is run by ``harness.target_worker`` in a fresh
+Each function takes a ``TargetContext`` and is run by ``harness.targets.worker`` in a fresh
 worker process, with the target's folder first on ``sys.path`` and the harness's boundary
 kill points installed before the module is imported. ``start`` and ``resume`` are
 required; ``decide`` (deliver the human's decision) and ``history`` (report durable state)

@@ -1,0 +1,306 @@
+"""Checks over the whole history of an execution, not only its outcome (issue 9, part C).
+
+Counting deliveries misses what real loops get wrong: a worker that calls the gateway again
+after the case completed (the gateway dedupes it), a stale worker that rewrites a finished
+checkpoint, two owners writing in turn, a rejected case parked forever, a case that is
+picked up after crash after crash without end. Each check is a pure function over the
+evidence the harness gathered itself (its trace, the checkpoint rows it read, the approval
+records, the gateway's log) and returns the evidence lines that say why.
+
+The phase FSM here is the chapter's, as data (phase names are what checkpoints store), so a
+target's own state classes are not needed to judge its history.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.judge.checks.support import (
+    draft_digest,
+    history_replaced,
+    parsed_states,
+    redrafts_owed,
+)
+from harness.model import CheckId, CheckResult, Evidence
+
+#: Chapter 8's phase FSM (``docs/design.md``), with the production loop's edges: a
+#: rejection with feedback goes back to drafting; any live phase may be dead-lettered.
+LIVE = ("intake", "drafting", "awaiting_approval", "approved", "sending")
+TERMINAL = frozenset({"completed", "rejected", "dead_lettered"})
+EDGES: frozenset[tuple[str, str]] = frozenset(
+    {("intake", "drafting"), ("drafting", "awaiting_approval"),
+     ("awaiting_approval", "approved"), ("awaiting_approval", "rejected"),
+     ("awaiting_approval", "drafting"), ("approved", "sending"), ("sending", "completed")}
+    | {(p, "dead_lettered") for p in LIVE})
+#: The edge that goes back, allowed once per rejection with feedback.
+REDRAFT = ("awaiting_approval", "drafting")
+PARKED = "awaiting_approval"
+#: Labelled points after which the worker did real work past loading (not a save).
+_NOT_WORK = frozenset({"t6.checkpoint_loaded", "ckpt.before_commit"})
+
+
+def _reachable(src: str) -> set[str]:
+    seen, todo = {src}, [src]
+    while todo:
+        here = todo.pop()
+        for a, b in EDGES:
+            if a == here and b not in seen and (a, b) != REDRAFT:
+                seen.add(b)
+                todo.append(b)
+    return seen
+
+
+def _worker_of(ev: Evidence, pid: int | None) -> str:
+    found = [w for w in ev.workers if pid is not None and w.pid == pid]
+    return f"worker {found[0].index} (pid {pid})" if found else f"pid {pid}"
+
+
+def _requests(ev: Evidence) -> list[Any]:
+    return [r for r in ev.gateway.requests if r.case_id == ev.case_id]
+
+
+def no_request_after_done(ev: Evidence) -> CheckResult:
+    """No gateway request at all — not only no delivery — once the case is terminal or its
+    send is acknowledged by a checkpoint: a worker that started from such a checkpoint
+    (phase read by the harness before it started) makes none, and no request reaches the
+    gateway after a worker reported ``t7.completed_saved`` (trace order: the gateway
+    reports each request into the trace as it receives it). The same for the order note's
+    requests (its own ledger, ``note:<seq>`` in the trace), and for the email once its own
+    acknowledgment is durable: no email request after a worker reported
+    ``t6.email_sent_saved`` (a case with the order note checkpoints the sent email before
+    the note leaves). A deduplicated repeat is still a bug: it bets the customer's inbox on
+    the gateway's memory (Chapter 8, "Checkpoints do not give exactly-once side
+    effects")."""
+    states, problems = parsed_states(ev)
+    acked_before = {w.index for w in ev.workers if w.phase_before in TERMINAL}
+    lines, bad = [], []
+    notes = [r for r in ev.gateway.note_requests if r.case_id == ev.case_id]
+    for r in _requests(ev) + notes:
+        who = next((w for w in ev.workers if w.pid == r.worker_pid), None)
+        if who is not None and who.index in acked_before:
+            bad.append(f"gateway request {r.seq} (status {r.status}) by worker {who.index}, "
+                       f"which started from a {who.phase_before} checkpoint")
+    done_at = [e.seq for e in ev.events if e.kind == "hit" and e.label == "t7.completed_saved"]
+    if done_at:
+        late = [e for e in ev.events if e.kind == "request" and e.seq > done_at[0]]
+        bad += [f"trace seq {e.seq}: gateway request {e.ref} from {_worker_of(ev, e.pid)} "
+                f"after the completed checkpoint (trace seq {done_at[0]})" for e in late]
+        lines.append(f"trace seq {done_at[0]}: completed checkpoint committed")
+    acked_at = [e.seq for e in ev.events if e.kind == "hit" and e.label == "t6.email_sent_saved"]
+    if acked_at:
+        late = [e for e in ev.events if e.kind == "request" and e.seq > acked_at[0]
+                and not (e.ref or "").startswith("note:")
+                and not (done_at and e.seq > done_at[0])]  # those are counted above
+        bad += [f"trace seq {e.seq}: email request {e.ref} from {_worker_of(ev, e.pid)} after "
+                f"the checkpoint acknowledging the email (trace seq {acked_at[0]})"
+                for e in late]
+    sent = [seq for seq, s in states if s.email_sent]
+    lines.append(f"checkpoints acknowledging the send: {sent or 'none'}; "
+                 f"{len(_requests(ev))} gateway request(s) for the case"
+                 + (f", {len(notes)} order-note request(s)" if notes else ""))
+    lines += bad
+    if problems:
+        return CheckResult(CheckId.NO_REQUEST_AFTER_DONE, False, problems[0],
+                           tuple(lines + problems))
+    if bad:
+        return CheckResult(CheckId.NO_REQUEST_AFTER_DONE, False,
+                           f"{len(bad)} gateway request(s) after the case was done",
+                           tuple(lines))
+    return CheckResult(CheckId.NO_REQUEST_AFTER_DONE, True,
+                       "no request once the case was done", tuple(lines))
+
+
+def phase_path(ev: Evidence) -> CheckResult:
+    """The checkpointed phases form a path of the FSM: each row's phase is the previous
+    one's or reachable from it (nothing moves backwards, except one redraft per rejection
+    with feedback), and nothing is written after a terminal phase."""
+    states, problems = parsed_states(ev)
+    owed = len(redrafts_owed(ev))
+    lines = [f"checkpoint seq {seq}: {s.phase}" for seq, s in states]
+    bad, prev = [], "intake"
+    ended: int | None = None
+    for seq, s in states:
+        phase = s.phase
+        if ended is not None:
+            bad.append(f"checkpoint seq {seq} ({phase}) written after the terminal "
+                       f"checkpoint seq {ended}")
+        elif (prev, phase) == REDRAFT and owed > 0:
+            owed -= 1
+        elif phase != prev and phase not in _reachable(prev):
+            bad.append(f"checkpoint seq {seq}: {prev} -> {phase} is not a path of the FSM")
+        if phase in TERMINAL and ended is None:
+            ended = seq
+        prev = phase
+    lines += bad
+    if problems:
+        return CheckResult(CheckId.PHASE_PATH, False, problems[0], tuple(lines + problems))
+    if bad:
+        return CheckResult(CheckId.PHASE_PATH, False, bad[0], tuple(lines))
+    return CheckResult(CheckId.PHASE_PATH, True, f"{len(states)} checkpoint(s) along the FSM",
+                       tuple(lines))
+
+
+def lease_exclusive(ev: Evidence) -> CheckResult:
+    """Lease exclusivity over the rows written under a lease: fences never decrease, and a
+    change of writer (another owner, or another process of the same owner name) comes with
+    a higher fence — so two owners' writes never interleave, and once a lease was taken
+    over no write of the old holder got through (Chapter 8 exercise 4; Kleppmann's fencing
+    tokens). Once any row is leased, a row without a lease is a write that bypassed it.
+    Passes vacuously when no row was written under a lease."""
+    rows = list(ev.loop_checkpoints)
+    leased = [r for r in rows if r.fence is not None]
+    lines = [f"checkpoint seq {r.seq}: owner {r.lease_owner} fence {r.fence} by "
+             f"{_worker_of(ev, r.writer_pid)}" for r in rows if r.fence is not None]
+    if not leased:
+        return CheckResult(CheckId.LEASE_EXCLUSIVE, True, "no write under a lease", tuple(lines))
+    bad = []
+    first = rows.index(leased[0])
+    bad += [f"checkpoint seq {r.seq} was written without a lease after leased writes"
+            for r in rows[first:] if r.fence is None]
+    for a, b in zip(leased, leased[1:], strict=False):
+        assert a.fence is not None and b.fence is not None
+        writer_a, writer_b = (a.lease_owner, a.writer_pid), (b.lease_owner, b.writer_pid)
+        if b.fence < a.fence:
+            bad.append(f"checkpoint seq {b.seq}: fence {b.fence} after fence {a.fence} "
+                       f"(seq {a.seq}): a taken-over holder wrote")
+        elif writer_b != writer_a and b.fence == a.fence and None not in (a.writer_pid,
+                                                                           b.writer_pid):
+            bad.append(f"checkpoint seq {b.seq}: {_worker_of(ev, b.writer_pid)} wrote under "
+                       f"fence {b.fence}, the fence {_worker_of(ev, a.writer_pid)} wrote under "
+                       f"(seq {a.seq}): two holders of one lease")
+        elif a.lease_owner != b.lease_owner and b.fence == a.fence:
+            bad.append(f"checkpoint seq {b.seq}: owners {a.lease_owner} and {b.lease_owner} "
+                       f"share fence {b.fence}")
+    lines += bad
+    if bad:
+        return CheckResult(CheckId.LEASE_EXCLUSIVE, False, bad[0], tuple(lines))
+    return CheckResult(CheckId.LEASE_EXCLUSIVE, True,
+                       f"{len(leased)} leased write(s); fences rise with every new holder",
+                       tuple(lines))
+
+
+def rejection_respected(ev: Evidence) -> CheckResult:
+    """A rejected draft is never sent, and a rejected case never parks forever: after a
+    plain rejection the case ends ``rejected``; after a rejection with feedback the loop
+    drafts again — the feedback visible in a later checkpointed draft — and asks for a new
+    approval, or ends ``rejected``. Judged when a worker ran after the human's decision."""
+    states, problems = parsed_states(ev)
+    rejected = [r for r in ev.approval_requests if r.status == "rejected"]
+    if not rejected:
+        return CheckResult(CheckId.REJECTION_RESPECTED, True, "nothing was rejected")
+    final = states[-1][1] if states else None
+    digests = [(seq, s.draft) for seq, s in states if s.draft is not None]
+    lines = [f"request {r.request_id}: rejected"
+             + (f" with feedback {r.feedback!r}" if getattr(r, "feedback", None) else "")
+             for r in rejected]
+    lines.append(f"final checkpoint: {final.phase if final else 'none'}")
+    bad = []
+    for d in ev.gateway.deliveries_for(ev.case_id):
+        if any(draft_digest(d.to, d.subject, d.body) == r.draft_digest for r in rejected):
+            bad.append(f"delivery {d.delivery_id} sent a rejected draft")
+    decided = [e.seq for e in ev.events if e.kind == "human" and "rejected" in e.detail]
+    ran_after = [w for w in ev.workers if decided and any(
+        e.kind == "worker_start" and e.worker == w.index and e.seq > decided[0]
+        for e in ev.events)]
+    requests_after = {r.draft_digest for r in ev.approval_requests} - {
+        r.draft_digest for r in rejected}
+    for r in rejected:
+        feedback = getattr(r, "feedback", None)
+        if final is not None and final.phase == "rejected":
+            continue
+        if not ran_after:
+            lines.append("no worker ran after the rejection: not judged")
+            continue
+        if not feedback:
+            bad.append(f"request {r.request_id} was rejected but the case is "
+                       f"{final.phase if final else 'without a checkpoint'}, not rejected")
+        elif not any(feedback in draft.body for _, draft in digests
+                     if draft.digest() != r.draft_digest):
+            bad.append(f"no later draft answers the feedback on {r.request_id}")
+        elif not requests_after and final is not None and final.phase == PARKED:
+            bad.append(f"the redraft after {r.request_id} was never sent for approval")
+    if final is not None and final.phase == PARKED and final.draft is not None and any(
+            final.draft.digest() == r.draft_digest for r in rejected) and ran_after:
+        bad.append("the case is parked on a draft the human rejected: it waits forever")
+    lines += bad
+    if problems:
+        return CheckResult(CheckId.REJECTION_RESPECTED, False, problems[0], tuple(lines + problems))
+    if bad:
+        return CheckResult(CheckId.REJECTION_RESPECTED, False, bad[0], tuple(lines))
+    return CheckResult(CheckId.REJECTION_RESPECTED, True,
+                       "every rejection ended the case or was answered by a redraft",
+                       tuple(lines))
+
+
+def _recoveries(ev: Evidence) -> list[int]:
+    """Workers that picked the case up in flight after the harness killed the worker before
+    them, and then did work past loading (so their attempt had to be durable first)."""
+    out = []
+    by_index = {w.index: w for w in ev.workers}
+    for w in ev.workers:
+        before = by_index.get(w.index - 1)
+        if (before is None or not before.killed_by_harness or w.phase_before is None
+                or w.phase_before == PARKED or w.phase_before in TERMINAL):
+            continue
+        labels = [e.label for e in ev.events if e.kind == "hit" and e.worker == w.index]
+        if "t6.checkpoint_loaded" in labels and any(
+                lab not in _NOT_WORK for lab in labels[labels.index("t6.checkpoint_loaded"):]):
+            out.append(w.index)
+    return out
+
+
+def attempts_bounded(ev: Evidence) -> CheckResult:
+    """The recovery-attempt counter in the checkpoints never goes down, and a case picked
+    up in flight more often than the maximum (counted by the harness from its own kills
+    and the workers' progress) ends ``dead_lettered`` — it is not tried again (Chapter 8:
+    workers and dead-letter queues at fleet scale). The maximum is the scenario's
+    ``sut.max_attempts``; without one only the counter is judged."""
+    states, problems = parsed_states(ev)
+    counts = [(seq, getattr(s, "recovery_attempts", 0)) for seq, s in states]
+    lines = [f"checkpoint seq {seq}: {n} recovery attempt(s)" for seq, n in counts
+             if n or seq == counts[-1][0]]
+    bad = [f"checkpoint seq {b}: the attempt counter went down from {n} to {m}"
+           for (a, n), (b, m) in zip(counts, counts[1:], strict=False) if m < n]
+    maximum = getattr(ev, "max_attempts", None)
+    recovered = _recoveries(ev)
+    lines.append(f"workers that recovered the case in flight: {recovered or 'none'}; "
+                 f"maximum {maximum if maximum is not None else 'not set'}")
+    final = states[-1][1].phase if states else None
+    if maximum is not None and len(recovered) > maximum and final != "dead_lettered":
+        bad.append(f"{len(recovered)} recoveries, more than the maximum {maximum}, but the "
+                   f"case ended {final}, not dead_lettered")
+    lines += bad
+    if problems:
+        return CheckResult(CheckId.ATTEMPTS_BOUNDED, False, problems[0], tuple(lines + problems))
+    if bad:
+        return CheckResult(CheckId.ATTEMPTS_BOUNDED, False, bad[0], tuple(lines))
+    return CheckResult(CheckId.ATTEMPTS_BOUNDED, True,
+                       "dead-lettered past the maximum" if final == "dead_lettered"
+                       else "the attempt counter never went down", tuple(lines))
+
+
+def history_not_replaced(ev: Evidence) -> CheckResult:
+    """The checkpoint history is one history: the file the harness read at the end is the
+    file it read when the human approved, and it still begins with the rows it read then,
+    byte for byte (``check_support.history_replaced``). A loop that deletes its checkpoint
+    file and starts it again, or rewrites old rows, leaves a history whose ``seq`` numbers
+    cannot be set against the approval; the checks that do so
+    (``parked_until_approval``, ``not_sent_before_approval``) leave those comparisons to
+    this one."""
+    mark = ev.history_at_approval
+    if mark is None:
+        return CheckResult(CheckId.HISTORY_NOT_REPLACED, True,
+                           "no approval, or the history could not be read at it: nothing to "
+                           "compare", ())
+    lines = [f"at approval: {mark.rows} row(s) up to seq {mark.seq}, digest "
+             f"{mark.digest[:12]}, file "
+             + (f"dev {mark.file_id[0]} inode {mark.file_id[1]}" if mark.file_id else "none")]
+    now = ev.checkpoints_file
+    lines.append(f"at the end: {len(ev.checkpoints)} row(s), file "
+                 + (f"dev {now[0]} inode {now[1]}" if now else "none"))
+    replaced = history_replaced(ev)
+    if replaced is not None:
+        return CheckResult(CheckId.HISTORY_NOT_REPLACED, False, replaced, tuple(lines))
+    return CheckResult(CheckId.HISTORY_NOT_REPLACED, True,
+                       f"the history still begins with the {mark.rows} row(s) read at the "
+                       "approval, in the same file", tuple(lines))

@@ -1,0 +1,283 @@
+"""One execution: a scenario under one crash schedule, in real processes, then judged.
+
+``execute`` is the pipeline of ``docs/design.md`` ("The pipeline"): **drive** (the story
+engine, ``harness.story.engine.drive``, plays the story: the failpoint channel and the harness's
+own mock gateway report every hit to the ``KillController``, which kills at the schedule's
+points) → **collect** (``collect``: the story's record, the harness's trace and the files,
+read by the harness) → **check** (``harness.judge.checks.registry.run_checks``) → **judge**
+(``harness.judge.verdict``).
+
+An untrusted implementation's execution is sealed (``harness.sandbox.users``) when the harness
+runs as root: its workers run as a uid of their own in a sandbox folder that holds only
+the checkpoint database; the gateway log, the approval records (served to the workers by
+the harness's approval service, ``harness.services.approvals``) and the worker output live in
+the execution folder (root's, mode 0700); every process of the uid is killed before the
+evidence is read; the checkpoint database is then copied into the execution folder and
+the sandbox removed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+
+from harness.judge.assess import assess
+from harness.judge.evidence import (
+    EventLog,
+    committed_hit,
+    file_id,
+    not_a_file,
+    read_approvals,
+    read_checkpoints,
+    read_gateway,
+)
+from harness.launch.launcher import Launcher
+from harness.launch.sealed import SealedLauncher
+from harness.launch.spawn import SpawnLauncher
+from harness.model import (
+    DEFAULT_GATE,
+    NOTE_GATE,
+    EventKind,
+    Evidence,
+    EvidenceSource,
+    ExecutionPlan,
+    ExecutionResult,
+    Gap,
+    KillPoint,
+    RequestRecord,
+    StoryRecord,
+    Verdict,
+)
+from harness.sandbox.scratch import DATABASE_SUFFIXES, in_scratch, move_home
+from harness.sandbox.users import Sandbox, available, install_code, install_fixtures
+from harness.services.approvals import ApprovalService
+from harness.services.channel import FailpointChannel
+from harness.services.gateway import MockGateway
+from harness.story.controller import KillController
+from harness.story.engine import drive
+from harness.story.storage_faults import migrations
+from shopops import labels
+from shopops.checkpoint import CHECKPOINT_DB
+from shopops.checkpoint_file import inspect
+from shopops.errors import ShopOpsError
+from shopops.records import DEFAULT_FIXTURES
+
+__all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
+
+
+def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = None,
+            worker_timeout_s: float = 30.0, keep_databases: bool = True) -> ExecutionResult:
+    """Run one execution in ``workdir`` (created; its files are the evidence) and judge it.
+
+    Args:
+        plan: the scenario and crash schedule.
+        workdir: a fresh folder for the execution's databases and worker output.
+        launcher: how workers start (default: a fresh interpreter each).
+        worker_timeout_s: seconds each worker may run before the harness kills it (the
+            story is then cut short).
+        keep_databases: with ``False``, a passing execution's SQLite files are not moved
+            to ``workdir`` (a run drops them anyway: ``reports.drop_passing_databases``);
+            the evidence was read from them before, and any other verdict keeps them.
+
+    Returns:
+        ``ExecutionResult``. Never leaves a process running: every worker is reaped before
+        this returns or raises.
+    """
+    started = time.monotonic()
+    final = workdir.resolve()
+    final.mkdir(parents=True, exist_ok=True)
+    workdir = in_scratch(final)
+    events = EventLog()
+    keep = True  # the databases go home unless a passing verdict says otherwise
+    sandbox = Sandbox() if plan.sut.untrusted and available() else None
+    try:
+        if sandbox is not None:
+            os.chmod(workdir, 0o700)
+            os.chmod(final, 0o700)
+            assert plan.sut.path is not None
+            server = launcher if getattr(launcher, "sealed", False) else None
+            launcher = SealedLauncher(
+                sandbox, str(install_code(plan.sut.path, plan.sut.module)),
+                lambda line: events.add(EventKind.TAMPERING, None, None, None, line),
+                str(install_fixtures(DEFAULT_FIXTURES)), server)  # type: ignore[arg-type]
+        record, controller = _drive(plan, workdir, launcher or SpawnLauncher(), events,
+                                    worker_timeout_s, sandbox)
+        if sandbox is not None:
+            for pid in sandbox.kill_all():
+                events.add(EventKind.LEFTOVER, None, pid, None,
+                           "a process of the execution's uid was alive after its workers "
+                           "(killed)")
+            for line in sandbox.sanitize():
+                events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
+                           f"{line}")
+        evidence = collect(plan, record, controller, events, final)
+        checks, verdict, reasons = assess(evidence, plan)
+        keep = keep_databases or verdict != Verdict.PASS
+        if sandbox is not None and keep:
+            _keep_databases(sandbox.path, final)  # straight home: no second copy
+    finally:
+        if sandbox is not None:
+            sandbox.close()
+        move_home(workdir, final, leave=() if keep else DATABASE_SUFFIXES)
+    return ExecutionResult(plan, evidence, checks, verdict, reasons,
+                           round(time.monotonic() - started, 4))
+
+
+def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
+           worker_timeout_s: float, sandbox: Sandbox | None
+           ) -> tuple[StoryRecord, KillController]:
+    """Play the story with the channel, the gateway and the approval service up; all are
+    down on return."""
+    uid = sandbox.uid if sandbox is not None else None
+    controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
+    gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
+                          candidates=lambda: list(controller.by_pid))
+    # the worker pid the gateway logged for each request (the kernel's answer), by
+    # (ledger, seq): on_request runs before on_accepted for the same request
+    senders: dict[tuple[str, int], int | None] = {}
+
+    def on_request(r: RequestRecord, ledger: str = "email") -> None:
+        senders[(ledger, r.seq)] = r.worker_pid
+        note = ledger == "note"
+        events.add(EventKind.REQUEST, None, r.worker_pid, None,
+                   ("order note: " if note else "") + f"status {r.status}"
+                   + (" duplicate" if r.duplicate else ""),
+                   ref=f"note:{r.seq}" if note else str(r.seq))  # "note:<seq>": its ledger's
+
+    gateway.on_request = on_request
+    gateway.on_note_request = lambda r: on_request(r, "note")
+    gateway.on_accepted = lambda delivery: controller.on_gateway_accepted(
+        delivery, senders.get(("email", delivery.request_seq)))
+    gateway.on_note_accepted = lambda note: controller.on_gateway_accepted(
+        note, senders.get(("note", note.request_seq)), labels.NOTE_ACCEPTED)
+    gateway.set_faults(plan.scenario.gateway_faults)
+    gateway.fault_case = plan.scenario.case_id  # only the loop's own sends meet the faults
+    gateway.faults_for = controller.stands_for_a_worker
+    def tampered(line: str) -> None:
+        events.add(EventKind.TAMPERING, None, None, None, line)
+
+    with FailpointChannel(controller.on_hit, tampered) as channel, gateway, ApprovalService(
+            workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered) as approvals:
+        record = drive(plan, workdir, launcher, controller, events,
+                       gateway_url=gateway.url, channel=channel.path,
+                       worker_timeout_s=worker_timeout_s,
+                       data_dir=sandbox.path if sandbox is not None else None,
+                       approvals=approvals.address)
+    return record, controller
+
+
+def _keep_databases(sandbox: Path, workdir: Path) -> None:
+    """Copy the sandbox's SQLite databases (plain files only) into the execution folder
+    with SQLite's online backup (WAL content included), for the reports and replays."""
+    for name in ("checkpoints.db",):  # the approval records are the harness's already
+        src = sandbox / name
+        if not src.is_file() or src.is_symlink():
+            continue
+        try:
+            with closing(sqlite3.connect(src.as_uri() + "?mode=ro", uri=True)) as source, \
+                    closing(sqlite3.connect(workdir / name)) as target:
+                source.backup(target)
+        except sqlite3.Error:
+            continue  # an unreadable database: its evidence error is already recorded
+
+
+def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController,
+            events: EventLog, home: Path | None = None) -> Evidence:
+    """The evidence of one execution: the story's record, the harness's trace, and the
+    checkpoint history, approval records and gateway log read back from the files (read
+    only; a file that cannot be read becomes a ``Gap``). ``home``: where the execution's
+    folder will be once moved out of the scratch area (``harness.sandbox.scratch``); the evidence
+    names that folder, and a gap's reason and the story's errors name its files there
+    (a worker's own output is kept as it printed it)."""
+    s = plan.scenario
+    home = home or record.workdir
+
+    def at_home(text: str) -> str:  # the harness's own text names the files where they stay
+        return text.replace(str(record.workdir), str(home))
+
+    target = s.target
+    # a target keeps its own storage (read through its API by the story): no checkpoints
+    identity = file_id(record.checkpoints_db) if target is None else None  # the file read
+    checkpoints, g1 = (read_checkpoints(record.checkpoints_db, s.case_id) if target is None
+                       else ((), None))
+    if target is None and g1 is None and not os.path.lexists(record.checkpoints_db):
+        g1 = _gone(record.checkpoints_db, events)
+    if target is None and g1 is not None:
+        _spoiled(record.checkpoints_db, events, at_home)
+    g4 = (Gap(EvidenceSource.TARGET, record.target_error)
+          if record.target_error is not None else None)
+    requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
+    gateway_log, g3 = read_gateway(record.gateway_db)
+    return Evidence(
+        execution_id=plan.id, case_id=s.case_id, events=events.snapshot(),
+        workers=record.workers, checkpoints=checkpoints, approval_requests=requests,
+        tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
+        checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
+        history_at_approval=record.history_at_approval,  # none for a target
+        checkpoints_file=identity,
+        unreached=tuple(controller.pending) + _unreached_points(controller),
+        errors=tuple(at_home(e) for e in record.errors),
+        gaps=tuple(Gap(g.source, at_home(g.reason)) for g in (g1, g2, g3, g4)
+                   if g is not None),
+        workdir=str(home), expected_deliveries=s.expect_deliveries,
+        injected=record.injected, v1_rows=record.v1_rows,
+        # only from a file read_checkpoints inspected and read: not from one it refused
+        migrations=migrations(record.checkpoints_db) if target is None and g1 is None else (),
+        max_attempts=s.max_attempts,
+        gates=(DEFAULT_GATE, NOTE_GATE) if s.order_note else (DEFAULT_GATE,),
+        target="reference" if target is None else target.name,
+        target_states=record.target_states,
+        target_exposes=frozenset() if target is None else target.exposes,
+    )
+
+
+def _gone(db: Path, events: EventLog) -> Gap | None:
+    """The gap of a checkpoint file that is missing although the harness's own trace shows
+    a worker past a committed checkpoint (``labels.AFTER_A_CHECKPOINT``): a worker deleted
+    it, or put a symlink or a FIFO there that the sandbox's sweep removed. An empty history
+    would pass the checks over it without evidence. ``None`` when no such point was hit
+    (nothing was written yet: no file is the truth)."""
+    hit = committed_hit(events.snapshot())
+    if hit is None:
+        return None
+    return Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} is gone although a "
+               f"worker reached {hit} (a committed checkpoint, in the harness's trace): "
+               "removed or replaced by a worker")
+
+
+def _spoiled(db: Path, events: EventLog, at_home: Callable[[str], str]) -> None:
+    """Record as tampering a checkpoint file that a worker removed or made into something
+    not ours after the harness's trace shows a committed checkpoint in it: gone, not a
+    regular file, or no longer a checkpoint database of ours (another table, another
+    schema, not SQLite) — never the harness's "too long to read". A loop's own writes
+    never do that (SIGKILL cannot), so it is a decided failure (``no_tampering``), not only
+    a gap that leaves every check over the history undecided (found by an attack: a
+    duplicate delivery followed by deleting or spoiling the file came out ``unknown``)."""
+    hit = committed_hit(events.snapshot())
+    if hit is None:
+        return
+    if not os.path.lexists(db):
+        what = "is gone"
+    elif (why := not_a_file(db)) is not None:
+        what = why
+    else:
+        try:
+            inspect(db, CHECKPOINT_DB, create=False)
+            return  # ours: unreadable for another reason (too long), not spoiled
+        except ShopOpsError as exc:
+            what = f"is no longer a checkpoint database of ours ({exc})"
+    events.add(EventKind.TAMPERING, None, None, None,
+               at_home(f"checkpoint database {db} {what}, although a worker had reached "
+                       f"{hit} (a committed checkpoint, in the harness's trace)"))
+
+
+def _unreached_points(controller: KillController) -> tuple[KillPoint, ...]:
+    """Story points (a decision or a lock ``at`` a point, a hold) no worker ever reached."""
+    missed = list(controller.hooks)  # a hook is removed when it fires
+    missed += [h.point for h in controller.holds.values()
+               if h.required and not h.held.is_set()]
+    return tuple(missed)

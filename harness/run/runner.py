@@ -1,0 +1,352 @@
+"""A whole run: scenarios → trace runs → kill matrix → executions (in parallel) → results.
+
+Executions run in a thread pool: each thread only waits on its own worker processes, the
+real work happens in those processes. ``STOPPING`` (set on SIGINT/SIGTERM) stops new
+workers from starting; every live worker is then killed and reaped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from datetime import UTC, datetime
+from pathlib import Path
+
+from harness.launch.launcher import Launcher, make_launcher
+from harness.launch.processes import REGISTRY, STOPPING, HarnessStopping
+from harness.model import (
+    NO_KILL,
+    REFERENCE,
+    CrashSchedule,
+    ExecutionPlan,
+    ExecutionResult,
+    KillPoint,
+    RunResult,
+    Scenario,
+    Shard,
+    ShardPlan,
+    Sut,
+    Verdict,
+)
+from harness.plan.matrix import double_kill_plans, points_from_trace, single_kill_plans
+from harness.plan.shard import cut_matrix
+from harness.run.execution import execute
+from harness.sandbox import users as sandbox
+
+__all__ = ["Progress", "RunResult", "execution_dirname", "new_run_id", "run"]
+
+#: ``progress(done, total, result)`` or ``progress(done, total, result, final)``: ``final``
+#: is true once no trace run (or, for a double-crash scenario, no single-kill execution)
+#: can add executions, so ``total`` is it. A callback taking three arguments gets three.
+Progress = Callable[..., None]
+
+
+def _takes_final(progress: Progress) -> bool:
+    """The callback accepts a fourth positional argument (``final``)."""
+    import inspect
+
+    try:
+        params = inspect.signature(progress).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 4 or any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+#: Seconds between reapings while an interrupted run waits for its executions to return.
+_REAP_EVERY_S = 0.5
+_NOT_PLANNED = "not in its kill matrix (its listed points and schedules)"
+_NOT_REACHED = "not in its kill matrix (its trace run does not reach it)"
+
+
+def _in_matrix(scenario: Scenario, schedule: CrashSchedule,
+               reached: tuple[KillPoint, ...]) -> bool:
+    """``schedule`` is one of ``scenario``'s own executions (``single_kill_plans``; for a
+    double-crash scenario, a two-kill schedule whose first kill is one of its singles)."""
+    if not schedule.kills:
+        return scenario.baseline
+    singles = {p.schedule for p in single_kill_plans(scenario, reached)}
+    if schedule in singles:
+        return True
+    return (scenario.double and len(schedule.kills) == 2
+            and CrashSchedule(schedule.kills[:1]) in singles)
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC time to the second and this process id."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+
+
+def execution_dirname(plan: ExecutionPlan, salt: str = "") -> str:
+    """A filesystem-safe folder name for a plan (``ExecutionPlan.dirname``); for an
+    untrusted implementation (``salt`` given) an opaque one instead, ``x-<scenario>-`` and
+    16 hex digits of a salted SHA-256 of the id, so that nothing the implementation can see
+    spells out its crash schedule (the reports keep the mapping: each execution's
+    ``workdir``)."""
+    if salt:
+        digest = hashlib.sha256(f"{salt}\0{plan.id}".encode()).hexdigest()
+        return f"x-{plan.scenario.name}-{digest[:16]}"
+    return plan.dirname
+
+
+def run(
+    scenarios: Sequence[Scenario],
+    out_dir: Path,
+    *,
+    jobs: int | None = None,
+    launcher: Launcher | str | None = None,
+    schedule: CrashSchedule | None = None,
+    worker_timeout_s: float = 30.0,
+    progress: Progress | None = None,
+    repeat: int = 1,
+    fail_fast: bool = False,
+    on_repeat: Callable[[int], None] | None = None,
+    sut: Sut = REFERENCE,
+    shard: Shard | None = None,
+    durations: dict[str, float] | None = None,
+    keep_databases: bool = True,
+    where_planned: bool = False,
+) -> RunResult:
+    """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
+
+    Args:
+        scenarios: validated scenarios.
+        out_dir: the run's folder; each execution gets ``executions/<name>/``.
+        jobs: parallel executions (threads); default ``os.cpu_count()``.
+        launcher: a ``Launcher`` (the caller closes it) or a name for ``make_launcher``
+            (``"fork"``, the default, or ``"spawn"``; that one is closed here).
+        schedule: run only this schedule for every scenario (replay); no trace run.
+        worker_timeout_s: per-worker deadline in seconds.
+        progress: called as ``progress(done, total, result[, final])`` after each
+            execution (counted within the current repeat); ``final``: ``total`` will not
+            grow (passed when the callback takes a fourth argument).
+        where_planned: with ``schedule`` (not sharded), run it only on the scenarios whose
+            own kill matrix holds it (listed points and schedules, or the points their
+            trace run reaches; for a double-crash scenario a two-kill schedule whose first
+            kill is a single), listing the others in ``RunResult.skipped``.
+        repeat: run the whole matrix (trace runs included) this many times, one after the
+            other (soak). Ids stay the same in every repeat; ``RunResult.repeats`` says which
+            repeat each result belongs to, and with ``repeat`` > 1 the executions of repeat
+            ``i`` live under ``executions/repeat-<i>/``.
+        fail_fast: stop at the first failing execution: nothing new starts (executions
+            already running finish and are reported), no further repeat; sets
+            ``RunResult.stopped_early``.
+        on_repeat: called as ``on_repeat(i)`` when repeat ``i`` (1-based) starts.
+        sut: the implementation under test (default: the reference loop).
+        shard: run only this shard's units of the matrix (``harness.plan.shard``): every shard
+            runs the trace runs points are learned from (each is reported by the one shard
+            that owns it), cuts the matrix with ``cut_matrix`` and runs only its own units;
+            the same cut in every repeat. ``None``: the whole matrix.
+        durations: seconds per execution id of an earlier run, to balance the shards.
+        keep_databases: ``False``: passing executions leave their SQLite files behind in
+            the scratch area instead of copying them into ``out_dir``
+            (``execution.execute``), for a run that drops them anyway (``--keep-all``
+            not given).
+
+    Returns:
+        the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
+        worker is reaped and the executions that finished are returned with
+        ``interrupted`` set.
+    """
+    if repeat < 1:
+        raise ValueError(f"repeat: {repeat!r} must be at least 1")
+    with_final = progress is not None and _takes_final(progress)
+    skipped: list[tuple[str, str]] = []  # where_planned: (scenario, why)
+    owned = launcher is None or isinstance(launcher, str)
+    if launcher is None or isinstance(launcher, str):
+        launcher = make_launcher(launcher or "fork")
+    started = time.monotonic()
+    started_at = datetime.now(UTC).isoformat()
+    interrupted = stopped_early = False
+    cuts: list[ShardPlan] = []  # the shard plan, once the matrix was cut
+    finished: dict[tuple[int, str], ExecutionResult] = {}  # (repeat, id)
+    order: list[tuple[int, str]] = []
+    pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
+                              thread_name_prefix="execution")
+    submitted: list[Future[ExecutionResult]] = []
+
+    def launch(fn: Callable[[ExecutionPlan], ExecutionResult], plan: ExecutionPlan
+               ) -> Future[ExecutionResult]:
+        fut = pool.submit(fn, plan)
+        submitted.append(fut)
+        return fut
+    salt = secrets.token_hex(16) if sut.untrusted else ""
+
+    def matrix(rep: int) -> bool:
+        """One repeat of the whole matrix; ``True`` if ``fail_fast`` stopped it."""
+        exe_dir = out_dir / "executions" / (f"repeat-{rep}" if repeat > 1 else "")
+
+        def do(plan: ExecutionPlan) -> ExecutionResult:
+            return execute(plan, exe_dir / execution_dirname(plan, salt), launcher=launcher,
+                           worker_timeout_s=worker_timeout_s, keep_databases=keep_databases)
+
+        pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
+        traces: dict[Future[ExecutionResult], Scenario] = {}
+        scouts: dict[Future[ExecutionResult], Scenario] = {}  # trace runs of where_planned
+        learned: dict[str, tuple[KillPoint, ...]] = {}  # sharded: each trace's points
+        held: list[ExecutionResult] = []  # sharded: traces finished before the cut
+        cut: ShardPlan | None = None
+        total = done_here = 0
+        stop = False
+
+        def submit(plan: ExecutionPlan) -> None:
+            nonlocal total
+            if stop or (rep, plan.id) in order:  # the double matrix may reach one again
+                return
+            order.append((rep, plan.id))
+            pending[launch(do, plan)] = plan
+            total += 1
+
+        def trace(scenario: Scenario) -> None:  # the no-kill execution is the trace run
+            nonlocal total
+            plan = ExecutionPlan(scenario, CrashSchedule(), sut)
+            order.append((rep, plan.id))
+            traces[launch(do, plan)] = scenario
+            total += 1
+
+        def drop(res: ExecutionResult) -> None:  # a trace run nobody reports
+            nonlocal total
+            order.remove((rep, res.plan.id))
+            total -= 1
+
+        def report(res: ExecutionResult) -> None:
+            nonlocal done_here, stop, total
+            finished[(rep, res.plan.id)] = res
+            done_here += 1
+            if progress and not with_final:
+                progress(done_here, total, res)
+            elif progress:
+                final = not traces and not scouts and (shard is None or cut is not None) \
+                    and not any(p.scenario.double and schedule is None
+                                and len(p.schedule.kills) == 1 for p in pending.values())
+                progress(done_here, total, res, final)
+            if fail_fast and res.verdict == Verdict.FAIL and not stop:
+                stop = True  # cancel what has not started; running ones finish
+                for queued in (pending, traces):
+                    for f in [f for f in queued if f.cancel()]:
+                        del queued[f]
+                        total -= 1
+
+        def mine(scenario: Scenario, key: str) -> bool:
+            assert cut is not None and shard is not None
+            return cut.owner_of(scenario.name, key) == shard.index
+
+        def start_shard() -> None:
+            """Every trace the matrix is learned from is in: cut it, run this shard's part."""
+            nonlocal cut
+            assert shard is not None
+            cut = cut_matrix(scenarios, learned, schedule, shard.count, durations or {}, sut)
+            cuts[:] = [cut]
+            for res in held:
+                if res.plan.scenario.baseline and mine(res.plan.scenario, NO_KILL):
+                    report(res)
+                else:
+                    drop(res)
+            for scenario in scenarios:
+                if schedule is not None:
+                    if mine(scenario, schedule.id):
+                        submit(ExecutionPlan(scenario, schedule, sut))
+                    continue
+                if scenario.name not in learned and scenario.baseline \
+                        and mine(scenario, NO_KILL):
+                    trace(scenario)  # its points are listed: only its owner runs it
+                for plan in single_kill_plans(scenario, learned.get(scenario.name, ()), sut):
+                    if mine(scenario, plan.schedule.id):
+                        submit(plan)
+
+        for scenario in scenarios:
+            if shard is None and schedule is not None and where_planned:
+                if scenario.points is None:  # learn its matrix first
+                    scouts[launch(do, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
+                        scenario)
+                elif _in_matrix(scenario, schedule, ()):
+                    submit(ExecutionPlan(scenario, schedule, sut))
+                elif rep == 1:
+                    skipped.append((scenario.name, _NOT_PLANNED))
+            elif shard is None:
+                if schedule is not None:
+                    submit(ExecutionPlan(scenario, schedule, sut))
+                else:
+                    trace(scenario)
+            elif schedule is None and scenario.points is None:
+                trace(scenario)  # every shard learns the points it may have to kill at
+        if shard is not None and not traces:
+            start_shard()
+        while pending or traces or scouts:
+            done, _ = wait(list(pending) + list(traces) + list(scouts),
+                           return_when=FIRST_COMPLETED)
+            for fut in done:
+                res = fut.result()
+                if fut in scouts:
+                    scenario = scouts.pop(fut)
+                    assert schedule is not None
+                    if _in_matrix(scenario, schedule, points_from_trace(res.evidence)):
+                        submit(ExecutionPlan(scenario, schedule, sut))
+                    elif rep == 1:
+                        skipped.append((scenario.name, _NOT_REACHED))
+                    continue
+                if fut in traces:
+                    scenario = traces.pop(fut)
+                    if shard is not None and cut is None:
+                        learned[scenario.name] = points_from_trace(res.evidence)
+                        held.append(res)
+                        if not traces:
+                            start_shard()
+                        continue
+                    if shard is None:
+                        reached = points_from_trace(res.evidence)
+                        for plan in single_kill_plans(scenario, reached, sut):
+                            submit(plan)
+                    if not scenario.baseline:
+                        drop(res)
+                        continue
+                else:
+                    plan = pending.pop(fut)
+                    if plan.scenario.double and schedule is None:
+                        for second in double_kill_plans(plan, res.evidence):
+                            if cut is None or cut.owner_of(plan.scenario.name,
+                                                           second.schedule.id) is None:
+                                submit(second)  # a listed schedule is a unit of its own
+                report(res)
+        return stop
+
+    try:
+        for rep in range(1, repeat + 1):
+            if on_repeat:
+                on_repeat(rep)
+            if matrix(rep):
+                stopped_early = True
+                break
+    except (KeyboardInterrupt, SystemExit, HarnessStopping):
+        interrupted = True  # the caller reports what finished; nothing is lost
+        STOPPING.set()
+    except BaseException:
+        interrupted = True
+        STOPPING.set()
+        raise
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        REGISTRY.reap_all()
+        # a worker that was being started while that reaping ran (past the launcher's check
+        # of STOPPING, not yet registered) would hold its execution, and this wait, until
+        # its deadline: reap again until every execution has returned
+        # (done(): a future cancelled above is never "notified", so wait() would not count it)
+        while running := [f for f in submitted if not f.done()]:
+            wait(running, timeout=_REAP_EVERY_S)
+            REGISTRY.reap_all()
+        pool.shutdown(wait=True)
+        REGISTRY.reap_all()
+        sandbox.sweep_strays()  # sealed runs: nothing of an execution's uid outlives the run
+        STOPPING.clear()  # scoped to this run: a later run in the same process starts clean
+        if owned:
+            launcher.close()
+        keys = [k for k in order if k in finished]
+        result = RunResult(out_dir.name, out_dir, tuple(finished[k] for k in keys),
+                           started_at, round(time.monotonic() - started, 3), interrupted,
+                           launcher.name, tuple(rep for rep, _ in keys), stopped_early,
+                           shard, cuts[0] if cuts else None, tuple(skipped))
+    return result

@@ -1,0 +1,154 @@
+"""Where an execution's files live while it runs: a RAM-backed scratch folder.
+
+An execution's databases are written with ``synchronous=FULL`` (the reference loop's
+checkpoint store, the approval queue, the gateway log): on this project's 2-core CI
+machine one ``fsync`` costs about 6 ms, and a new SQLite database about 60 ms, so most of
+an execution's time used to be the disk. A SIGKILL does not lose the page cache — what a
+killed process wrote is there for the next reader whether or not it was synced — and the
+harness never simulates a power loss (its storage faults are rows it writes itself,
+``harness.story.storage_faults``), so the verdict cannot depend on where the files are. The
+harness therefore runs each execution in a folder on a tmpfs (``/dev/shm``) when one is
+mounted with room to spare, and moves the finished folder to its place under the run's
+report folder before anything reads it there (``harness.run.execution.execute``).
+
+``SHOPOPS_SCRATCH`` chooses: unset or ``auto`` (the default above), ``off`` (run in place,
+on the report folder's filesystem), or a folder (used as given; it must exist).
+
+Each harness process has its own area, ``shopops-scratch-<pid>-XXXX``, removed at exit;
+areas of processes that are gone (a harness killed with SIGKILL) are removed by the next
+harness that starts one.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import psutil
+
+__all__ = ["DATABASE_SUFFIXES", "ENV", "MIN_FREE_BYTES", "area", "default_root", "in_scratch",
+           "move_home"]
+
+ENV = "SHOPOPS_SCRATCH"
+MIN_FREE_BYTES = 256 * 1024 * 1024  # a tmpfs with less room is not worth the risk
+_TRANSIENT = ("-shm", "-journal")  # SQLite removes them when its last connection closes
+#: An execution's SQLite files and their side files (what a run drops for a passing one).
+DATABASE_SUFFIXES = (".db", ".db-wal", ".db-shm", ".db-journal")
+_AREA = re.compile(r"shopops-scratch-(?P<pid>\d+)-\w+")
+_lock = threading.Lock()
+_area: Path | None = None
+_area_pid: int | None = None
+
+
+def default_root() -> Path | None:
+    """``/dev/shm`` when it is a writable tmpfs (``psutil.disk_partitions``) with at least
+    ``MIN_FREE_BYTES`` free, else ``None``."""
+    shm = Path("/dev/shm")
+    try:
+        mounted = any(p.mountpoint == str(shm) and p.fstype == "tmpfs"
+                      for p in psutil.disk_partitions(all=True))
+        if not mounted or not os.access(shm, os.W_OK | os.X_OK):
+            return None
+        return shm if shutil.disk_usage(shm).free >= MIN_FREE_BYTES else None
+    except OSError:
+        return None
+
+
+def _root() -> Path | None:
+    """The scratch root ``SHOPOPS_SCRATCH`` asks for (see the module docstring).
+
+    Raises:
+        ValueError: ``SHOPOPS_SCRATCH`` names something that is not an existing folder.
+    """
+    value = os.environ.get(ENV, "auto")
+    if value == "auto":
+        return default_root()
+    if value == "off":
+        return None
+    path = Path(value)
+    if not path.is_dir():
+        raise ValueError(f"{ENV}: {value!r} is not an existing folder (allowed: auto, off, "
+                         f"or a folder)")
+    return path
+
+
+def _prune(root: Path) -> None:
+    """Remove the areas under ``root`` whose harness process is gone."""
+    for child in root.iterdir():
+        match = _AREA.fullmatch(child.name)
+        if match is None or not child.is_dir() or child.is_symlink():
+            continue
+        if not psutil.pid_exists(int(match["pid"])):
+            shutil.rmtree(child, ignore_errors=True)
+
+
+def area() -> Path | None:
+    """This harness process's scratch area (created on first use, mode 0711 so that a
+    sealed worker can reach its own sandbox in it by name without listing the others), or
+    ``None`` when executions run in place. A forked child gets an area of its own.
+
+    Raises:
+        ValueError: a bad ``SHOPOPS_SCRATCH``.
+    """
+    global _area, _area_pid
+    with _lock:
+        if _area is None or _area_pid != os.getpid():
+            root = _root()
+            if root is None:
+                return None
+            _prune(root)
+            _area = Path(tempfile.mkdtemp(prefix=f"shopops-scratch-{os.getpid()}-",
+                                          dir=root))
+            os.chmod(_area, 0o711)
+            _area_pid = os.getpid()
+            atexit.register(shutil.rmtree, _area, True)
+        return _area
+
+
+def in_scratch(home: Path) -> Path:
+    """The folder an execution whose files belong in ``home`` (an existing folder) runs
+    in: a new folder of the same name in the scratch ``area()``, or ``home`` itself when
+    there is no area or ``home`` already holds files (an execution never mixes its files
+    with older ones somewhere else).
+
+    Raises:
+        ValueError: a bad ``SHOPOPS_SCRATCH``.
+    """
+    where = area()
+    if where is None or any(home.iterdir()):
+        return home
+    work = Path(tempfile.mkdtemp(prefix="e", dir=where)) / home.name  # the same name: the
+    work.mkdir()  # workers' titles and messages name the execution as the report does
+    return work
+
+
+def move_home(work: Path, home: Path, *, leave: tuple[str, ...] = ()) -> None:
+    """Move everything in ``work`` (from ``in_scratch(home)``) into ``home`` and remove
+    ``work`` and its parent; nothing when they are the same folder. Files keep their
+    modes; a move across filesystems copies (``shutil.move``). Files whose names end with
+    one of ``leave`` are not moved (they go with ``work``): copying a file from the
+    scratch area is most of this function's cost (~0.4 ms of CPU a file here).
+
+    Raises:
+        OSError: a file could not be moved (``work`` is removed all the same).
+    """
+    if work == home:
+        return
+    try:
+        for entry in sorted(work.iterdir()):
+            if leave and entry.name.endswith(leave):
+                continue
+            try:
+                shutil.move(str(entry), str(home / entry.name))
+            except FileNotFoundError:
+                # only SQLite's transient files can go meanwhile (a last connection
+                # closed late); anything else missing is an error
+                if not entry.name.endswith(_TRANSIENT):
+                    raise
+    finally:
+        shutil.rmtree(work.parent, ignore_errors=True)

@@ -1,0 +1,351 @@
+"""Sealed executions: an untrusted implementation's workers run as a user of their own.
+
+Chosen over the alternatives this container offers (tried, see the README's "Sealed
+grading"): bubblewrap is not installed by default and re-execs every worker (no fork
+server); ``systemd-run`` needs systemd as PID 1 (absent in containers and CI); cgroup v2 is
+mounted here but not on every grading host. Plain POSIX credentials are always there when
+the harness runs as root, which it does in CI and on Gradescope: each execution gets a
+numeric uid/gid of its own from a pool (``UID_BASE`` …), held with an ``flock`` so parallel
+harness processes never share one. The kernel then does the rest:
+
+- the worker can write only what that uid owns: its sandbox folder (``Sandbox.path``, mode
+  0700, the checkpoint and approval databases and its scratch files); the gateway log, the
+  trace, the reports and the rubric are root's and out of its reach (and the run folder is
+  0700, so nothing there can be read either);
+- every process of the execution carries the uid, whatever it does (double fork, setsid,
+  a new process group): ``Sandbox.processes`` finds them all through ``/proc`` and
+  ``kill_all`` SIGKILLs them until none is left. A process cannot give a uid away without
+  privilege (``setuid(2)``), so this is as strong as tracking a cgroup and needs no
+  delegation. ``RLIMIT_NPROC`` (set by ``harness.sandbox.boot``) bounds a fork bomb.
+
+When the harness is not root, ``available()`` is false and grading says it ran unsealed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import compileall
+import fcntl
+import os
+import secrets
+import shutil
+import signal
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from harness.sandbox import scratch
+from harness.sandbox.code_copy import CopyRefused, copy_file, copy_tree
+
+#: First uid/gid of the pool; ``POOL_SIZE`` consecutive ids, none of them in /etc/passwd.
+UID_BASE = 4_170_000
+POOL_SIZE = 512
+_LOCK_DIR = Path(tempfile.gettempdir()) / "shopops-sealed-uids"
+_lock = threading.Lock()
+_area: Path | None = None
+
+
+class SandboxError(OSError):
+    """The sandbox could not be set up (no free uid, not root, a folder not creatable)."""
+
+
+class CodeRefused(SandboxError):
+    """An implementation's folder cannot be installed: it holds a symlink, a FIFO, a
+    socket or a device, or is too large (``harness.sandbox.code_copy``; the message says which)."""
+
+
+def available() -> bool:
+    """True when workers can be given a uid of their own (the harness runs as root)."""
+    return os.geteuid() == 0
+
+
+def area() -> Path:
+    """This harness process's folder of sandboxes (``shopops-sealed-XXXX`` in the scratch
+    area of ``harness.sandbox.scratch``, else in ``/tmp``; mode 0711:
+    a worker can reach its own folder by its unguessable name, not list the others).
+    Removed at interpreter exit."""
+    global _area
+    with _lock:
+        if _area is None:
+            _area = Path(tempfile.mkdtemp(prefix="shopops-sealed-", dir=scratch.area()))
+            os.chmod(_area, 0o711)
+            atexit.register(shutil.rmtree, _area, True)
+        return _area
+
+
+def _uid_pids(uid: int) -> list[int]:
+    """Live (not zombie) pids whose real, effective, saved or filesystem uid is ``uid``,
+    from each ``/proc/PID/status`` (``proc(5)``: the ``State:`` and ``Uid:`` lines). Read
+    directly rather than through psutil: about twice as fast, and this runs after every
+    worker."""
+    wanted = str(uid).encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as status:
+                zombie = False
+                for line in status:
+                    if line.startswith(b"State:"):
+                        zombie = line.split()[1:2] in ([b"Z"], [b"X"])
+                    elif line.startswith(b"Uid:"):
+                        if not zombie and wanted in line.split()[1:]:
+                            found.append(int(name))
+                        break
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def kill_uid(uid: int, timeout_s: float = 10.0) -> tuple[int, ...]:
+    """SIGKILL every process whose real, effective or saved uid is ``uid``, again until none
+    is left (a process forking meanwhile is caught in the next pass); reaped by whoever is
+    its parent. Returns the pids killed.
+
+    Raises:
+        SandboxError: processes of ``uid`` still alive after ``timeout_s`` seconds.
+    """
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = _uid_pids(uid)
+        if not pids:
+            return tuple(killed)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                continue
+            if pid not in killed:
+                killed.append(pid)
+        if time.monotonic() > deadline:
+            raise SandboxError(f"processes of uid {uid} survive SIGKILL: {pids}")
+        time.sleep(0.005)  # SIGKILL is delivered at once; let them die before looking again
+
+
+class Sandbox:
+    """One execution's confinement: a uid/gid of its own and a folder only it can write.
+
+    Use as a context manager; ``close()`` kills every process of the uid, removes the
+    folder and gives the uid back. Not thread-safe for concurrent ``close``.
+
+    Attributes:
+        uid, gid: the worker's credentials (``gid == uid``).
+        path: the sandbox folder (owned by ``uid``, mode 0700), the workers' cwd.
+
+    Raises:
+        SandboxError: not root, or every uid of the pool is taken.
+    """
+
+    def __init__(self) -> None:
+        if not available():
+            raise SandboxError("a sealed execution needs root (to give workers a uid)")
+        _LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        start = secrets.randbelow(POOL_SIZE)
+        self._lock_fd = -1
+        for i in range(POOL_SIZE):
+            uid = UID_BASE + (start + i) % POOL_SIZE
+            fd = os.open(_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._lock_fd, self.uid, self.gid = fd, uid, uid
+            _used.add(uid)
+            break
+        else:
+            raise SandboxError(f"all {POOL_SIZE} sandbox uids from {UID_BASE} are in use")
+        kill_uid(self.uid)  # a previous harness that died may have left some
+        self._clean = True
+        self.path = area() / secrets.token_hex(12)
+        self.path.mkdir(mode=0o700)
+        os.chown(self.path, self.uid, self.gid)
+
+    def processes(self) -> list[int]:
+        """Pids of every live process of the execution (by uid), zombies excluded."""
+        return _uid_pids(self.uid)
+
+    def started(self) -> None:
+        """A worker is about to start: the next ``kill_all`` must look again."""
+        self._clean = False
+
+    def kill_all(self) -> tuple[int, ...]:
+        """SIGKILL every process of the execution; the pids killed (see ``kill_uid``). Free
+        when nothing can have started since the last sweep found none: only a process of
+        the uid can make another, and none was left."""
+        if self._clean:
+            return ()
+        killed = kill_uid(self.uid)
+        self._clean = True
+        return killed
+
+    def sanitize(self) -> list[str]:
+        """Before the harness itself writes into the folder (as root): remove anything at
+        its top level that is not a plain file or folder of the sandbox's own (a symlink, a
+        fifo, a hard link) so that no write of the harness can be redirected, then hand
+        every top-level file to the uid. Call only while no process of the uid runs.
+        Returns what was removed, one line each (tampering)."""
+        removed = []
+        for entry in os.scandir(self.path):
+            st = entry.stat(follow_symlinks=False)
+            plain = stat.S_ISDIR(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink == 1)
+            if not plain:
+                removed.append(f"{entry.name} ({_kind(st.st_mode)}, links {st.st_nlink})")
+                os.unlink(entry.path)
+            elif st.st_uid != self.uid:
+                os.chown(entry.path, self.uid, self.gid, follow_symlinks=False)
+        return removed
+
+    def close(self) -> tuple[int, ...]:
+        """Kill every process of the uid, remove the folder, release the uid. Returns the
+        pids killed. Idempotent."""
+        if self._lock_fd < 0:
+            return ()
+        try:
+            killed = self.kill_all()
+            shutil.rmtree(self.path, ignore_errors=True)
+        finally:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+        return killed
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISREG(mode):
+        return "hard link"
+    return "special file"
+
+
+def install_fixtures(fixtures: Path) -> Path:
+    """A root-owned, world-readable copy of the harness's fixtures (CRM records, orders)
+    in the sandbox area, made once per process, for sealed workers
+    (``SHOPOPS_FIXTURES``)."""
+    return _install(fixtures, None)
+
+
+def install_code(package_dir: Path, module: str) -> Path:
+    """A root-owned, world-readable copy of an implementation's package (``package_dir``
+    holds ``module/``) in this process's sandbox area, made once per folder and byte-compiled
+    (``compileall``: compiling runs none of it) so that each worker does not compile it
+    again: sealed workers
+    import it from there (the original may sit in a folder they cannot read, such as
+    pytest's 0700 ``tmp_path``) and cannot change it between workers. Returns the folder
+    to put first on ``sys.path``.
+
+    Raises:
+        SandboxError: ``module`` is not a package or module in ``package_dir``.
+        CodeRefused: the package holds what may not be copied as root (a symlink, a FIFO,
+            a socket, a device; over ``harness.sandbox.code_copy.MAX_FILES`` files or
+            ``MAX_BYTES``): nothing is copied.
+    """
+    return _install(package_dir, module)
+
+
+def _install(src: Path, module: str | None) -> Path:
+    src = src.resolve()
+    target = area() / ("code-" + secrets.token_hex(6))
+    with _lock:
+        cached = _installed.get((str(src), module))
+        if cached is not None:
+            return cached
+        try:  # as root, of a folder that is the implementation's: harness.sandbox.code_copy
+            if module is None:
+                copy_tree(src, target)
+            elif (src / module).is_dir():
+                target.mkdir(mode=0o755)
+                copy_tree(src / module, target / module, skip=("__pycache__", "*.pyc"))
+            elif (src / f"{module}.py").is_file():
+                target.mkdir(mode=0o755)
+                copy_file(src / f"{module}.py", target / f"{module}.py")
+            else:
+                raise SandboxError(f"{src}: no package {module}/ or module {module}.py")
+        except CopyRefused as exc:
+            shutil.rmtree(target, ignore_errors=True)  # nothing half-copied is left
+            raise CodeRefused(str(exc)) from None
+        if module is not None:  # compiled, never run: workers cannot write __pycache__
+            compileall.compile_dir(str(target), quiet=1, workers=1)
+        os.chmod(target, 0o755)
+        for root, dirs, files in os.walk(target):
+            for d in dirs:
+                os.chmod(os.path.join(root, d), 0o755)
+            for f in files:
+                os.chmod(os.path.join(root, f), 0o644)
+        _installed[(str(src), module)] = target
+        return target
+
+
+_installed: dict[tuple[str, str | None], Path] = {}
+_used: set[int] = set()
+
+
+def check_installable(folder: Path, module: str) -> None:
+    """Where workers will run sealed (as root), copy the implementation's package now, once
+    (``install_code`` keeps the copy for every execution), so that a folder that cannot be
+    installed is refused before anything runs (``shopops-chaos run --sut``). Not root:
+    nothing to do (workers import the folder as the user running the harness).
+
+    Raises:
+        ValueError: the folder holds a symlink, a FIFO, a socket or a device, or is too
+            large (``harness.sandbox.code_copy``), or has no such package; naming ``--sut``.
+    """
+    if not available():
+        return
+    try:
+        install_code(folder, module)
+    except SandboxError as exc:
+        raise ValueError(f"--sut {folder}: its folder cannot be installed: {exc}") from None
+
+
+
+def _free_uids() -> Iterator[int]:
+    """Each sandbox uid this process has used that no sandbox holds now, its ``flock``
+    held until the next one is asked for (so no sandbox takes it meanwhile)."""
+    for uid in sorted(_used):
+        fd = os.open(_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # in use by a sandbox right now
+        try:
+            yield uid
+        finally:
+            os.close(fd)
+
+
+def strays() -> list[int]:
+    """Pids of live processes of any sandbox uid this process has used that no sandbox
+    holds now (its ``flock`` is free): what a correct harness never leaves behind. A uid
+    another harness process holds at the moment is skipped."""
+    return [pid for uid in _free_uids() for pid in _uid_pids(uid)]
+
+
+def sweep_strays() -> tuple[int, ...]:
+    """SIGKILL every stray (``strays``), each uid locked while its processes are killed
+    (``kill_uid``), so no execution takes it meanwhile. Run at the end of a run: a
+    descendant that escaped its execution's sweep (seen under a hostile implementation in
+    a grade: ``setsid`` grandchildren alive after the grade exited) does not outlive the
+    run. Returns the pids killed; a uid whose processes would not die is left to the next
+    sandbox of that uid, which sweeps it first."""
+    killed: list[int] = []
+    for uid in _free_uids():
+        try:
+            killed += kill_uid(uid)
+        except SandboxError:
+            continue
+    return tuple(killed)

@@ -1,0 +1,265 @@
+"""The harness-owned approval service: the approval records the checks read are the harness's.
+
+A worker of an execution reaches the approval queue's records only through this service
+(``SHOPOPS_APPROVALS_SOCKET``; the client is ``shopops.approval_client.RemoteStore``, whose
+docstring is the protocol). The records are an ordinary approval database
+(``shopops.approval_store``) in the execution folder, which a sealed worker cannot open; so
+a worker can add a pending request and bind an unconsumed ticket to its send, and nothing
+else: no request is deleted or changed, no consumption undone, no ticket issued. Approving
+and rejecting are the human's acts, done by the harness on the same file
+(``harness.story.engine``).
+
+Who asks is the kernel's word (``SO_PEERCRED``, ``unix(7)``), as on the failpoint channel:
+with ``allowed_uid`` set (a sealed execution) a connection of another uid is refused. Every
+call is logged in the table ``service_calls`` (who, what, answer); an operation that is not
+a worker's (``approve``, ``reject``, ``delete``...) or a refused sender is handed to
+``on_tamper`` (the execution records a ``tampering`` event, which fails ``no_tampering``).
+
+Transport: ``socketserver.ThreadingUnixStreamServer`` on a Linux abstract socket (no file
+to protect or leave behind), one thread per connection, JSON lines; the same shape as the
+failpoint channel (``harness.services.channel``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import socketserver
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.services.channel import peer_credentials
+from harness.services.serving import ServerThread
+from shopops.approval_records import DEFAULT_GATE, GATES, ApprovalRequest, iso, to_wire
+from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
+from shopops.errors import ShopOpsError
+
+__all__ = ["MAX_FIELD", "WORKER_OPS", "ApprovalService"]
+
+#: The operations a worker may ask for (``shopops.approval_client``).
+WORKER_OPS = ("add_request", "requests", "tickets", "ticket", "mark_consumed")
+#: Longest text field accepted, in characters (ids, digests, keys, timestamps).
+MAX_FIELD = 1000
+#: Seconds ``ApprovalService.close`` waits for each connection's thread to end.
+HANDLER_WAIT_S = 10.0
+_MAX_LINE = 64 * 1024
+
+_LOG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS service_calls (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, at TEXT NOT NULL, worker_pid INTEGER,
+    worker_uid INTEGER, op TEXT, case_id TEXT, ticket_id TEXT, ok INTEGER NOT NULL,
+    detail TEXT);
+"""
+
+#: The service's file as ``checkpoint_file.inspect`` accepts it: an approval queue plus the
+#: service's call log. The harness opens its queue file with it (``kind=SERVICE_QUEUE``).
+SERVICE_QUEUE = dataclasses.replace(APPROVAL_QUEUE, schema=(
+    *((APPROVAL_QUEUE.schema,) if isinstance(APPROVAL_QUEUE.schema, str)
+      else APPROVAL_QUEUE.schema), _LOG_SCHEMA))
+
+
+class _Refused(Exception):
+    """A call answered ``ok: false``; ``tampering`` when it was not a worker's to make."""
+
+    def __init__(self, detail: str, *, tampering: bool = False) -> None:
+        super().__init__(detail)
+        self.tampering = tampering
+
+
+def _text(args: dict[str, Any], name: str, *, optional: bool = False) -> str | None:
+    value = args.get(name)
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_FIELD:
+        raise _Refused(f"{name}: must be a string of 1-{MAX_FIELD} characters"
+                       + (" or null" if optional else ""))
+    return value
+
+
+def _dispatch(store: SqliteStore, op: str, args: dict[str, Any]) -> Any:
+    """Run one worker operation on the harness's store; its JSON result."""
+    if op == "add_request":
+        req = args.get("request")
+        if not isinstance(req, dict):
+            raise _Refused("request: must be an object")
+        gate = req.get("gate", DEFAULT_GATE)
+        if gate not in GATES:
+            raise _Refused(f"gate: must be one of {', '.join(GATES)}")
+        store.add_request(ApprovalRequest(
+            _text(req, "request_id") or "", _text(req, "case_id") or "",
+            _text(req, "draft_digest") or "", _text(req, "requested_at") or "", "pending",
+            gate=gate))
+        return None
+    if op == "requests":
+        return [to_wire(r) for r in store.requests(_text(args, "case_id", optional=True))]
+    if op == "tickets":
+        return [to_wire(t) for t in store.tickets(_text(args, "case_id", optional=True))]
+    if op == "ticket":
+        found = store.ticket(_text(args, "ticket_id") or "")
+        return None if found is None else to_wire(found)
+    if op == "mark_consumed":
+        store.mark_consumed(_text(args, "ticket_id") or "", _text(args, "key") or "",
+                            _text(args, "at") or "")
+        return None
+    raise _Refused(f"{op!r} is not a worker's operation (allowed: {', '.join(WORKER_OPS)})",
+                   tampering=True)
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            self._serve_worker()
+
+    def _serve_worker(self) -> None:
+        pid, uid, _ = peer_credentials(self.request)
+        service = self.server.service
+        while line := self.rfile.readline(_MAX_LINE):
+            reply = service.serve(pid, uid, line)
+            self.wfile.write(json.dumps(reply).encode() + b"\n")
+            self.wfile.flush()
+
+
+class _Server(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address: str, service: ApprovalService) -> None:
+        self.service = service
+        self._active: dict[threading.Thread, socket.socket] = {}
+        self._lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        me = threading.current_thread()
+        with self._lock:
+            self._active[me] = request
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._active.pop(me, None)
+
+    def finish_handlers(self, timeout_s: float) -> None:
+        """End every connection still served (a worker killed mid-call, a stray process of
+        a sealed execution) and wait up to ``timeout_s`` seconds for its thread, so that
+        no SQLite connection of the service is open once ``close`` returns: closing the last
+        one checkpoints the WAL and removes ``-wal``/``-shm``, which must not happen while
+        the harness moves the execution's files (``harness.sandbox.scratch.move_home``); the
+        service's own connections are closed after them, by ``ApprovalService.close``."""
+        with self._lock:
+            active = dict(self._active)
+        for sock in active.values():
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        deadline = time.monotonic() + timeout_s
+        for thread in active:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+
+class ApprovalService:
+    """Serve the approval records in ``db_path`` to an execution's workers.
+
+    Args:
+        db_path: the harness's approval database (created if missing; ``approvals.db`` in
+            the execution folder).
+        allowed_uid: the only uid whose connections are served (a sealed execution's);
+            ``None``: any.
+        on_tamper: called (in a server thread) with one line for every call that is not a
+            worker's to make, and for every connection of another uid.
+
+    ``address`` (``@name``) goes into the workers' ``SHOPOPS_APPROVALS_SOCKET``.
+    """
+
+    def __init__(self, db_path: str | Path, *, allowed_uid: int | None = None,
+                 on_tamper: Callable[[str], object] | None = None) -> None:
+        self.db_path = Path(db_path)
+        self.allowed_uid = allowed_uid
+        self.on_tamper = on_tamper or (lambda line: None)
+        # the schema exists before any worker asks; one store and one log connection serve
+        # every connection's calls, one call at a time (opening them per worker connection
+        # cost ~1.5 ms each)
+        self._store = SqliteStore(self.db_path, busy_timeout_s=30.0, kind=SERVICE_QUEUE,
+                                  threads=True)
+        self._log = sqlite3.connect(self.db_path, timeout=30, isolation_level=None,
+                                    check_same_thread=False)
+        self._log.executescript(_LOG_SCHEMA)
+        self._calls = threading.Lock()
+        self.address = f"@shopops-apr-{os.getpid()}-{uuid.uuid4().hex[:16]}"
+        self._serving = ServerThread(_Server("\0" + self.address[1:], self),
+                                     "approval-service")
+
+    def serve(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
+        """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
+        (calls from all connections run one at a time)."""
+        with self._calls:
+            return self._answer(pid, uid, line)
+
+    def _answer(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
+        """The reply to one request ``line`` from ``pid``/``uid`` (the kernel's), run on the
+        service's store and logged in its call log (the caller holds ``_calls``)."""
+        store, log = self._store, self._log
+        op: str | None = None
+        args: dict[str, Any] = {}
+        try:
+            try:
+                data = json.loads(line)
+            except ValueError:
+                raise _Refused("not a JSON line") from None
+            if not isinstance(data, dict) or not isinstance(data.get("op"), str):
+                raise _Refused("expected a JSON object with a string op")
+            op, args = data["op"][:100], data
+            if self.allowed_uid is not None and uid != self.allowed_uid:
+                raise _Refused(f"uid {uid} is not this execution's worker", tampering=True)
+            result = _dispatch(store, op, args)
+        except _Refused as refused:
+            _log(log, pid, uid, op, args, False, str(refused))
+            if refused.tampering:
+                self.on_tamper(f"pid {pid} (uid {uid}) asked the approval service for "
+                               f"{op!r}: {refused}")
+            return {"ok": False, "error": str(refused)}
+        except (sqlite3.Error, ShopOpsError) as exc:
+            _log(log, pid, uid, op, args, False, str(exc))
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        _log(log, pid, uid, op, args, True, None)
+        return {"ok": True, "result": result}
+
+    def close(self) -> None:
+        """Stop serving (at once) and end the connections still open, waiting (up to
+        ``HANDLER_WAIT_S``) for their threads, then close the service's SQLite connections.
+        Idempotent."""
+        self._serving.stop()
+        server = self._serving.server
+        assert isinstance(server, _Server)
+        server.finish_handlers(HANDLER_WAIT_S)
+        with self._calls:
+            self._store.close()
+            self._log.close()
+
+    def __enter__(self) -> ApprovalService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _log(conn: sqlite3.Connection, pid: int, uid: int, op: str | None, args: dict[str, Any],
+         ok: bool, detail: str | None) -> None:
+    """One row of ``service_calls``: who asked (the kernel's pid/uid), what, the answer."""
+    req = args.get("request")
+    case = args.get("case_id") or (req.get("case_id") if isinstance(req, dict) else None)
+    ticket = args.get("ticket_id")
+    conn.execute(
+        "INSERT INTO service_calls(at, worker_pid, worker_uid, op, case_id, ticket_id, ok,"
+        " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (iso(time.time()), pid, uid, op, case if isinstance(case, str) else None,
+         ticket if isinstance(ticket, str) else None, int(ok), detail))

@@ -1,0 +1,408 @@
+"""The harness-owned mock email gateway: a real HTTP server on loopback with a durable log.
+
+It is the authority on what was delivered (``docs/design.md``): a duplicate is two
+deliveries for one logical send, whatever the worker believes. It dedupes by
+``Idempotency-Key`` as the IETF draft "The Idempotency-Key HTTP Header Field" describes
+(same key + same payload → the original answer; same key + another payload → refused), and
+can be told to misbehave.
+
+Endpoints:
+    ``POST /v1/messages`` — JSON ``{"case_id", "to", "subject", "body"}`` (all strings),
+    optional headers ``Idempotency-Key`` and ``X-ShopOps-Worker-Pid``. 201 new delivery,
+    200 ``duplicate: true`` with the original ``delivery_id``, 409 key reused with another
+    body, 400 a missing/mistyped field (named in ``field``), 403 a sender of another uid
+    than ``allowed_uid`` (sealed executions).
+    ``POST /v1/order-notes`` — the mock order service (the O-1001 story's second gated
+    side effect, an order note): JSON ``{"case_id", "order_id", "body"}``, the same headers
+    and answers (note ids ``nte-000001``), logged in a ledger of its own
+    (``harness.services.ledger``: tables ``note_requests`` and ``notes``). Faults apply to
+    messages only.
+
+Control apart from data: ``POST /_control/faults`` (JSON list of fault dicts, replaces the
+plan), ``GET /_control/faults``, ``GET /_log/requests``, ``GET /_log/deliveries``,
+``GET /_log/note-requests``, ``GET /_log/notes`` are served
+only on ``control_path``, a Unix socket in a folder only the harness can open (``control``
+argument), never on the data address a worker is given.
+
+The sender of a request is the kernel's answer (``harness.services.peers``: the owner of the TCP
+connection), logged as ``worker_pid``/``worker_uid``; the ``X-ShopOps-Worker-Pid`` header is
+only logged (``claimed_pid``) so that a claim for another process can be shown as tampering.
+
+Faults (``FaultSpec``) are consumed one per well-formed ``POST /v1/messages`` in FIFO order
+(of the execution's case, from one of its workers, when ``fault_case``/``faults_for`` are
+set: a dummy request cannot spend the fault the loop's send was meant to meet); an empty
+plan means normal behaviour. ``latency`` sleeps ``ms`` then answers normally; ``error`` answers
+``status`` (5xx) and delivers nothing; ``drop_after_accept`` delivers, commits, then closes
+the TCP connection with no reply; ``delay_after_accept`` delivers, commits, then holds the
+reply ``ms`` milliseconds — longer than the client's read timeout, the client has given up
+(requests raises ``ReadTimeout``) before the answer comes, so only a retry with the *same*
+key is safe; ``pause_after_accept`` answers normally and marks, in the request log, the
+request at which the harness's ``on_accepted`` hook (called for every new delivery) is meant
+to act.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import sqlite3
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
+from werkzeug.wrappers import Request, Response
+
+from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
+from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
+from harness.services import ledger as ledgers
+from harness.services.ledger import EMAIL, Ledger, read_log
+from harness.services.peers import tcp_peer
+from harness.services.serving import ServerThread
+from shopops.checkpoint_file import inspect
+
+_log = logging.getLogger(__name__)
+
+__all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
+           "GatewayLog", "MockGateway", "RequestRecord", "read_log"]
+
+MESSAGE_FIELDS = EMAIL.fields
+
+
+#: The largest request body the gateway reads, in bytes (a message is a few KiB). A larger
+#: one is not read (werkzeug's ``Request.max_content_length``): the request is logged, with
+#: status 413 and the digest of an empty body, and answered 413.
+MAX_BODY = 1 << 20
+
+
+class _Request(Request):
+    max_content_length = MAX_BODY
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        _log.debug("%s %s", self.requestline, code)
+
+
+class MockGateway:
+    """The mock email gateway on ``host:port`` (port 0 = ephemeral), logging to ``db_path``.
+
+    Args:
+        db_path: its own SQLite file (WAL, ``synchronous=FULL``); reused if it exists, so
+            keys seen before a restart still dedupe. A file that is not a gateway log
+            (another application's tables, a checkpoint database, not SQLite ...) raises
+            ``shopops.errors.NotOurDatabase`` before anything writes to it.
+        on_request: called in the request thread with every request's ``RequestRecord``
+            once it is logged (before ``on_accepted``): the harness puts each request into
+            its trace, so a request after the case was done shows even when deduplicated.
+        on_accepted: called in the request thread right after a new delivery is committed
+            and before the reply is written (the harness SIGKILLs the sender there: label
+            ``t6.gateway_accepted``). Exceptions propagate: werkzeug answers 500, the
+            delivery stays committed.
+        on_note_request, on_note_accepted: the same for the order service's ledger (label
+            ``t6.note_accepted``).
+        control: also serve the control and log endpoints on ``control_path``.
+        allowed_uid: refuse (403, logged) a request whose connection another uid owns.
+        candidates: pids that may own a connection, looked at first (default: this
+            process); then every process of the connection's uid when ``allowed_uid`` is
+            set, else every process. Keeps the kernel look-up cheap.
+    """
+
+    def __init__(self, db_path: str | Path, *, host: str = "127.0.0.1", port: int = 0,
+                 on_accepted: Callable[[Delivery], None] | None = None,
+                 on_request: Callable[[RequestRecord], None] | None = None,
+                 on_note_accepted: Callable[[NoteDelivery], None] | None = None,
+                 on_note_request: Callable[[RequestRecord], None] | None = None,
+                 control: bool = False, allowed_uid: int | None = None,
+                 candidates: Callable[[], Iterable[int]] | None = None) -> None:
+        self.db_path = Path(db_path)
+        self.host, self.port = host, port
+        self.on_accepted = on_accepted
+        self.on_request = on_request
+        self.on_note_accepted = on_note_accepted
+        self.on_note_request = on_note_request
+        self.allowed_uid = allowed_uid
+        self.candidates = candidates or (lambda: [os.getpid()])
+        #: only a message of this case takes a fault (``None``: any case)
+        self.fault_case: str | None = None
+        #: only a message whose sender's pid (``None``: unknown) this accepts takes a fault
+        #: (``None``: any sender); the execution gives its kill controller's ``stands_for``
+        self.faults_for: Callable[[int | None], bool] | None = None
+        self._control = control
+        self._control_dir: str | None = None
+        self._control_serving: ServerThread | None = None
+        self._faults: deque[FaultSpec] = deque()
+        self._faults_lock = threading.Lock()
+        self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
+        self._server: BaseWSGIServer | None = None
+        self._serving: ServerThread | None = None
+        inspect(self.db_path, ledgers.GATEWAY_LOG, create=True)  # fail closed: adopt no file
+        with contextlib.closing(self._connect()) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(ledgers.SCHEMA)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> MockGateway:
+        """Bind and serve in a daemon thread; returns ``self``."""
+        if self._server is not None:
+            raise RuntimeError("MockGateway already started")
+        self._stopping.clear()
+        self._server = make_server(self.host, self.port, self._wsgi, threaded=True,
+                                   request_handler=_QuietHandler)
+        self._serving = ServerThread(self._server, f"mock-gateway:{self._server.server_port}")
+        if self._control:
+            self._control_dir = tempfile.mkdtemp(prefix="shopops-gw-control-")
+            control = make_server("unix://" + os.path.join(self._control_dir, "control.sock"),
+                                  0, self._control_wsgi, threaded=True,
+                                  request_handler=_QuietHandler)
+            self._control_serving = ServerThread(control, "mock-gateway-control")
+        return self
+
+    def _others(self) -> Iterable[int] | None:
+        """Where else a connection's owner may be: the allowed uid's processes, or all."""
+        if self.allowed_uid is None:
+            return None
+        return [p.pid for p in psutil.process_iter(["uids"])
+                if p.info["uids"] is not None and p.info["uids"].real == self.allowed_uid]
+
+    @property
+    def control_path(self) -> str:
+        """The control socket's path (``control=True``), in a 0700 folder of the harness."""
+        if self._control_dir is None:
+            raise RuntimeError("MockGateway has no control socket (control=False)")
+        return os.path.join(self._control_dir, "control.sock")
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``, the actual bound port."""
+        if self._server is None:
+            raise RuntimeError("MockGateway not started")
+        return f"http://{self.host}:{self._server.server_port}"
+
+    def stop(self) -> None:
+        """Stop serving (at once, not at a poll), join the thread, close the socket.
+        Idempotent."""
+        serving, self._server, self._serving = self._serving, None, None
+        self._stopping.set()
+        if serving is not None:
+            serving.stop()
+        control, self._control_serving = self._control_serving, None
+        if control is not None:
+            control.stop()
+        if self._control_dir is not None:
+            shutil.rmtree(self._control_dir, ignore_errors=True)
+            self._control_dir = None
+
+    def __enter__(self) -> MockGateway:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- faults and log -----------------------------------------------------------------
+    def set_faults(self, faults: Iterable[FaultSpec | dict[str, Any]]) -> None:
+        """Replace the fault plan (validated first; nothing changes on error).
+
+        Raises:
+            ValueError: see ``FaultSpec.from_dict``.
+        """
+        plan = [f if isinstance(f, FaultSpec) else FaultSpec.from_dict(f) for f in faults]
+        with self._faults_lock:
+            self._faults = deque(plan)
+
+    def pending_faults(self) -> tuple[FaultSpec, ...]:
+        """Faults not yet consumed, in order."""
+        with self._faults_lock:
+            return tuple(self._faults)
+
+    def log(self) -> GatewayLog:
+        """The durable log as it is now."""
+        with contextlib.closing(self._connect()) as conn:
+            return ledgers.read(conn)
+
+    def _take_fault(self) -> FaultSpec | None:
+        with self._faults_lock:
+            return self._faults.popleft() if self._faults else None
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
+    # -- HTTP ---------------------------------------------------------------------------
+    def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = _Request(environ)
+        ledger = next((led for led in ledgers.LEDGERS if led.path == request.path), None)
+        if request.method == "POST" and ledger is not None:
+            response = self._post(request, ledger)
+        else:
+            response = _json({"error": "not_found", "path": request.path}, 404)
+        return response(environ, start_response)
+
+    def _control_wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        request = _Request(environ)
+        route = (request.method, request.path)
+        if route == ("POST", "/_control/faults"):
+            response = self._post_faults(request)
+        elif route == ("GET", "/_control/faults"):
+            response = _json([dataclasses.asdict(f) for f in self.pending_faults()])
+        elif request.method == "GET" and request.path in _LOGS:
+            records = getattr(self.log(), _LOGS[request.path])
+            response = _json([dataclasses.asdict(r) for r in records])
+        else:
+            response = _json({"error": "not_found", "path": request.path}, 404)
+        return response(environ, start_response)
+
+    def _post_faults(self, request: Request) -> Response:
+        data = request.get_json(silent=True)
+        if not isinstance(data, list):
+            return _json({"error": "invalid_faults", "field": "faults",
+                          "detail": "expected a JSON list of fault objects"}, 400)
+        try:
+            self.set_faults(data)
+        except ValueError as exc:
+            field = str(exc).split(":", 1)[0]
+            return _json({"error": "invalid_faults", "field": field, "detail": str(exc)}, 400)
+        return _json({"pending": len(data)})
+
+    def _post(self, request: Request, ledger: Ledger) -> Response:
+        """Consume a fault (messages only), validate, check-and-deliver, log; every request
+        is logged, in ``ledger``."""
+        received = time.time()
+        port = request.environ.get("REMOTE_PORT")
+        peer = (tcp_peer(int(port), int(request.environ["SERVER_PORT"]), self.candidates(),
+                         self._others, host=request.environ.get("REMOTE_ADDR", self.host),
+                         server_host=self.host) if port is not None else None)
+        refused = self.allowed_uid is not None and (peer is None
+                                                    or peer.uid != self.allowed_uid)
+        try:
+            raw, too_large = request.get_data(), False
+        except RequestEntityTooLarge:
+            raw, too_large = b"", True
+        message, problem = ((None, ("body", f"larger than {MAX_BODY} bytes")) if too_large
+                            else ledgers.parse(ledger, raw))
+        key = request.headers.get("Idempotency-Key")
+        if key is not None and not key.strip():
+            problem = ("Idempotency-Key", "must be a non-empty string when present")
+        fault = (self._take_fault() if not refused and ledger is EMAIL
+                 and self._faultable(message, problem, peer) else None)
+        if fault is not None and fault.kind == "latency":
+            time.sleep((fault.ms or 0) / 1000.0)
+        claimed = request.headers.get("X-ShopOps-Worker-Pid", "")
+        evidence = {
+            "received_at": ledgers.iso(received), "received_epoch": received,
+            "idempotency_key": key,
+            "body_sha256": ledgers.sha256(message) if message else hashlib.sha256(raw).hexdigest(),
+            "case_id": message.get("case_id") if message else None,
+            "fault": fault.label if fault else None,
+            "worker_pid": peer.pid if peer else None,
+            "worker_uid": peer.uid if peer else None,
+            # what the request says about itself: recorded, never believed (and bounded:
+            # int() refuses more than 4300 digits, which would end the request unlogged)
+            "claimed_pid": int(claimed) if claimed.isdigit() and len(claimed) <= 12 else None,
+            "remote_port": port,
+        }
+        if refused:
+            with self._transaction() as conn:
+                ledgers.insert_request(conn, ledger, evidence, 403)
+            return _json({"error": "forbidden", "detail": "not this execution's worker"}, 403)
+        if fault is not None and fault.kind == "error":
+            status = fault.status or 500
+            with self._transaction() as conn:
+                record = self._record(conn, ledger,
+                                      ledgers.insert_request(conn, ledger, evidence, status))
+            self._report(ledger, record)
+            return _json({"error": "injected_fault", "status": status}, status)
+        if problem is not None:
+            code = 413 if too_large else 400
+            with self._transaction() as conn:
+                record = self._record(conn, ledger,
+                                      ledgers.insert_request(conn, ledger, evidence, code))
+            self._report(ledger, record)
+            field, why = problem
+            return _json({"error": "invalid_request", "field": field,
+                          "detail": f"{field}: {why}"}, code)
+        assert message is not None
+        with self._transaction() as conn:
+            status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
+            record = self._record(conn, ledger, seq)
+        self._report(ledger, record)
+        accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
+        if delivery is not None and accepted is not None:
+            accepted(delivery)  # type: ignore[arg-type]
+        if fault is not None and fault.kind == "drop_after_accept":
+            return _drop_connection(request.environ)
+        if fault is not None and fault.kind == "delay_after_accept":
+            self._stopping.wait((fault.ms or 0) / 1000.0)
+        return _json(reply, status)
+
+    def _faultable(self, message: dict[str, str] | None, problem: object,
+                   peer: object) -> bool:
+        """Whether a request takes the next fault: a well-formed message, of ``fault_case``
+        when set, from a sender ``faults_for`` accepts (when set). So a dummy request — a
+        junk body, another case, a process outside the execution — cannot spend a fault
+        that the loop's own send was meant to meet."""
+        if message is None or problem is not None:
+            return False
+        if self.fault_case is not None and message.get("case_id") != self.fault_case:
+            return False
+        pid = getattr(peer, "pid", None)
+        return self.faults_for is None or self.faults_for(pid)
+
+    def _record(self, conn: sqlite3.Connection, ledger: Ledger, seq: int
+                ) -> RequestRecord | None:
+        """The request ``seq`` just logged, read in the logging transaction (``None``: no
+        ``on_request`` hook wants it)."""
+        hook = self.on_request if ledger is EMAIL else self.on_note_request
+        return None if hook is None else ledgers.request_record(conn, ledger, seq)
+
+    def _report(self, ledger: Ledger, record: RequestRecord | None) -> None:
+        """Hand a committed request's record to ``ledger``'s ``on_request`` hook."""
+        hook = self.on_request if ledger is EMAIL else self.on_note_request
+        if hook is not None and record is not None:
+            hook(record)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with contextlib.closing(self._connect()) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+
+#: The log endpoints of the control socket and the ``GatewayLog`` field each serves.
+_LOGS = {"/_log/requests": "requests", "/_log/deliveries": "deliveries",
+         "/_log/note-requests": "note_requests", "/_log/notes": "notes"}
+
+
+def _drop_connection(environ: dict[str, Any]) -> Response:
+    """Close the TCP connection without a reply: the message is delivered, the answer lost.
+
+    ``environ["werkzeug.socket"]`` is the connection's socket (werkzeug.serving). After the
+    shutdown werkzeug's own write of the (empty) response fails with ``BrokenPipeError``,
+    which its handler treats as a dropped connection and ignores.
+    """
+    with contextlib.suppress(OSError):
+        environ["werkzeug.socket"].shutdown(socket.SHUT_RDWR)
+    return Response(b"", status=204)
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(json.dumps(data), status=status, mimetype="application/json")
+

@@ -1,0 +1,438 @@
+"""The story engine: interprets a scenario's story, step by step, in real processes
+(``docs/design.md``, "The story engine"; Chapter 8's timeline).
+
+A story is an ordered list of steps (``harness.model.story``): start workers of a role, a
+human decision on a named gate, hold or slow a worker at a labelled point, release it,
+advance the simulated clock, inject a storage fault. A scenario writes them as
+``[[story]]`` tables, or its tables expand into them (``harness.plan.story_plan``). Kill
+schedules apply across the whole story: the kill controller counts every worker's hits.
+
+``drive`` plays the story and returns a frozen ``StoryRecord``. The harness plays the
+human and the approval queue's operator; it never writes the loop's state except for an
+injected fault, which it records.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from harness.judge.evidence import EventLog, history_at, latest_checkpoint
+from harness.launch.launcher import Launcher
+from harness.launch.processes import HarnessStopping
+from harness.model import (
+    DEFAULT_GATE,
+    PAST_LEASE,
+    ClockStep,
+    DurableState,
+    EventKind,
+    ExecutionPlan,
+    HistoryMark,
+    HoldStep,
+    HumanAction,
+    HumanStep,
+    KillPoint,
+    ReleaseStep,
+    Step,
+    StorageFault,
+    StorageStep,
+    StoryRecord,
+    TicketKind,
+    Wait,
+    When,
+    WorkerRole,
+    WorkerRun,
+    WorkersStep,
+)
+from harness.plan.story_plan import story_of
+from harness.services.approvals import SERVICE_QUEUE
+from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
+from harness.story.storage_faults import LockHolder, inject_row, install_v1_fixture
+from harness.story.workers import RUN_ID, Started, Workers
+from shopops import labels
+from shopops.approvals import ApprovalQueue
+from shopops.checkpoint import CheckpointRow, CheckpointStore
+from shopops.errors import ShopOpsError
+from shopops.runtime import offset_clock
+
+__all__ = ["APPROVER", "drive"]
+
+APPROVER = "maya"
+FORGED_TICKET = "apr-forged-1"
+OTHER_CASE = ("case-O-1002", "O-1002")
+
+
+def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
+          events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
+          data_dir: Path | None = None, approvals: str | None = None) -> StoryRecord:
+    """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
+    (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
+    execution's sandbox. ``approvals``: the address of the harness's approval service
+    (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
+    ``None``: the workers open that file themselves.
+
+    A harness error while the story runs cuts it short: it is recorded in
+    ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
+    ``ShopOpsError`` raised while the harness acts on what the workers left (no checkpoint
+    to forge a ticket into, a refused human act), as "the story could not go on": the
+    implementation's doing, not the harness's (``harness.grading.retry`` runs again only the
+    latter). Every worker is reaped before this returns.
+
+    Raises:
+        HarnessStopping, KeyboardInterrupt, SystemExit: the run is being stopped.
+    """
+    engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
+                     channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
+                     approvals=approvals)
+    try:
+        engine.play()
+        engine.read_target()
+    except (HarnessStopping, KeyboardInterrupt, SystemExit):
+        raise
+    except ShopOpsError as exc:  # what the implementation left could not be acted on
+        engine.w.errors.append(f"the story could not go on: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # judged with the reason; the run goes on
+        engine.w.errors.append(f"harness error during the story: {type(exc).__name__}: "
+                               f"{exc}")
+    finally:
+        engine.close()
+    return engine.record()
+
+
+#: Seconds between checks, while the story waits for a hold, that its workers still live.
+_HOLD_POLL_S = 0.05
+
+
+class _CutShort(Exception):
+    """A step could not happen (its reason is in the errors): the story stops there."""
+
+
+class _Engine:
+    def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
+                 controller: KillController, events: EventLog, *, gateway_url: str,
+                 channel: str, worker_timeout_s: float, data_dir: Path | None = None,
+                 approvals: str | None = None) -> None:
+        self.s = s = plan.scenario
+        self.steps = story_of(s)
+        self.controller = controller
+        self.events = events
+        workers = [st for st in self.steps if isinstance(st, WorkersStep)]
+        holds = [st for st in self.steps if isinstance(st, HoldStep)]
+        extra = max([HOLD_LIMIT_S if not h.ms else h.ms / 1000 for h in holds], default=0.0)
+        self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
+                         gateway_url=gateway_url, channel=channel,
+                         timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
+                         approvals=approvals)
+        # the budget of workers: one per kill, the largest group, and a margin
+        self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
+                                                           default=1) + 4)
+        self.approval_event: int | None = None
+        self.checkpoint_seq_at_approval: int | None = None
+        self.history_at_approval: HistoryMark | None = None
+        self.v1_rows = 0
+        self.unrecovered = False  # the latest workers step left a harness kill behind
+        self.holds: dict[KillPoint, Hold] = {}
+        self.background: list[Started] = []
+        self._lock_holder: LockHolder | None = None
+        self.target_states: tuple[DurableState, ...] = ()
+        self.target_error: str | None = None
+
+    # -- the story ----------------------------------------------------------------------
+    def play(self) -> None:
+        handlers: dict[type, Callable[[Step], None]] = {
+            WorkersStep: self._workers, HumanStep: self._human, HoldStep: self._hold,
+            ReleaseStep: self._release, ClockStep: self._clock, StorageStep: self._storage}
+        try:
+            for step in self.steps:
+                if step.when is When.KILLED and not self.unrecovered:
+                    continue
+                handlers[type(step)](step)
+        except _CutShort:
+            pass  # recorded in the errors; the steps after it cannot happen as written
+        finally:
+            for hold in self.holds.values():
+                hold.release.set()
+            while self.background:
+                self.w.finish(self.background.pop(0))
+
+    def read_target(self) -> None:
+        """A target's durable state through its own API, after every worker was reaped
+        (outside the kill controller: ``TargetDriver.history``)."""
+        if self.w.target is not None:
+            self.target_states, self.target_error = self.w.target.history()
+
+    def close(self) -> None:
+        if self._lock_holder is not None:
+            self._lock_holder.close()
+
+    def record(self) -> StoryRecord:
+        w = self.w
+        return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
+                           self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
+                           w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_states,
+                           self.target_error, self.history_at_approval)
+
+    # -- workers -------------------------------------------------------------------------
+    def _workers(self, step: Step) -> None:
+        assert isinstance(step, WorkersStep)
+        if step.together:
+            runs = self._together(step)
+            self.unrecovered = any(r.killed_by_harness for r in runs)
+        elif step.wait is Wait.HELD:
+            self._until_held(step)
+        else:
+            self.unrecovered = False
+            for _ in range(step.count):
+                if not self._may_start(step.role):
+                    break
+                run = self.w.run(step.role, step.owner)
+                while self._again(run) and step.recover and self._may_start(step.recover):
+                    run = self.w.run(step.recover, step.owner)
+                self.unrecovered = self.unrecovered or run.killed_by_harness
+        if step.role is WorkerRole.MIGRATE:
+            self._request_migrated()
+
+    def _may_start(self, role: WorkerRole) -> bool:
+        """A recheck is a resume before any approval: never once the human approved."""
+        return role is not WorkerRole.RECHECK or self.approval_event is None
+
+    def _again(self, run: WorkerRun) -> bool:
+        """Another worker follows a killed one, within the budget."""
+        if run.killed_by_harness and self.s.leases:
+            self.w.clock_offset_s += self.s.lease_ttl_s + 1  # its lease expires meanwhile
+        return run.killed_by_harness and len(self.w.runs) < self.max_workers
+
+    def _together(self, step: WorkersStep) -> list[WorkerRun]:
+        """Start ``count`` workers at once. The first to load the checkpoint (it holds the
+        lease) is held there until every other one has stopped, so they truly overlap."""
+        label = labels.CHECKPOINT_LOADED
+        hold = self.controller.add_hold(KillPoint(label, self.controller.totals.seen(label)
+                                                  + 1))
+        started = [self.w.start(step.role, step.owner) for _ in range(step.count)]
+        if not self._held_or_gone(hold, started):
+            self.w.errors.append(f"no concurrent worker reached {label}")
+        others = [st for st in started if st.worker is not hold.worker]
+        runs = [self.w.finish(st) for st in others]
+        hold.release.set()
+        runs += [self.w.finish(st) for st in started if st.worker is hold.worker]
+        return runs
+
+    def _held_or_gone(self, hold: Hold, started: list[Started]) -> bool:
+        """Wait until ``hold`` holds a worker (``True``), or until every worker of
+        ``started`` has exited — none can reach the point any more — or the worker deadline
+        passed (``False``). Checked every ``_HOLD_POLL_S``: a worker that exits at once (an
+        implementation that does nothing) does not cost the story the whole deadline."""
+        deadline = time.monotonic() + self.w.timeout
+        while not hold.held.wait(_HOLD_POLL_S):
+            if time.monotonic() >= deadline or all(st.worker.exited() for st in started):
+                return hold.held.is_set()
+        return True
+
+    def _until_held(self, step: WorkersStep) -> None:
+        """Start one worker in the background and wait until a pending hold holds it."""
+        hold = next(h for h in reversed(self.holds.values()) if not h.release.is_set())
+        started = self.w.start(step.role, step.owner)
+        self.unrecovered = False
+        if not self._held_or_gone(hold, [started]):
+            self.w.errors.append(f"no worker reached {hold.point} to be held")
+            hold.release.set()
+            self.w.finish(started)
+            raise _CutShort
+        self.background.append(started)
+
+    def _hold(self, step: Step) -> None:
+        assert isinstance(step, HoldStep)
+        limit = step.ms / 1000 if step.ms else HOLD_LIMIT_S
+        self.holds[step.at] = self.controller.add_hold(step.at, limit_s=limit,
+                                                       required=not step.ms)
+
+    def _release(self, step: Step) -> None:
+        assert isinstance(step, ReleaseStep)
+        self.holds[step.at].release.set()
+        while self.background:
+            self.w.finish(self.background.pop(0))
+
+    def _clock(self, step: Step) -> None:
+        assert isinstance(step, ClockStep)
+        by = self.s.lease_ttl_s + 1 if step.advance_s == PAST_LEASE else float(step.advance_s)
+        self.w.clock_offset_s += by
+        self.events.add(EventKind.CLOCK, None, None, None, f"clock +{by:g} s")
+
+    # -- the human and the queue --------------------------------------------------------
+    def _human(self, step: Step) -> None:
+        assert isinstance(step, HumanStep)
+        if step.at is not None:  # mid-story: when a worker gets there
+            self.controller.add_hook(step.at, lambda worker: self._decide(step))
+        else:
+            self._decide(step)
+
+    def _decide(self, step: HumanStep) -> None:
+        case = self.s.case_id
+        if step.action is HumanAction.REJECT:
+            extra = {"feedback": step.feedback} if step.feedback is not None else {}
+            if step.gate != DEFAULT_GATE:
+                extra["gate"] = step.gate
+            self._as_queue(lambda q: q.reject(case, approver=APPROVER, **extra),
+                           f"{step.gate} rejected" if extra else "rejected")
+        elif step.ticket is TicketKind.ISSUED:
+            self._approve(step.delay_hours, step.gate)
+            if step.twice:
+                self._as_queue(lambda q: q.approve(case, approver=APPROVER, gate=step.gate),
+                               "second approval")
+        else:
+            self._bad_ticket(step.ticket)
+
+    def _approve(self, hours: float, gate: str = DEFAULT_GATE) -> None:
+        """The human approves the case's pending request on ``gate``: the queue issues the
+        ticket (t5). The first approval of the story is the one the checks date from: the
+        harness reads the history then (injected rows too), its highest ``seq`` and what
+        identifies it (``HistoryMark``: the file and the rows), so that the checks can tell
+        a later row from one replaced or rewritten under the same ``seq``."""
+        first = self.approval_event is None
+        # a target keeps its own storage: no checkpoint file of ours to mark
+        mark, rows = (history_at(self.w.ckpt_db, self.s.case_id, self.events.snapshot())
+                      if first and self.w.target is None else (None, ()))
+        seq_now = 0
+        if mark is not None and mark.unreadable is None:
+            seq_now = mark.seq
+        elif first:  # unreadable, or a target's: the newest row, if any can be read
+            latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
+            seq_now = latest.seq if latest is not None else 0
+        try:
+            with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600),
+                               kind=SERVICE_QUEUE) as queue:
+                ticket = queue.approve(self.s.case_id, approver=APPROVER, gate=gate)
+            event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
+                                    f"{ticket.ticket_id} by {APPROVER}"
+                                    + (f" on gate {gate}" if gate != DEFAULT_GATE else "")
+                                    + (f", {hours:g} h after the park" if hours else ""),
+                                    ref=ticket.ticket_id)
+            if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
+                self.w.target.ticket = ticket.ticket_id
+            if mark is not None and gate == DEFAULT_GATE:
+                mark = _draft_not_durable(mark, rows, ticket.draft_digest)
+        except ShopOpsError as exc:
+            event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
+                                    f"refused: {exc}")
+            self.w.errors.append(f"the human could not approve: {exc}")
+        self.w.clock_offset_s += hours * 3600
+        self.w.offered_ticket = None  # the approval withdraws a bad ticket offered earlier
+        if first:
+            self.approval_event = event.seq
+            self.checkpoint_seq_at_approval = seq_now
+            self.history_at_approval = mark
+
+    def _as_queue(self, act: Callable[[ApprovalQueue], object], what: str) -> None:
+        try:
+            with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
+                result = act(queue)
+            self.events.add(EventKind.HUMAN, None, None, None, f"{what}: {result}")
+        except ShopOpsError as exc:
+            self.events.add(EventKind.HUMAN, None, None, None, f"{what} refused: {exc}")
+        except TypeError as exc:  # the queue does not know a field the story gave it
+            self.w.errors.append(f"the human could not act ({what}): {exc}")
+
+    def _bad_ticket(self, kind: TicketKind) -> None:
+        """Hand the next workers a ticket the queue must refuse."""
+        case = self.s.case_id
+        with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
+            if kind is TicketKind.FORGED:
+                ticket: str | None = FORGED_TICKET
+            elif kind is TicketKind.FORGED_IN_STATE:
+                self._forge_into_state()
+                ticket = None
+            elif kind is TicketKind.OTHER_CASE:
+                queue.request(OTHER_CASE[0], "0" * 64)
+                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
+            elif kind is TicketKind.STALE_DRAFT:
+                queue.request(case, "f" * 64)  # an older draft's digest
+                ticket = queue.approve(case, approver=APPROVER).ticket_id
+            else:  # consumed: approved, then used by another send
+                approved = queue.approve(case, approver=APPROVER)
+                queue.consume(approved.ticket_id, case, approved.draft_digest,
+                              f"{case}:send_email:another-send")
+                ticket = approved.ticket_id
+        self.w.offered_ticket = ticket
+        self.events.add(EventKind.HUMAN, None, None, None, f"{kind} ticket offered: {ticket}",
+                        ref=ticket)
+
+    def _forge_into_state(self) -> None:
+        """The model writes an approval ticket into the state (Chapter 8, "Forged approval
+        on resume"): the harness appends that state as a checkpoint. Raises the store's
+        error if the loop left no readable parked checkpoint to forge from."""
+        with CheckpointStore(self.w.ckpt_db) as store:
+            state = store.load(self.s.case_id, RUN_ID)
+            state.approval_ticket = FORGED_TICKET
+            state.transition("approved")
+            state.done = False
+            seq = store.save(state, run_id=RUN_ID)
+            self.w.injected += [r for r in store.history(self.s.case_id, RUN_ID)
+                                if r.seq == seq]
+        self.events.add(EventKind.INJECT, None, None, None, f"forged ticket written at seq {seq}",
+                        ref=str(seq))
+
+    # -- storage -------------------------------------------------------------------------
+    def _storage(self, step: Step) -> None:
+        assert isinstance(step, StorageStep)
+        if step.fault is StorageFault.V1_CHECKPOINT:
+            self.v1_rows = install_v1_fixture(self.w.ckpt_db)
+            self.w.reset_phase()
+        elif step.fault is StorageFault.LOCK:
+            assert step.at is not None
+            self.controller.add_hook(step.at, lambda worker: self._take_lock(step.ms))
+        else:
+            self._inject(step.fault)
+
+    def _inject(self, kind: StorageFault) -> None:
+        row = inject_row(self.w.ckpt_db, self.s.case_id, RUN_ID, kind)
+        if row is None:
+            self.w.errors.append(f"storage fault {kind}: no checkpoint to corrupt")
+            return
+        self.w.injected.append(row)
+        self.events.add(EventKind.INJECT, None, None, None, f"{kind} row at seq {row.seq}",
+                        ref=str(row.seq))
+
+    def _take_lock(self, ms: int) -> None:
+        if self._lock_holder is None:
+            self._lock_holder = LockHolder(self.w.ckpt_db, ms)
+        self._lock_holder.take()
+        self.events.add(EventKind.LOCK, None, None, None,
+                        f"exclusive lock on checkpoints.db for {ms} ms")
+
+    def _request_migrated(self) -> None:
+        """After a migration, the queue holds the parked case's request, as it did all
+        along before the upgrade."""
+        latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
+        try:
+            draft = latest.state().draft if latest is not None else None
+        except ShopOpsError as exc:
+            self.w.errors.append(f"the migrated checkpoint cannot be read: {exc}")
+            return
+        if draft is not None:
+            with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
+                queue.request(self.s.case_id, draft.digest())
+
+
+def _draft_not_durable(mark: HistoryMark, rows: tuple[CheckpointRow, ...],
+                       approved: str) -> HistoryMark:
+    """``mark`` (read as the human approved a request the loop made for the draft digest
+    ``approved``) with ``unreadable`` set when none of its ``rows`` holds that draft: a loop
+    makes its draft durable before it asks for approval (Chapter 8; the reference saves it
+    at ``t1.draft_email``), so a history without it then was hidden or swapped (found by
+    attacks: an empty decoy database at the approval, or the rows after the first moved
+    away and back, passed with rows rewritten meanwhile). Rows that do not parse are
+    skipped: the checks over the history judge them."""
+    if mark.unreadable is not None:
+        return mark
+    for row in rows:
+        try:
+            draft = row.state().draft
+        except ShopOpsError:
+            continue
+        if draft is not None and draft.digest() == approved:
+            return mark
+    return replace(mark, unreadable=(
+        f"no checkpoint of the case holds the approved draft ({approved[:12]}), although "
+        "the loop had asked for this approval (the queue held its request)"))

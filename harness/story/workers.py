@@ -1,0 +1,206 @@
+"""Starting and reaping the workers of a story (``harness.story.engine``): their command line,
+environment (the simulated clock), lease owner, and the phase the harness reads from the
+checkpoint database before and after each one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.judge.evidence import EventLog, latest_checkpoint
+from harness.launch.launcher import Launcher
+from harness.launch.processes import Worker, output_tail, trim_output
+from harness.launch.target_servers import FRAMEWORKS_ENV, frameworks_of
+from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
+from harness.sandbox.boot import TITLE_ENV
+from harness.story.controller import KillController
+from harness.targets.drive import TargetDriver
+from shopops.approvals import ENV_SOCKET
+from shopops.checkpoint import CheckpointRow
+from shopops.errors import ShopOpsError
+from shopops.records import DEFAULT_FIXTURES
+
+RUN_ID = "run-1"
+#: Hosts a worker reaches without a proxy (``NO_PROXY``): the harness's own, on loopback.
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class Started:
+    """A worker that was started and not yet reaped."""
+
+    worker: Worker
+    role: WorkerRole
+    phase_before: str | None
+    index: int
+
+
+class Workers:
+    """The story's workers: start, wait, record (``WorkerRun``), in launch order.
+
+    Attributes:
+        clock_offset_s: seconds later workers' clocks run ahead (``SHOPOPS_CLOCK_OFFSET_S``).
+        offered_ticket: a ticket the human handed over, passed to later workers.
+        runs: every reaped worker, in launch order.
+        errors: deadlines that passed (they cut the story short).
+        injected: checkpoint rows the harness appended (not the loop's: ignored when the
+            harness reads the loop's latest phase).
+        target: the scenario's ``[target]`` driver (``None``: the reference loop), which
+            builds a target worker's command line and holds the ticket it is handed.
+    """
+
+    def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
+                 controller: KillController, events: EventLog, *, gateway_url: str,
+                 channel: str, timeout_s: float, extra_wait_s: float,
+                 data_dir: Path | None = None, approvals: str | None = None) -> None:
+        self.s = scenario
+        self.sut = sut
+        self.workdir = workdir
+        self.launcher = launcher
+        self.controller = controller
+        self.events = events
+        self.gateway_url = gateway_url
+        self.channel = channel
+        self.approvals = approvals
+        self.timeout = timeout_s
+        self.extra_wait_s = extra_wait_s
+        # the databases the workers write, and their cwd: the sandbox of a sealed execution
+        self.data_dir = data_dir or workdir
+        self.ckpt_db = self.data_dir / "checkpoints.db"
+        # the approval records are the harness's (its approval service serves them to the
+        # workers); the path a worker is given is only used by one that keeps its own
+        self.appr_db = workdir / "approvals.db"
+        self.worker_appr_db = self.data_dir / "approvals.db"
+        self.gw_db = workdir / "gateway.db"
+        self.clock_offset_s = 0.0
+        self.offered_ticket: str | None = None
+        self.runs: list[WorkerRun] = []
+        self.errors: list[str] = []
+        self.injected: list[CheckpointRow] = []
+        self._started = 0
+        self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
+        self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
+                                    approvals)
+                       if scenario.target is not None else None)
+
+    @property
+    def started(self) -> int:
+        """Workers started so far."""
+        return self._started
+
+    def argv(self, role: WorkerRole, index: int, owner: str) -> list[str]:
+        """The command line of worker ``index`` (a target's: ``TargetDriver.argv``)."""
+        s = self.s
+        if self.target is not None:
+            return self.target.argv(role, index)
+        if role is WorkerRole.MIGRATE:
+            return self.sut.argv("migrate", str(self.ckpt_db))
+        argv = self.sut.argv(
+            "run", "--db", str(self.ckpt_db), "--approvals", str(self.worker_appr_db),
+            "--gateway", self.gateway_url, "--case", s.case_id, "--order", s.order_id,
+            "--run-id", RUN_ID, "--keys", "on" if s.idempotency_keys else "off",
+            "--policy", s.policy)
+        if s.read_timeout_s is not None:
+            argv += ["--read-timeout", f"{s.read_timeout_s:g}"]
+        if s.max_attempts is not None:
+            argv += ["--max-attempts", str(s.max_attempts)]
+        if s.order_note:
+            argv.append("--order-note")
+        if s.leases:
+            argv += ["--owner", owner.format(index=index), "--lease-ttl", f"{s.lease_ttl_s:g}"]
+        if self.offered_ticket is not None:
+            argv += ["--ticket", self.offered_ticket]
+        return argv
+
+    def env(self) -> dict[str, str]:
+        """The worker's environment: ours without any ``SHOPOPS_*``, plus the channel, the
+        approval service, the simulated clock, loopback in ``NO_PROXY`` and, for a target, the
+        frameworks its code uses (``harness.launch.target_servers.FRAMEWORKS_ENV``)."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+        env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
+        env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
+        if self.approvals is not None:
+            env[ENV_SOCKET] = self.approvals
+        env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
+        if self.clock_offset_s:
+            env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
+        # the gateway and the services are the harness's, on loopback: no proxy from our
+        # environment may stand between a worker and them (requests and urllib honour
+        # NO_PROXY; an implementation's own client would otherwise fail through a proxy)
+        for name in ("NO_PROXY", "no_proxy"):
+            given = [h for h in env.get(name, "").split(",") if h.strip()]
+            env[name] = ",".join(dict.fromkeys(given + list(_LOOPBACK)))
+        if self.target is not None:  # the fork server to start it from (target_servers)
+            target = self.target.target
+            env[FRAMEWORKS_ENV] = ",".join(frameworks_of(target.folder, target.extra))
+        return env
+
+    def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> WorkerRun:
+        """Start one worker and wait for it."""
+        return self.finish(self.start(role, owner))
+
+    def start(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> Started:
+        """Start one worker (index = launch order) without waiting for it.
+
+        Raises:
+            OSError: the launcher could not start it.
+        """
+        # Only workers change the phase and it is read as each one ends; while another
+        # worker still runs (a held or concurrent one), read it afresh.
+        phase_before = self._phase if self._started == len(self.runs) else self.latest_phase()
+        index = self._started
+        self._started += 1
+        out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
+        env = self.env()
+        # ps names the worker by role and execution folder (opaque for sealed executions)
+        env[TITLE_ENV] = f"shopops-worker {WorkerRole(role).value} {self.workdir.name}"
+        worker = self.launcher.start(self.argv(role, index, owner), env=env,
+                                     cwd=str(self.data_dir), stdout=str(out), stderr=str(err),
+                                     index=index)
+        self.controller.attach(worker)
+        self.events.add(EventKind.WORKER_START, None, worker.pid, index, role)
+        release = getattr(worker, "release", None)
+        if release is not None:  # a fork-server child held at its start gate until attached
+            release()
+        return Started(worker, role, phase_before, index)
+
+    def finish(self, started: Started) -> WorkerRun:
+        """Wait for (reap) a started worker and record its run."""
+        worker, index = started.worker, started.index
+        info = worker.wait(self.timeout + self.extra_wait_s)
+        self.events.add(EventKind.WORKER_EXIT, None, worker.pid, index,
+                        f"returncode {info.returncode}"
+                        + (" (deadline passed)" if info.timed_out else ""))
+        if info.timed_out:
+            self.errors.append(f"worker {index} ({started.role}) passed its {self.timeout:g} s "
+                               "deadline")
+        out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
+        self._phase = self.latest_phase()
+        for stream in (out, err):  # bounded on disk; its end is kept: the same tails below
+            trim_output(stream)
+        run = WorkerRun(index, started.role, worker.pid, info.returncode,
+                        info.killed_by_harness, info.timed_out, info.leftovers,
+                        output_tail(out, 15), output_tail(err, 15), round(info.elapsed_s, 4),
+                        self._phase,
+                        started.phase_before)
+        self.runs.append(run)
+        self.runs.sort(key=lambda r: r.index)
+        return run
+
+    def reset_phase(self) -> None:
+        """Read the latest phase afresh (after the harness itself wrote the database)."""
+        self._phase = self.latest_phase()
+
+    def latest_phase(self) -> str | None:
+        """The phase of the latest checkpoint the loop wrote, read by the harness (``None``
+        for a target: its state is read once, at the end, through its own API)."""
+        if self.target is not None:
+            return None
+        row = latest_checkpoint(self.ckpt_db, self.s.case_id, {r.seq for r in self.injected})
+        try:
+            return row.state().phase if row is not None else None
+        except ShopOpsError:
+            return None
+
