@@ -32,6 +32,7 @@ from shopops.approval_records import (
     GATES,
     NOTE_GATE,
     ApprovalRequest,
+    RequestStatus,
     Ticket,
     iso,
 )
@@ -134,7 +135,7 @@ class ApprovalQueue:
         requests = [(i, r) for i, r in enumerate(self._store.requests(case_id))
                     if r.gate == gate]
         newest = max(requests, key=lambda ir: (ir[1].requested_at, ir[0]), default=None)
-        return newest is not None and newest[1].status == "rejected"
+        return newest is not None and newest[1].status == RequestStatus.REJECTED
 
     def verify(self, ticket_id: str, case_id: str, draft_digest: str,
                gate: str = DEFAULT_GATE) -> Ticket:

@@ -115,4 +115,8 @@ GATEWAY_ACCEPTED = "t6.gateway_accepted"
 NOTE_ACCEPTED = "t6.note_accepted"
 #: The human's approval (the queue issues a ticket).
 APPROVED = "t5.approved"
+#: The completed checkpoint is committed: the case is done.
+COMPLETED_SAVED = "t7.completed_saved"
+#: The checkpoint acknowledging the email is committed (a case with the order note).
+EMAIL_SENT_SAVED = "t6.email_sent_saved"
 

@@ -13,6 +13,7 @@ once the note is added too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from shopops import tools
 from shopops.checkpoint import CheckpointStore, Lease
@@ -22,6 +23,18 @@ from shopops.runtime import TOOL_SCHEMA_HASH, Services, default_services
 from shopops.state import State
 
 DEFAULT_RUN_ID = "run-1"
+
+
+class Stopped(StrEnum):
+    """Why ``run_loop`` stopped (``LoopResult.stopped``): a terminal phase, parked awaiting
+    approval without a ticket, ``max_steps`` reached, or called with ``state.done`` true."""
+
+    PARKED = "parked"
+    COMPLETED = "completed"
+    REJECTED = "rejected"
+    DEAD_LETTERED = "dead_lettered"
+    MAX_STEPS = "max_steps"
+    DONE = "done"
 
 
 @dataclass
@@ -37,7 +50,7 @@ class LoopResult:
     """
 
     state: State
-    stopped: str
+    stopped: Stopped
     steps: int
 
 
@@ -82,9 +95,9 @@ def run_loop(
 
     if Phase(state.phase) in TERMINAL:
         state.done = True
-        return LoopResult(state, state.phase, 0)
+        return LoopResult(state, Stopped(state.phase), 0)
     if state.done:
-        return LoopResult(state, "done", 0)
+        return LoopResult(state, Stopped.DONE, 0)
     if state.phase == Phase.INTAKE and state.step == 0 and state.customer is None:
         failpoint("t0.case_started")
     start = state.step
@@ -92,14 +105,14 @@ def run_loop(
         phase = Phase(state.phase)
         if phase in TERMINAL:
             state.done = True
-            return LoopResult(state, phase.value, state.step - start)
+            return LoopResult(state, Stopped(phase.value), state.step - start)
         tool = policy.next_tool(state)
         if tool is None:  # awaiting approval without a ticket: park
             state.done = True
             failpoint("t4.parked")
-            return LoopResult(state, "parked", state.step - start)
+            return LoopResult(state, Stopped.PARKED, state.step - start)
         if state.step >= state.max_steps:
-            return LoopResult(state, "max_steps", state.step - start)
+            return LoopResult(state, Stopped.MAX_STEPS, state.step - start)
         state.step += 1
         if tool == "get_customer":
             tools.get_customer(state, svc)

@@ -295,8 +295,8 @@ def _check_invariants(data: dict[str, Any]) -> None:
     phase = data["phase"]
     required = [("draft", phase in _NEEDS_DRAFT and data["draft"] is None),
                 ("approval_ticket", phase in _NEEDS_TICKET and data["approval_ticket"] is None),
-                ("email_sent", phase == "completed" and not data["email_sent"]),
-                ("note_sent", data["order_note"] and phase == "completed"
+                ("email_sent", phase == Phase.COMPLETED and not data["email_sent"]),
+                ("note_sent", data["order_note"] and phase == Phase.COMPLETED
                  and not data["note_sent"]),
                 ("note_ticket", data["order_note"] and phase in _NEEDS_TICKET
                  and data["note_ticket"] is None),
@@ -306,7 +306,7 @@ def _check_invariants(data: dict[str, Any]) -> None:
                 ("recovery_attempts", data["recovery_attempts"] < 0),
                 ("draft_revision", data["draft_revision"] < 0
                  or data["draft_revision"] > len(data["review_feedback"])),
-                ("dead_letter_reason", (phase == "dead_lettered")
+                ("dead_letter_reason", (phase == Phase.DEAD_LETTERED)
                  != (data["dead_letter_reason"] is not None))]
     for name, broken in required:
         if broken:

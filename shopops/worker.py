@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 
+from shopops.approval_records import RequestStatus
 from shopops.approvals import NOTE_GATE
 from shopops.checkpoint import CheckpointStore, Lease
 from shopops.errors import CheckpointError
 from shopops.failpoints import failpoint
 from shopops.grant import grant_approval, grant_note
-from shopops.loop import DEFAULT_RUN_ID, LoopResult, run_loop
+from shopops.loop import DEFAULT_RUN_ID, LoopResult, Stopped, run_loop
 from shopops.phases import TERMINAL, Phase
 from shopops.runtime import Services
 from shopops.state import State, note_digest
@@ -100,7 +101,7 @@ def work(
             _decide(state, ticket, services, store, run_id, lease)
     try:
         result = _run(state, store, run_id, services, lease)
-        if (result.stopped == "parked" and state.draft is not None
+        if (result.stopped is Stopped.PARKED and state.draft is not None
                 and services.approvals.ticket_for(case_id, state.draft.digest()) is not None):
             # The request this worker just parked on had been approved already: an earlier
             # worker asked for the same draft, the human approved, and that worker was
@@ -142,14 +143,14 @@ def _decide(state: State, ticket: str | None, services: Services, store: Checkpo
         ticket = issued.ticket_id if issued else None
     latest = services.approvals.latest_request(case_id)
     note = _note_decision(state, services)
-    if note == "rejected":  # the note was refused: nothing of the case is done
+    if note == RequestStatus.REJECTED:  # the note was refused: nothing of the case is done
         state.transition(Phase.REJECTED)
         store.save(state, run_id=run_id, lease=lease)
     elif ticket is not None and note != "pending":
         if note is not None:
             grant_note(state, note, queue=services.approvals)
         grant_approval(state, ticket, queue=services.approvals)
-    elif latest is not None and latest.status == "rejected" and (
+    elif latest is not None and latest.status == RequestStatus.REJECTED and (
             latest.draft_digest == digest):
         if latest.feedback and state.draft_revision < MAX_REVISIONS:
             _redraft(state, latest.feedback)
@@ -168,7 +169,8 @@ def _note_decision(state: State, services: Services) -> str | None:
     if issued is not None:
         return issued.ticket_id
     latest = services.approvals.latest_request(state.case_id, gate=NOTE_GATE)
-    if latest is not None and latest.status == "rejected" and latest.draft_digest == digest:
+    if (latest is not None and latest.status == RequestStatus.REJECTED
+            and latest.draft_digest == digest):
         return "rejected"
     return "pending"
 
@@ -203,4 +205,4 @@ def _dead_letter(state: State, store: CheckpointStore, run_id: str, lease: Lease
         if lease is not None:
             with contextlib.suppress(CheckpointError):
                 store.release_lease(lease)
-    return LoopResult(state, Phase.DEAD_LETTERED.value, 0)
+    return LoopResult(state, Stopped.DEAD_LETTERED, 0)

@@ -265,17 +265,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "saves-again-when-done",
         (("loop.py", """    if Phase(state.phase) in TERMINAL:
         state.done = True
-        return LoopResult(state, state.phase, 0)""", """    if Phase(state.phase) in TERMINAL:
+        return LoopResult(state, Stopped(state.phase), 0)""", """    if Phase(state.phase) in TERMINAL:
         state.done = True
         save()  # "touch" the finished case
-        return LoopResult(state, state.phase, 0)"""),),
+        return LoopResult(state, Stopped(state.phase), 0)"""),),
         ("History",),
         "o1001[t7.completed_saved]",
     ),
     Mutant(
         "rejection-ignored",
-        (("worker.py", """    elif latest is not None and latest.status == "rejected" and (""",
-          """    elif False and latest is not None and latest.status == "rejected" and ("""),),
+        (("worker.py", """    elif latest is not None and latest.status == RequestStatus.REJECTED and (""",
+          """    elif False and latest is not None and latest.status == RequestStatus.REJECTED and ("""),),
         ("Rejections",),
         "rejection[no-kill]",
     ),

@@ -239,3 +239,69 @@ def test_model_exports_are_locked() -> None:
         "annotations"}
     for name in exported:
         assert getattr(harness.model, name) is not None
+
+
+def test_every_module_says_what_it_exports() -> None:
+    # a module's public face is its __all__ (the package faces and __main__ define nothing)
+    missing, dangling = [], []
+    for name, f in modules().items():
+        if not name.startswith("harness") or f.name == "__main__.py":
+            continue
+        tree = ast.parse(f.read_text(encoding="utf-8"))
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        exports: list[str] | None = None
+        for n in tree.body:
+            if isinstance(n, ast.Assign | ast.AnnAssign):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                defined |= {t.id for target in targets for t in ast.walk(target)
+                            if isinstance(t, ast.Name)}
+                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                    exports = list(ast.literal_eval(n.value)) if n.value else []
+            elif isinstance(n, ast.ImportFrom | ast.Import):
+                defined |= {(a.asname or a.name).split(".")[0] for a in n.names}
+            elif isinstance(n, ast.If):  # TYPE_CHECKING imports
+                for m in ast.walk(n):
+                    if isinstance(m, ast.ImportFrom):
+                        defined |= {a.asname or a.name for a in m.names}
+        public = {d for d in defined if not d.startswith("_")} - {"annotations"}
+        if exports is None:
+            if any(isinstance(n, ast.FunctionDef | ast.ClassDef) for n in tree.body):
+                missing.append(name)
+            continue
+        dangling += [f"{name}.{e}" for e in exports if e not in defined]
+        assert public, name
+    assert missing == [] and dangling == []
+
+
+#: Fields that carry a closed set (an enum of ``harness.model.kinds``, ``shopops.phases`` or
+#: ``shopops.approval_records``): compared with the enum's members, never a bare string.
+CLOSED_FIELDS = frozenset({"verdict", "kind", "role", "status", "phase", "phase_before",
+                           "phase_after", "check_id", "stopped"})
+
+
+def bare_closed_set_comparisons(tree: ast.AST) -> list[int]:
+    """Lines comparing a closed-set field (``x.verdict == "pass"``) with a string literal."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        fields = [s for s in sides if isinstance(s, ast.Attribute) and s.attr in CLOSED_FIELDS]
+        literals = [s for s in sides if isinstance(s, ast.Constant) and isinstance(s.value, str)
+                    or isinstance(s, ast.Tuple | ast.Set | ast.List) and any(
+                        isinstance(e, ast.Constant) and isinstance(e.value, str)
+                        for e in s.elts)]
+        if fields and literals:
+            found.append(node.lineno)
+    return found
+
+
+def test_closed_sets_are_compared_as_enums() -> None:
+    bad = [f"{name}:{line}" for name, f in modules().items()
+           for line in bare_closed_set_comparisons(ast.parse(f.read_text(encoding="utf-8")))]
+    assert bad == []
+
+
+def test_a_bare_closed_set_comparison_is_found() -> None:
+    code = "ok = r.verdict is Verdict.PASS\nbad = r.verdict == 'pass'\nalso = e.kind in ('kill',)"
+    assert bare_closed_set_comparisons(ast.parse(code)) == [2, 3]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.model import CrashSchedule, EvidenceSource, Gap
+from harness.model import Counts, CrashSchedule, EvidenceSource, Gap
 from harness.plan.scenario import Scenario
 from harness.reports.html import render
 from harness.reports.text import visible, visible_line
@@ -115,7 +115,7 @@ def test_delivery_outcomes(run):
 def test_views_order_and_grids(run):
     assert [i for i, _ in ordered(run.results)] == [1, 3, 0, 2]  # fail, unknown, passes
     rows = {s.name: s for s in scenario_rows(run)}
-    assert rows["o1001"].counts == {"fail": 0, "unknown": 1, "pass": 2}
+    assert rows["o1001"].counts == Counts(passed=2, failed=0, unknown=1)
     assert rows["o1001"].verdict == "unknown" and rows["keys-off"].verdict == "fail"
     assert rows["o1001"].bad == ((3, "t6.request_leaving#2", "unknown"),)
     grid = single_grid(run)

@@ -19,10 +19,9 @@ from pathlib import Path
 
 from harness.cli.args import DEFAULT_EXPLORE, DEFAULT_SCENARIOS, build_parser
 from harness.grading.targets import all_on, from_cli
-from harness.model import PythonTarget
+from harness.model import PythonTarget, Verdict
 from harness.plan.scenario import ScenarioError
 from harness.reports.console import ProgressLine, console, quiet_closed_stdout
-from harness.reports.view import kind_of
 from shopops import validators as v
 from shopops.errors import ShopOpsError
 
@@ -92,9 +91,8 @@ def _merge(args: argparse.Namespace) -> int:
         return 2
     print(f"shopops-chaos merge: {len(files)} shard(s) -> {out_dir}")
     for f in files:
-        n = {k: sum(r.verdict == k for r in f.run.results) for k in ("pass", "fail", "unknown")}
         print(f"  shard {f.run.shard}  {f.run.verdict:<7} {len(f.run.results):>4} executions "
-              f"(pass {n['pass']}  fail {n['fail']}  unknown {n['unknown']})  "
+              f"({f.run.counts.line()})  "
               f"{f.run.elapsed_s:.1f} s  {f.path.parent}")
     _summary(merged, paths)
     return merged.exit_status
@@ -208,7 +206,7 @@ def _run(args: argparse.Namespace) -> int:
         from harness.model import ExecutionResult
 
         assert isinstance(res, ExecutionResult)
-        mark = kind_of(res.verdict).upper()
+        mark = res.verdict.upper()
         ev = res.evidence
         notes = (f" notes={len(ev.gateway.notes_for(ev.case_id))}"
                  if len(ev.gates) > 1 else "")  # the order note is the second gated action
@@ -306,7 +304,7 @@ def _explore(args: argparse.Namespace) -> int:
     line = ProgressLine()
 
     def progress(ex: Example) -> None:
-        mark = kind_of(ex.verdict).upper()
+        mark = ex.verdict.upper()
         phase = "shrink " if ex.shrinking else ""
         where = (f"[{ex.n:>4}] " if ex.shrinking or ex.n > planned
                  else line.prefix(ex.n, planned, True) + " ")
@@ -333,10 +331,10 @@ def _explore(args: argparse.Namespace) -> int:
     say()
     seed = f"seed {result.seed}" if result.seed is not None else "derandomised"
     say(f"explore: {'FAILURE FOUND' if result.failure else 'no failure'}   "
-          f"{counts['executions']} executions (pass {counts['pass']}  fail {counts['fail']}  "
-          f"unknown {counts['unknown']}; {counts['shrink_executions']} while shrinking), "
+          f"{counts['executions']} executions ({result.verdicts.line()}; "
+          f"{counts['shrink_executions']} while shrinking), "
           f"{result.profile} profile, {seed}, {result.elapsed_s:.1f} s")
-    if result.trace.verdict != "pass":
+    if result.trace.verdict is not Verdict.PASS:
         say(f"  note: the trace run (no kill) itself was {result.trace.verdict}: "
               f"{result.trace.reasons[0] if result.trace.reasons else ''}")
     for reason, n in list(result.unknown_reasons().items())[:5]:
@@ -365,21 +363,19 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     from harness.model import RunResult
 
     assert isinstance(result, RunResult)
-    counts = result.counts.as_dict()
     dupes = [r for r in result.results if r.evidence.deliveries != 1]
     say()
     state = " (INTERRUPTED)" if result.interrupted else ""
     if result.stopped_early:
         state += " (stopped at the first failure: --fail-fast)"
     soak = len(set(result.repeats)) > 1
-    say(f"verdict: {result.verdict.upper()}{state}   pass {counts['pass']}  "
-          f"fail {counts['fail']}  unknown {counts['unknown']}   "
+    say(f"verdict: {result.verdict.upper()}{state}   {result.counts.line()}   "
           f"({len(result.results)} executions"
           f"{f' in {len(set(result.repeats))} repeats' if soak else ''}, "
           f"{result.elapsed_s:.1f} s)")
     for res, rep in zip(result.results, result.repeats or [1] * len(result.results),
                         strict=True):
-        if res.verdict != "pass":
+        if res.verdict is not Verdict.PASS:
             first = res.reasons[0] if res.reasons else ""
             where = f" (repeat {rep})" if soak else ""
             say(f"  {res.verdict.upper():<7} {res.plan.id}{where}: {first}")
@@ -392,7 +388,7 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
             say(f"  deliveries other than expected in {len(odd)} execution(s) "
                 "(see duplicates.json):")
         for res in odd:
-            note = " (as the scenario expects)" if res.verdict == "pass" else ""
+            note = " (as the scenario expects)" if res.verdict is Verdict.PASS else ""
             say(f"    {res.plan.id}: {res.evidence.deliveries} deliveries, "
                 f"{OUTCOME_TEXT[delivery_outcome(res)]}{note}")
         if len(odd) < len(dupes):

@@ -24,6 +24,8 @@ from harness.judge.assess import assess
 from harness.model import NO_KILL, ExecutionResult, RunResult, ShardPlan
 from harness.reports.run_json import RunFile, RunFileError, read_run_json
 
+__all__ = ["MergeError", "Merged", "check_junit", "load_shards", "merge_runs"]
+
 
 class MergeError(ValueError):
     """Folders that cannot be merged; the message names them and what differs."""

@@ -40,7 +40,7 @@ import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -61,8 +61,10 @@ from harness.explore.space import (
 )
 from harness.launch.launcher import Launcher, make_launcher
 from harness.model import (
+    CheckId,
     CheckResult,
     CheckStatus,
+    Counts,
     CrashSchedule,
     ExecutionPlan,
     ExecutionResult,
@@ -107,12 +109,12 @@ class Example:
     n: int
     variant: Variant
     execution_id: str
-    verdict: str
+    verdict: Verdict
     reasons: tuple[str, ...]
     elapsed_s: float
     shrinking: bool  # run after the first failure: a shrink attempt (or the final replay)
-    failing_checks: tuple[str, ...] = ()  # checks that failed and were not expected to
-    undecided_checks: tuple[str, ...] = ()  # checks whose evidence was missing (not failed)
+    failing_checks: tuple[CheckId, ...] = ()  # failed, and not expected to
+    undecided_checks: tuple[CheckId, ...] = ()  # their evidence was missing (not failed)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready form."""
@@ -123,8 +125,8 @@ class Example:
                 "elapsed_s": self.elapsed_s, "shrinking": self.shrinking}
 
 
-def failing_and_undecided(checks: tuple[CheckResult, ...], expected: frozenset[str]
-                          ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def failing_and_undecided(checks: tuple[CheckResult, ...], expected: frozenset[CheckId]
+                          ) -> tuple[tuple[CheckId, ...], tuple[CheckId, ...]]:
     """The ids of the checks that failed (and were not in ``expected``, the scenario's
     ``[expect] failing_checks``), and of those that could not be decided (their evidence is
     missing: not a failure, ``harness.judge.verdict``)."""
@@ -143,9 +145,9 @@ class ExplorationFailure(AssertionError):
         self.result = result
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExploreResult:
-    """One ``shopops-chaos explore``.
+    """One ``shopops-chaos explore``, built once when it ends.
 
     Attributes:
         scenario: the explored scenario.
@@ -171,7 +173,7 @@ class ExploreResult:
     max_examples: int
     space: Space
     trace: ExecutionResult
-    examples: list[Example] = field(default_factory=list)
+    examples: tuple[Example, ...] = ()
     first_failure: Example | None = None
     failure: Example | None = None
     scenario_file: Path | None = None
@@ -186,10 +188,14 @@ class ExploreResult:
         """1 if a failure was found, else 0 (unknown executions are not failures here)."""
         return 1 if self.failure is not None else 0
 
+    @property
+    def verdicts(self) -> Counts:
+        """The examples' verdicts, counted."""
+        return Counts.of(e.verdict for e in self.examples)
+
     def counts(self) -> dict[str, int]:
-        """Executions by verdict, and in all."""
-        out: dict[str, int] = {v.value: sum(e.verdict == v for e in self.examples)
-                               for v in tuple(Verdict)}
+        """Executions by verdict (``verdicts``), and in all: ``explore.json``'s counts."""
+        out = self.verdicts.as_dict()
         out["executions"] = len(self.examples)
         out["shrink_executions"] = sum(e.shrinking for e in self.examples)
         # unknown although a check failed on the harness's evidence: verdict precedence
@@ -300,84 +306,85 @@ def explore(
         trace = execute(trace_plan, exe_dir / f"trace--{trace_plan.dirname}",
                         launcher=workers, worker_timeout_s=worker_timeout_s)
         space = learn_space(scenario, trace.evidence)
-        result = ExploreResult(scenario, out_dir, profile, seed_value,
-                               hyp_settings.max_examples, space, trace,
-                               launcher=workers.name)
+        examples: list[Example] = []  # what Hypothesis asked for, in order (its callback)
 
         def check(variant: Variant) -> None:
             drawn = variant.apply(scenario)
             assume(not impossible(drawn))
             plan = ExecutionPlan(drawn, variant.schedule)
-            n = len(result.examples) + 1
+            n = len(examples) + 1
             workdir = exe_dir / f"{n:04d}--{plan.dirname}"
             res = execute(plan, workdir, launcher=workers, worker_timeout_s=worker_timeout_s)
             failing, undecided = failing_and_undecided(res.checks, drawn.expect_failing)
             example = Example(n, variant, plan.id, res.verdict, res.reasons, res.elapsed_s,
-                              shrinking=result.first_failure is not None,
+                              shrinking=any(e.verdict is Verdict.FAIL for e in examples),
                               failing_checks=failing, undecided_checks=undecided)
-            result.examples.append(example)
+            examples.append(example)
             if progress:
                 progress(example)
-            if res.verdict == Verdict.PASS:
+            if res.verdict is Verdict.PASS:
                 shutil.rmtree(workdir, ignore_errors=True)
-            elif res.verdict == Verdict.FAIL:
-                if result.first_failure is None:
-                    result.first_failure = example
+            elif res.verdict is Verdict.FAIL:
                 raise ExplorationFailure(variant, res)
 
         test = settings(hyp_settings)(given(variants(space))(check))
         if seed_value is not None:
             test = seed(seed_value)(test)  # Hypothesis then leaves the database alone
         final: ExplorationFailure | None = None
+        flaky: str | None = None
+        drawn_seed = seed_value
         try:
             test()
         except ExplorationFailure as exc:
             final = exc
         except Flaky as exc:  # a failure that did not reproduce: keep the last one seen
-            result.flaky = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            flaky = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         finally:
             if seed_value is None and not hyp_settings.derandomize:
                 # the seed Hypothesis drew (no public accessor): --seed repeats the draws
-                result.seed = getattr(test, "_hypothesis_internal_use_generated_seed", None)
-        if final is not None or result.flaky is not None:
-            _conclude(result, final, workers, worker_timeout_s)
-        result.elapsed_s = round(time.monotonic() - started, 3)
-        return result
+                drawn_seed = getattr(test, "_hypothesis_internal_use_generated_seed", None)
+        result = ExploreResult(scenario, out_dir, profile, drawn_seed,
+                               hyp_settings.max_examples, space, trace, tuple(examples),
+                               first_failure=next((e for e in examples
+                                                   if e.verdict is Verdict.FAIL), None),
+                               flaky=flaky, launcher=workers.name)
+        if final is not None or flaky is not None:
+            result = _conclude(result, final, workers, worker_timeout_s)
+        return dataclasses.replace(result, elapsed_s=round(time.monotonic() - started, 3))
     finally:
         if owned:
             workers.close()
 
 
 def _conclude(result: ExploreResult, final: ExplorationFailure | None, workers: Launcher,
-              worker_timeout_s: float) -> None:
-    """Record the shrunk failure, write it as a scenario file and replay it from there."""
-    failing = [e for e in result.examples if e.verdict == Verdict.FAIL]
+              worker_timeout_s: float) -> ExploreResult:
+    """``result`` with the shrunk failure, written as a scenario file and replayed from
+    there."""
+    failing = [e for e in result.examples if e.verdict is Verdict.FAIL]
     if final is not None:
         # the last failing execution is Hypothesis's final run of the shrunk example
         shrunk = next((e for e in reversed(failing) if e.variant == final.variant), None)
     else:
         shrunk = failing[-1] if failing else None
     if shrunk is None:
-        return
-    result.failure = shrunk
+        return result
     drawn = shrunk.variant.apply(result.scenario)
     path = result.out_dir / f"{drawn.name}.toml"
     how = (f"seed {result.seed}" if result.seed is not None else "derandomised")
+    replay = ExecutionPlan(dataclasses.replace(drawn, path=path), shrunk.variant.schedule).replay
     path.write_text(scenario_toml(drawn, comment=(
         f"Written by shopops-chaos explore ({result.profile} profile, {how}): the shrunk\n"
         f"failing variant of {result.scenario.name}. Replay it with:\n"
-        f"  shopops-chaos run {path} --schedule '{shrunk.variant.schedule.id}'")),
-        encoding="utf-8")
+        f"  {replay}")), encoding="utf-8")
     loaded = load_scenario(path)
     if dataclasses.replace(loaded, path=None) != drawn:
         raise RuntimeError(f"{path} does not load back as the explored variant "
                            "(harness bug in scenario_toml)")
     plan = ExecutionPlan(loaded, shrunk.variant.schedule)
-    result.scenario_file = path
-    result.replay = plan.replay
-    result.replay_result = execute(plan, result.out_dir / "executions" /
-                                   f"replay--{plan.dirname}",
-                                   launcher=workers, worker_timeout_s=worker_timeout_s)
+    replayed = execute(plan, result.out_dir / "executions" / f"replay--{plan.dirname}",
+                       launcher=workers, worker_timeout_s=worker_timeout_s)
+    return dataclasses.replace(result, failure=shrunk, scenario_file=path,
+                               replay=plan.replay, replay_result=replayed)
 
 
 def write_explore_report(result: ExploreResult) -> dict[str, Path]:

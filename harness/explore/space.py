@@ -20,6 +20,7 @@ from harness.model import (
     CrashSchedule,
     EventKind,
     Evidence,
+    FaultKind,
     FaultSpec,
     KillPoint,
     Scenario,
@@ -31,6 +32,9 @@ from shopops import labels
 from shopops.errors import ShopOpsError
 from shopops.phases import Phase as LoopPhase
 from shopops.policy import POLICIES
+
+__all__ = ["MAX_FAULTS", "MAX_KILLS", "MAX_OCCURRENCE", "Space", "Variant", "learn_space",
+           "variant_name", "variants"]
 
 #: Fault choices, the least disruptive first (Hypothesis shrinks towards the first).
 _LATENCY_MS = (10, 100, 400)
@@ -137,7 +141,7 @@ def learn_space(base: Scenario, trace: Evidence) -> Space:
         raise ValueError(f"the trace run of {base.name} reached no labelled point; "
                          "nothing to explore")
     reached = Counter(p.label for p in points)
-    approved = next((e.seq for e in trace.events if e.kind == "approve"), None)
+    approved = next((e.seq for e in trace.events if e.kind == EventKind.APPROVE), None)
     parked = _park_commit(trace)
     before: list[KillPoint] = []
     later: list[KillPoint] = []
@@ -185,9 +189,9 @@ def variants(space: Space) -> st.SearchStrategy[Variant]:
         return KillPoint(label, occurrence)
 
     fault = st.one_of(
-        st.sampled_from(_LATENCY_MS).map(lambda ms: FaultSpec("latency", ms=ms)),
-        st.sampled_from(_STATUSES).map(lambda status: FaultSpec("error", status=status)),
-        st.just(FaultSpec("drop_after_accept")),
+        st.sampled_from(_LATENCY_MS).map(lambda ms: FaultSpec(FaultKind.LATENCY, ms=ms)),
+        st.sampled_from(_STATUSES).map(lambda status: FaultSpec(FaultKind.ERROR, status=status)),
+        st.just(FaultSpec(FaultKind.DROP_AFTER_ACCEPT)),
     )
     approvals: list[st.SearchStrategy[tuple[KillPoint | None, float]]] = [
         st.just((None, 0.0))]

@@ -27,6 +27,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["PRELOAD", "SealedStart", "preload", "run"]
+
 #: What a worker of the adapter contract may use, imported once by the server.
 PRELOAD = ("argparse", "json", "sqlite3", "hashlib", "secrets", "netrc", "shlex", "runpy",
            "traceback", "http.client", "socket", "dataclasses", "enum", "datetime",

@@ -59,6 +59,8 @@ from harness.forkserver import sealed as sealed_fork
 from harness.forkserver.worker import preload, run_module, shopops_root
 from harness.sandbox.boot import name_process
 
+__all__ = ["HELLO_TIMEOUT_S", "ForkServer", "kill_worker", "main"]
+
 #: Seconds the server waits for its control connection before it gives up and exits.
 HELLO_TIMEOUT_S = 60.0
 _KILL_WAIT_S = 10.0

@@ -49,10 +49,12 @@ from harness.launch.launcher import Launcher, make_launcher
 from harness.model import (
     CheckId,
     CheckStatus,
+    Counts,
     CrashSchedule,
     ExecutionResult,
     PythonTarget,
     Sut,
+    Verdict,
 )
 from harness.reports.console import ProgressLine
 from harness.run.execution import execute
@@ -75,23 +77,8 @@ class _Interrupted(Exception):
 
 def replay_command(r: ExecutionResult) -> str:
     """``r``'s replay command with paths relative to the current folder (what a student
-    types where they ran the grader)."""
-    plan = r.plan
-    scenario = _rel(plan.scenario.path) if plan.scenario.path else plan.scenario.name
-    sut = f" --sut {_rel(plan.sut.path)}" if plan.sut.path else ""
-    if plan.sut.path and plan.sut.module != "shopops":
-        sut += f" --module {plan.sut.module}"
-    target = plan.scenario.target
-    if target is not None and target.source is not None:
-        sut += f" --sut {_rel(target.source)} --target {target.name}"
-    return f"shopops-chaos run {scenario} --schedule '{plan.schedule.id}'{sut}"
-
-
-def _rel(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
+    types where they ran the grader; ``ExecutionPlan.replay_from``)."""
+    return r.plan.replay_from(Path.cwd())
 
 
 def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTest:
@@ -103,7 +90,7 @@ def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTe
                           item.visibility)
     broken = []
     for r in mine:
-        if r.verdict == "unknown":
+        if r.verdict is Verdict.UNKNOWN:
             broken.append((r, "could not be verified: " + "; ".join(r.reasons[:2])))
         else:
             why = _item_problems(item, r)
@@ -122,7 +109,7 @@ def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTe
 
 def _item_problems(item: RubricItem, r: ExecutionResult) -> list[str]:
     """What, of the item's checks and the scenario's expectations, went wrong in ``r``."""
-    expected = r.plan.scenario.expect_failing if r.plan.schedule.kills else frozenset()
+    expected = r.plan.expected_failing
     why = []
     for c in r.checks:
         if c.check_id not in item.checks or not c.applicable:
@@ -298,9 +285,9 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
     for t in na:
         say(f"{t.score:5g} / {t.max_score:<4g} {t.name} (not applicable)")
     tests += na
-    counts = {v: sum(r.verdict == v for r in results) for v in ("pass", "fail", "unknown")}
+    counts = Counts.of(r.verdict for r in results)
     lines = [f"{len(results)} executions of {len(scenarios)} scenarios; verdicts pass "
-             f"{counts['pass']}, fail {counts['fail']}, unknown {counts['unknown']}. "
+             f"{counts.passed}, fail {counts.failed}, unknown {counts.unknown}. "
              f"Evidence: {run_dir}"]
     lines.append("Sealed: every worker ran as a user of its own that could write only its "
                  "sandbox." if sealed(sut) else "Not sealed: " + (
@@ -333,7 +320,7 @@ def _first_broken(item: RubricItem, results: Sequence[ExecutionResult]
     for r in results:
         if r.plan.scenario.name not in item.scenarios:
             continue
-        if r.verdict == "unknown":
+        if r.verdict is Verdict.UNKNOWN:
             return r, "could not be verified: " + "; ".join(r.reasons[:1])
         why = _item_problems(item, r)
         if why:

@@ -22,7 +22,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from harness.model import Verdict
 from harness.run.execution import ExecutionResult
+
+__all__ = ["ATTEMPTS", "BUDGET", "outside_cause", "retry_unknowns"]
 
 #: Further attempts per execution, and executions retried per grade.
 ATTEMPTS = 2
@@ -31,7 +34,7 @@ BUDGET = 8
 
 def outside_cause(result: ExecutionResult) -> str | None:
     """Why ``result`` is ``unknown`` for a reason outside the implementation, or ``None``."""
-    if result.verdict != "unknown":
+    if result.verdict is not Verdict.UNKNOWN:
         return None
     ev = result.evidence
     for w in ev.workers:

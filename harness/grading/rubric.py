@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from harness.model import CheckId
 
+__all__ = ["DEFAULT_RUBRIC", "RubricItem"]
+
 
 @dataclass(frozen=True)
 class RubricItem:

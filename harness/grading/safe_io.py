@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+__all__ = ["OutputPathError", "check_outputs", "write_sealed"]
+
 
 class OutputPathError(ValueError):
     """A ``--results``/``--out`` path the grader cannot use (fields: ``option``, ``path``,

@@ -15,6 +15,8 @@ from harness.judge.checks.targets import target_checks
 from harness.judge.verdict import decide, judge
 from harness.model import CheckResult, Evidence, ExecutionPlan, Verdict
 
+__all__ = ["assess"]
+
 
 def assess(evidence: Evidence, plan: ExecutionPlan
            ) -> tuple[tuple[CheckResult, ...], Verdict, tuple[str, ...]]:

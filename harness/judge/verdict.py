@@ -21,6 +21,7 @@ A worker error the scenario declares (``expect.worker_error``) is an outcome, no
 
 from __future__ import annotations
 
+import signal
 from dataclasses import replace
 
 from harness.judge.checks.registry import needs as needs_of
@@ -34,6 +35,8 @@ from harness.model import (
     Verdict,
     WorkerRun,
 )
+
+__all__ = ["EXIT_STATUS", "decide", "gaps", "judge", "stopped_with"]
 
 PASS, FAIL, UNKNOWN = Verdict.PASS, Verdict.FAIL, Verdict.UNKNOWN
 #: Exit status of ``shopops-chaos run`` for each overall verdict.
@@ -49,7 +52,7 @@ def gaps(ev: Evidence, plan: ExecutionPlan) -> tuple[Gap, ...]:
     for w in ev.workers:
         if w.expected_exit or (wanted and stopped_with(w, wanted)):
             continue
-        how = ("was SIGKILLed but not by the harness" if w.returncode == -9
+        how = ("was SIGKILLed but not by the harness" if w.returncode == -signal.SIGKILL
                and not w.killed_by_harness else f"exited with status {w.returncode}")
         if w.timed_out:
             how = "passed its deadline"
@@ -105,7 +108,7 @@ def judge(ev: Evidence, checks: tuple[CheckResult, ...], plan: ExecutionPlan
     found = gaps(ev, plan)
     wanted = plan.scenario.expect_worker_error
     stopped = [w for w in ev.workers if wanted and stopped_with(w, wanted)]
-    expected = plan.scenario.expect_failing if plan.schedule.kills else frozenset()
+    expected = plan.expected_failing
     status = {c.check_id: c.status for c in decided}
     failures = [f"{c.check_id}: {c.detail}" for c in decided
                 if c.status is CheckStatus.FAIL and c.check_id not in expected]

@@ -45,6 +45,8 @@ from harness.launch.fork_packages import shadowing_copy as _shadowing_copy
 from harness.launch.processes import REGISTRY, STOPPING, HarnessStopping, Worker
 from harness.launch.spawn import SpawnLauncher
 
+__all__ = ["DEFAULT_MODULES", "ForkLauncher", "ForkWorker"]
+
 #: Modules ``ForkLauncher`` forks by default: the reference loop only.
 DEFAULT_MODULES = ("shopops",)
 _SRC = str(Path(__file__).resolve().parents[2])

@@ -25,6 +25,10 @@ from types import FrameType
 
 import psutil
 
+__all__ = ["OUTPUT_KEEP_BYTES", "OUTPUT_TAIL_BYTES", "REGISTRY", "STOPPING", "ExitInfo",
+           "HarnessStopping", "PopenWorker", "Worker", "output_tail", "reaping_on_signals",
+           "spawn", "trim_output"]
+
 
 @dataclass(frozen=True)
 class ExitInfo:

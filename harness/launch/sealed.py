@@ -33,6 +33,8 @@ from harness.launch.processes import (
 from harness.model.plan import BOOT, SRC
 from harness.sandbox.users import Sandbox
 
+__all__ = ["SealedForkWorker", "SealedLauncher", "SealedWorker", "Tamper", "sealed_argv"]
+
 
 def sealed_argv(argv: list[str], uid: int, code_dir: str) -> list[str]:
     """``argv`` from ``Sut.argv`` (``harness.model.plan``) with the boot's uid and code

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from harness.launch.processes import Worker, spawn
 
+__all__ = ["SpawnLauncher"]
+
 
 class SpawnLauncher:
     """A fresh ``python`` per worker (``subprocess.Popen``, new session)."""

@@ -12,11 +12,14 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harness.model.kinds import EventKind, EvidenceSource
+from harness.model.kinds import EventKind, EvidenceSource, WorkerRole
 from harness.model.points import KillPoint
 from harness.model.target import DurableState, StateField
 from shopops.approvals import ApprovalRequest, Ticket
 from shopops.checkpoint import CheckpointRow
+
+__all__ = ["NO_KEY", "OWN_FAULT_SIGNALS", "Delivery", "Event", "Evidence", "Gap", "GatewayLog",
+           "HistoryMark", "NoteDelivery", "RequestRecord", "WorkerRun", "key_text", "rows_digest"]
 
 #: How a request or delivery without an idempotency key is written, in check evidence and
 #: in every report (one spelling: ``key_text``).
@@ -176,6 +179,10 @@ class Event:
     detail: str = ""
     ref: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, EventKind):
+            object.__setattr__(self, "kind", EventKind(self.kind))
+
 
 #: Signals a process gets by its own doing (its code crashed, a system call its sandbox
 #: forbids, a limit or a timer it set: ``signal(7)``), not from outside: a worker that dies
@@ -192,8 +199,8 @@ class WorkerRun:
 
     Attributes:
         index: 0-based, in launch order.
-        role: ``start`` (first run), ``recheck`` (resume before approval; must park again),
-            ``resume`` (resume after approval).
+        role: why it was started (``WorkerRole``: ``start``, ``recheck`` — a resume before
+            the approval, which must park again —, ``resume``, …; its string is taken too).
         pid, returncode: as reaped (``-9`` = SIGKILL).
         killed_by_harness, timed_out: see ``harness.launch.processes.ExitInfo``.
         leftovers: pids of its process group found alive after it exited.
@@ -205,7 +212,7 @@ class WorkerRun:
     """
 
     index: int
-    role: str
+    role: WorkerRole
     pid: int
     returncode: int
     killed_by_harness: bool
@@ -217,13 +224,17 @@ class WorkerRun:
     phase_after: str | None = None
     phase_before: str | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, WorkerRole):
+            object.__setattr__(self, "role", WorkerRole(self.role))
+
     @property
     def expected_exit(self) -> bool:
         """Exited 0 on its own, or died of exactly the harness's SIGKILL."""
         if self.timed_out:
             return False
         if self.killed_by_harness:
-            return self.returncode == -9
+            return self.returncode == -signal.SIGKILL
         return self.returncode == 0
 
     @property

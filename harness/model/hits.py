@@ -14,6 +14,8 @@ from harness.model.evidence import Event
 from harness.model.kinds import EventKind
 from harness.model.points import KillPoint
 
+__all__ = ["HIT_KINDS", "HitCounter", "number_trace"]
+
 #: Trace events that are hits of a labelled point: worker-side hits and gateway deliveries.
 HIT_KINDS = frozenset({EventKind.HIT, EventKind.DELIVERY})
 

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+__all__ = ["CheckId", "CheckStatus", "EventKind", "EvidenceSource", "FaultKind", "HumanAction",
+           "StorageFault", "TicketKind", "Verdict", "WorkerRole"]
+
 
 class Verdict(StrEnum):
     """The verdict of an execution or a run (``docs/design.md``, "Verdict precedence").
@@ -146,6 +149,22 @@ class StorageFault(StrEnum):
 
 _ROW_FAULTS = frozenset({StorageFault.CORRUPT_JSON, StorageFault.TRUNCATED_JSON,
                          StorageFault.INVALID_UTF8, StorageFault.UNKNOWN_VERSION})
+
+
+class FaultKind(StrEnum):
+    """A planned misbehaviour of the mock gateway (``FaultSpec.kind``; ``docs/design.md``,
+    "The mock email gateway")."""
+
+    LATENCY = "latency"  # answer after ``ms``
+    ERROR = "error"  # answer ``status`` (5xx) without delivering
+    DROP_AFTER_ACCEPT = "drop_after_accept"  # deliver, then drop the connection
+    PAUSE_AFTER_ACCEPT = "pause_after_accept"  # answer normally, mark the request for a hook
+    DELAY_AFTER_ACCEPT = "delay_after_accept"  # deliver, answer only after ``ms``
+
+    @property
+    def takes_ms(self) -> bool:
+        """The fault's ``ms`` is required (and allowed)."""
+        return self in (FaultKind.LATENCY, FaultKind.DELAY_AFTER_ACCEPT)
 
 
 class WorkerRole(StrEnum):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeGuard
 
 import shopops
-from harness.model.kinds import CheckId, HumanAction, StorageFault, TicketKind
+from harness.model.kinds import CheckId, FaultKind, HumanAction, StorageFault, TicketKind
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
 from harness.model.story import Step
 from harness.model.target import PythonTarget
@@ -25,8 +25,7 @@ from harness.model.target import PythonTarget
 __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "NO_KILL", "REFERENCE", "SRC", "CrashSchedule",
            "ExecutionPlan", "FaultSpec", "KillPoint", "Scenario", "Sut"]
 
-FAULT_KINDS = ("latency", "error", "drop_after_accept", "pause_after_accept",
-               "delay_after_accept")
+FAULT_KINDS: tuple[str, ...] = tuple(FaultKind)
 #: Longest ``ms`` a latency or delayed reply may have (a minute: a fault, not a hang).
 MAX_FAULT_MS = 60_000
 
@@ -37,9 +36,13 @@ class FaultSpec:
     ``ms`` (milliseconds, 0..``MAX_FAULT_MS``; ``latency`` and ``delay_after_accept`` only,
     required there) and ``status`` (500–599, ``error`` only)."""
 
-    kind: str
+    kind: FaultKind
     ms: int | None = None
     status: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, FaultKind):
+            object.__setattr__(self, "kind", FaultKind(self.kind))
 
     @classmethod
     def from_dict(cls, data: Any) -> FaultSpec:
@@ -55,27 +58,28 @@ class FaultSpec:
         kind = data.get("kind")
         if kind not in FAULT_KINDS:
             raise ValueError(f"fault.kind: {kind!r} is not one of {', '.join(FAULT_KINDS)}")
-        allowed = {"kind"} | {"latency": {"ms"}, "delay_after_accept": {"ms"},
-                              "error": {"status"}}.get(kind, set())
+        kind = FaultKind(kind)
+        allowed = {"kind"} | ({"ms"} if kind.takes_ms else {"status"}
+                              if kind is FaultKind.ERROR else set())
         for key in data:
             if key not in allowed:
-                raise ValueError(f"fault.{key}: not allowed for kind {kind!r} "
+                raise ValueError(f"fault.{key}: not allowed for kind {kind.value!r} "
                                  f"(allowed: {', '.join(sorted(allowed))})")
         ms, status = data.get("ms"), data.get("status")
-        if kind in ("latency", "delay_after_accept") and not (
+        if kind.takes_ms and not (
                 _is_int(ms) and 0 <= ms <= MAX_FAULT_MS):
             raise ValueError(f"fault.ms: {ms!r} must be an integer in 0..{MAX_FAULT_MS} "
                              "(milliseconds)")
-        if kind == "error" and not (_is_int(status) and 500 <= status <= 599):
+        if kind is FaultKind.ERROR and not (_is_int(status) and 500 <= status <= 599):
             raise ValueError(f"fault.status: {status!r} must be an integer in 500..599")
         return cls(kind, ms, status)
 
     @property
     def label(self) -> str:
         """How the request log records it: ``latency:50ms``, ``error:503``, or the kind."""
-        if self.kind in ("latency", "delay_after_accept"):
+        if self.kind.takes_ms:
             return f"{self.kind}:{self.ms}ms"
-        return f"error:{self.status}" if self.kind == "error" else self.kind
+        return f"error:{self.status}" if self.kind is FaultKind.ERROR else str(self.kind)
 
 
 def _is_int(value: Any) -> TypeGuard[int]:
@@ -256,16 +260,40 @@ class ExecutionPlan:
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario.name}--{self.schedule.id}")
 
     @property
+    def expected_failing(self) -> frozenset[CheckId]:
+        """The checks this execution is expected to fail: the scenario's
+        ``expect.failing_checks`` when the schedule has kills, none on the no-kill baseline
+        (which must be clean). The one rule: the verdict, the grade and the reports read it
+        here."""
+        return self.scenario.expect_failing if self.schedule.kills else frozenset()
+
+    @property
     def replay(self) -> str:
-        """One shell command that re-runs exactly this execution."""
+        """One shell command that re-runs exactly this execution, with its paths as they
+        were given (``replay_from`` writes them relative to a folder)."""
+        return self.replay_from(None)
+
+    def replay_from(self, cwd: Path | None) -> str:
+        """The replay command, shell-quoted (``shlex.quote``: a path with a space still
+        runs), with every path relative to ``cwd`` when ``cwd`` is given (what a reader
+        types in that folder; a path on another drive stays as it is)."""
+
+        def path(p: Path) -> str:
+            if cwd is None:
+                return shlex.quote(str(p))
+            try:
+                return shlex.quote(os.path.relpath(p, cwd))
+            except ValueError:
+                return shlex.quote(str(p))
+
         if self.scenario.path is None:
             return (f"(scenario {self.scenario.name!r} was built in code: re-run the test that "
                     f"built it; schedule {self.schedule.id})")
-        sut = f" --sut {shlex.quote(str(self.sut.path))}" if self.sut.path else ""
+        sut = f" --sut {path(self.sut.path)}" if self.sut.path else ""
         if self.sut.path and self.sut.module != "shopops":
             sut += f" --module {shlex.quote(self.sut.module)}"
         target = self.scenario.target
         if target is not None and target.source is not None:
-            sut += f" --sut {shlex.quote(str(target.source))} --target {target.name}"
-        return (f"shopops-chaos run {shlex.quote(str(self.scenario.path))} "
+            sut += f" --sut {path(target.source)} --target {target.name}"
+        return (f"shopops-chaos run {path(self.scenario.path)} "
                 f"--schedule {shlex.quote(self.schedule.id)}{sut}")

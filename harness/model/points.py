@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from shopops import labels
 from shopops.validators import MAX_KILLS, MAX_OCCURRENCE
 
+__all__ = ["NO_KILL", "CrashSchedule", "KillPoint"]
+
 NO_KILL = "no-kill"
 _POINT = re.compile(r"(?P<label>[a-z0-9_.]+)(?:#(?P<occurrence>[0-9]+))?")
 
@@ -49,6 +51,12 @@ class KillPoint:
             raise ValueError(f"kill point {text!r}: unknown label {label!r}; allowed: "
                              + ", ".join(labels.KILLABLE))
         return cls(label, occurrence)
+
+    @property
+    def timeline_key(self) -> tuple[int, int]:
+        """Where the point stands on the crash timeline, for sorting: its label's place in
+        the catalogue (``shopops.labels.KILLABLE``), then the hit."""
+        return (labels.KILLABLE.index(self.label), self.occurrence)
 
 
 @dataclass(frozen=True, order=True)

@@ -13,6 +13,8 @@ from harness.model.kinds import CheckId, CheckStatus, Verdict
 from harness.model.plan import ExecutionPlan
 from harness.model.shard import Shard, ShardPlan
 
+__all__ = ["CheckResult", "Counts", "ExecutionResult", "RunResult", "roll_up"]
+
 
 @dataclass(frozen=True)
 class CheckResult:
@@ -65,6 +67,10 @@ class ExecutionResult:
     reasons: tuple[str, ...]
     elapsed_s: float
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.verdict, Verdict):
+            object.__setattr__(self, "verdict", Verdict(self.verdict))
+
     @property
     def undecided(self) -> tuple[CheckResult, ...]:
         """The checks that could not be decided (each says why in ``undecided``)."""
@@ -89,6 +95,14 @@ class Counts:
     def total(self) -> int:
         """All executions counted."""
         return self.passed + self.failed + self.unknown
+
+    def line(self) -> str:
+        """``pass N  fail N  unknown N``: how the console says them."""
+        return f"pass {self.passed}  fail {self.failed}  unknown {self.unknown}"
+
+    def sentence(self) -> str:
+        """``N fail, N unknown, N pass``: how the written reports say them."""
+        return f"{self.failed} fail, {self.unknown} unknown, {self.passed} pass"
 
     def as_dict(self) -> dict[str, int]:
         """``{"pass": n, "fail": n, "unknown": n}`` (the reports' spelling)."""

@@ -19,6 +19,10 @@ from harness.model.points import KillPoint
 from harness.model.target import DurableState
 from shopops.checkpoint import CheckpointRow
 
+__all__ = ["DEFAULT_GATE", "DEFAULT_OWNER", "NOTE_GATE", "NO_RECOVERY", "PAST_LEASE", "ClockStep",
+           "HoldStep", "HumanStep", "ReleaseStep", "Step", "StepKind", "StorageStep",
+           "StoryRecord", "Wait", "When", "WorkersStep"]
+
 
 class StepKind(StrEnum):
     """The kinds of story step (``step = "..."`` in a ``[[story]]`` table)."""

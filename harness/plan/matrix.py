@@ -23,6 +23,9 @@ from harness.model import (
     number_trace,
 )
 
+__all__ = ["double_kill_plans", "points_after_first_kill", "points_from_trace",
+           "single_kill_plans"]
+
 
 def points_from_trace(trace: Evidence) -> tuple[KillPoint, ...]:
     """Every (label, occurrence) the trace passed, in the order reached.

@@ -17,6 +17,7 @@ from typing import Any
 from harness.model import (
     CheckId,
     CrashSchedule,
+    FaultKind,
     FaultSpec,
     HumanAction,
     KillPoint,
@@ -358,7 +359,7 @@ def impossible(s: Scenario) -> list[tuple[str, str]]:
                                              "ticket and twice need approve_at unset"))
     timeout_ms = 1000 * (5.0 if s.read_timeout_s is None else s.read_timeout_s)
     for f in s.gateway_faults:
-        if f.kind == "delay_after_accept" and (f.ms or 0) <= timeout_ms:
+        if f.kind is FaultKind.DELAY_AFTER_ACCEPT and (f.ms or 0) <= timeout_ms:
             problems.append(("gateway.faults", f"delay_after_accept ms = {f.ms} must exceed "
                              f"the client's read timeout ({timeout_ms:g} ms; "
                              "sut.read_timeout_s) to answer after it"))

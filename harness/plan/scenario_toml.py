@@ -8,7 +8,9 @@ import json
 from dataclasses import fields
 from typing import Any
 
-from harness.model import FaultSpec, Scenario, Step, WorkersStep
+from harness.model import FaultKind, FaultSpec, Scenario, Step, WorkersStep
+
+__all__ = ["scenario_toml"]
 
 
 def _q(text: str) -> str:
@@ -25,8 +27,8 @@ def _list(items: Any) -> str:
 
 
 def _fault(f: FaultSpec) -> str:
-    extra = f", ms = {f.ms}" if f.kind in ("latency", "delay_after_accept") else (
-        f", status = {f.status}" if f.kind == "error" else "")
+    extra = f", ms = {f.ms}" if f.kind.takes_ms else (
+        f", status = {f.status}" if f.kind is FaultKind.ERROR else "")
     return f"{{ kind = {_q(f.kind)}{extra} }}"
 
 

@@ -38,6 +38,9 @@ from harness.plan.matrix import single_kill_plans
 from harness.plan.scenario import Scenario
 from shopops.validators import shard_spec
 
+__all__ = ["CI_VARIABLES", "cut_matrix", "earlier_durations", "expected_double_row", "family_key",
+           "parse_shard", "plan_shards", "resolve_shard", "shard_from_env", "trace_unit"]
+
 #: (variable with the index, variable with the count, index base), in the order read.
 CI_VARIABLES: tuple[tuple[str, str, int], ...] = (
     ("CI_NODE_INDEX", "CI_NODE_TOTAL", 1),  # GitLab CI `parallel:`

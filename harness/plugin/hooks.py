@@ -36,6 +36,13 @@ from typing import Any
 
 import pytest
 
+from harness.model import Verdict
+
+__all__ = ["ExecutionItem", "ScenarioFile", "VerdictUnknown", "checkpoint_db", "crash_runner",
+           "explain", "mock_gateway", "pytest_addoption", "pytest_collect_file",
+           "pytest_collection_modifyitems", "pytest_configure", "pytest_runtest_makereport",
+           "pytest_unconfigure"]
+
 _RESULTS_KEY = pytest.StashKey[dict[str, Any]]()
 _TMP_KEY = pytest.StashKey[Path]()
 _LAUNCHER_KEY = pytest.StashKey[Any]()
@@ -275,9 +282,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def _raise_unless_pass(result: Any) -> None:
     from harness.judge.checks.registry import CheckFailed
 
-    if result.verdict == "fail":
+    if result.verdict is Verdict.FAIL:
         raise CheckFailed(f"{result.plan.id}: " + "; ".join(result.reasons))
-    if result.verdict == "unknown":
+    if result.verdict is Verdict.UNKNOWN:
         raise VerdictUnknown(f"{result.plan.id}: " + "; ".join(result.reasons))
 
 

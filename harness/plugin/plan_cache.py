@@ -28,6 +28,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.model import Verdict
+
 if TYPE_CHECKING:
     from harness.model import ExecutionPlan, ExecutionResult
     from harness.plan.scenario import Scenario
@@ -146,8 +148,7 @@ def learn_plan(scenario: Scenario, cache_dir: Path,
             except (ValueError, KeyError, TypeError):
                 pass  # a damaged entry is learned again
         ids, done = _learn(scenario, execute)
-        if all(str(getattr(r.verdict, "value", r.verdict)) != "unknown"
-               for r in done.values()):
+        if all(r.verdict is not Verdict.UNKNOWN for r in done.values()):
             tmp = entry.with_suffix(f".{os.getpid()}.tmp")
             payload: dict[str, Any] = {"format": FORMAT, "scenario": scenario.name,
                                        "schedules": ids}

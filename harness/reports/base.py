@@ -14,11 +14,21 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from harness.model import CheckResult, ExecutionResult, RunResult, Verdict
+from harness.model import (
+    CheckId,
+    CheckResult,
+    CheckStatus,
+    EventKind,
+    ExecutionResult,
+    RunResult,
+    Verdict,
+)
+
+__all__ = ["ReportWriter", "case_keys", "duplicate_entries", "execution_dict", "failing_checks",
+           "is_expected", "schedule_list", "sends", "undecided_checks", "write_atomic",
+           "write_json"]
 
 PASS, FAIL, UNKNOWN = Verdict.PASS, Verdict.FAIL, Verdict.UNKNOWN
-
-VERDICTS = (PASS, FAIL, UNKNOWN)
 
 
 @runtime_checkable
@@ -38,11 +48,6 @@ class ReportWriter(Protocol):
         ...
 
 
-def counts(run: RunResult) -> dict[str, int]:
-    """``{"pass": n, "fail": n, "unknown": n}`` over the run's executions."""
-    return {v: sum(r.verdict == v for r in run.results) for v in VERDICTS}
-
-
 def schedule_list(result: ExecutionResult) -> list[str]:
     """The kill points as strings (``["t3.checkpoint_saved", "t6.gateway_accepted#2"]``)."""
     return [str(k) for k in result.plan.schedule.kills]
@@ -56,36 +61,20 @@ def case_keys(result: ExecutionResult) -> list[str | None]:
     return sorted(keys, key=lambda k: (k is not None, k or ""))
 
 
-def undecided_reason(check: CheckResult) -> str | None:
-    """Why a check could not be decided (its evidence is missing), or ``None`` when it was
-    decided (``CheckResult.undecided``, docs/design.md "Verdict precedence")."""
-    return getattr(check, "undecided", None) or None
-
-
-def check_status(check: CheckResult) -> str:
-    """``pass``, ``fail``, ``undecided`` or ``not_applicable`` — an undecided check is not a
-    failure, and a check the target cannot feed is none of the others
-    (``CheckResult.status``)."""
-    if not getattr(check, "applicable", True):
-        return "not_applicable"
-    if undecided_reason(check):
-        return "undecided"
-    return "pass" if check.passed else "fail"
-
-
 def failing_checks(result: ExecutionResult) -> list[CheckResult]:
     """The execution's checks that were decided and failed, in check order."""
-    return [c for c in result.checks if check_status(c) == "fail"]
+    return [c for c in result.checks if c.status is CheckStatus.FAIL]
 
 
 def undecided_checks(result: ExecutionResult) -> list[CheckResult]:
     """The execution's checks that could not be decided, in check order."""
-    return [c for c in result.checks if check_status(c) == "undecided"]
+    return [c for c in result.checks if c.status is CheckStatus.UNDECIDED]
 
 
-def is_expected(result: ExecutionResult, check_id: str) -> bool:
-    """The scenario expects ``check_id`` to fail here (demos; never on the no-kill run)."""
-    return bool(result.plan.schedule.kills) and check_id in result.plan.scenario.expect_failing
+def is_expected(result: ExecutionResult, check_id: CheckId) -> bool:
+    """The scenario expects ``check_id`` to fail here (``ExecutionPlan.expected_failing``:
+    demos; never on the no-kill run)."""
+    return check_id in result.plan.expected_failing
 
 
 def execution_dict(result: ExecutionResult) -> dict[str, Any]:
@@ -99,9 +88,9 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
         "expect_failing": sorted(plan.scenario.expect_failing),
         "verdict": result.verdict,
         "reasons": list(result.reasons),
-        "checks": {c.check_id: {"passed": c.passed, "status": check_status(c),
-                                "undecided": undecided_reason(c),
-                                "applicable": getattr(c, "applicable", True),
+        "checks": {c.check_id: {"passed": c.passed, "status": c.status,
+                                "undecided": c.undecided,
+                                "applicable": c.applicable,
                                 "detail": c.detail,
                                 "evidence": list(c.evidence)} for c in result.checks},
         "deliveries": ev.deliveries,
@@ -129,9 +118,9 @@ def sends(result: ExecutionResult) -> list[dict[str, Any]]:
     roles = {w.index: w.role for w in ev.workers}
     out = []
     for d in ev.gateway.deliveries_for(ev.case_id):
-        event = next((e for e in ev.events if e.kind == "delivery"
+        event = next((e for e in ev.events if e.kind == EventKind.DELIVERY
                       and e.ref == d.delivery_id), None)
-        before = [e for e in ev.events if e.kind == "kill" and event and e.seq < event.seq]
+        before = [e for e in ev.events if e.kind == EventKind.KILL and event and e.seq < event.seq]
         worker = event.worker if event else None
         out.append({
             "delivery_id": d.delivery_id,

@@ -19,6 +19,8 @@ import math
 from pathlib import Path, PurePath
 from typing import Any
 
+__all__ = ["TRUSTED_PACKAGES", "CodecError", "decode", "encode"]
+
 TRUSTED_PACKAGES = ("harness", "shopops")
 
 

@@ -14,6 +14,8 @@ from typing import Any
 from harness.model import RunResult
 from harness.reports.base import duplicate_entries, write_json
 
+__all__ = ["DuplicatesJson", "duplicates"]
+
 
 def duplicates(run: RunResult) -> dict[str, Any]:
     """``{"run_id", "interrupted", "executions": [...]}``; see ``base.duplicate_entries``."""

@@ -19,20 +19,19 @@ from __future__ import annotations
 import base64
 import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
 import markupsafe
 
+from harness.model import EventKind
 from harness.reports.base import (
     case_keys,
-    counts,
     failing_checks,
     is_expected,
     undecided_checks,
-    undecided_reason,
     write_atomic,
 )
 from harness.reports.text import visible
@@ -42,7 +41,6 @@ from harness.reports.view import (
     DeliveryOutcome,
     delivery_outcome,
     double_grids,
-    kind_of,
     lanes,
     multi_kills,
     ordered,
@@ -97,10 +95,10 @@ def render_page(template: str, **context: Any) -> str:
         script_hash=f"sha256-{digest}", **context)
 
 
-def _who(e: Any, roles: dict[int, str]) -> str:
+def _who(e: Any, roles: Mapping[int, str]) -> str:
     if e.worker is not None:
         return f"w{e.worker} {roles.get(e.worker, '?')}"
-    return "human" if kind_of(e.kind) in ("approve", "human") else "harness"
+    return "human" if e.kind in (EventKind.APPROVE, EventKind.HUMAN) else "harness"
 
 
 def _execution(index: int, r: ExecutionResult) -> dict[str, Any]:
@@ -109,15 +107,15 @@ def _execution(index: int, r: ExecutionResult) -> dict[str, Any]:
     total, lane_list = lanes(r)
     return {
         "index": index, "id": r.plan.id, "scenario": r.plan.scenario.name,
-        "description": r.plan.scenario.description, "verdict": kind_of(r.verdict),
+        "description": r.plan.scenario.description, "verdict": r.verdict,
         "reasons": list(r.reasons), "replay": r.plan.replay, "elapsed_s": r.elapsed_s,
         "failing": [{"check_id": c.check_id, "detail": c.detail, "evidence": list(c.evidence),
                      "expected": is_expected(r, c.check_id)} for c in failing_checks(r)],
-        "undecided": [(c.check_id, undecided_reason(c)) for c in undecided_checks(r)],
+        "undecided": [(c.check_id, c.undecided) for c in undecided_checks(r)],
         "deliveries": ev.deliveries, "outcome": OUTCOME_TEXT[delivery_outcome(r)],
         "idem_keys": [NO_KEY if k is None else k for k in case_keys(r)] or ["none sent"],
         "workdir": ev.workdir, "workers": ev.workers, "total_ms": total, "lanes": lane_list,
-        "events": [{"t_ms": e.t_ms, "who": _who(e, roles), "kind": kind_of(e.kind),
+        "events": [{"t_ms": e.t_ms, "who": _who(e, roles), "kind": e.kind,
                     "label": e.label, "detail": e.detail} for e in ev.events],
     }
 
@@ -135,12 +133,12 @@ _DELIVERY_SECTIONS = (
 
 def render(run: RunResult) -> str:
     """The whole page as HTML text (deterministic for a given run)."""
-    verdict = kind_of(run.verdict)  # an interrupted run is never a pass (RunResult.verdict)
+    verdict = run.verdict  # an interrupted run is never a pass (RunResult.verdict)
     indexed = list(enumerate(run.results))
     deliveries = [(title, [(i, r) for i, r in indexed if delivery_outcome(r) is kind])
                   for title, kind in _DELIVERY_SECTIONS]
     return render_page(
-        "report.html.j2", run=run, verdict=verdict, counts=counts(run),
+        "report.html.j2", run=run, verdict=verdict, counts=run.counts.as_dict(),
         scenarios=scenario_rows(run), single=single_grid(run), doubles=double_grids(run),
         multi=multi_kills(run), executions=[_execution(i, r) for i, r in ordered(run.results)],
         deliveries=deliveries)

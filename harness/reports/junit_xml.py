@@ -15,14 +15,13 @@ from pathlib import Path
 
 from harness.model import ExecutionResult, RunResult, Verdict
 from harness.reports.base import (
-    counts,
     failing_checks,
     undecided_checks,
-    undecided_reason,
     write_atomic,
 )
 from harness.reports.text import visible
-from harness.reports.view import kind_of
+
+__all__ = ["SUITE", "JunitXml", "failure_text", "junit_tree"]
 
 FAIL, UNKNOWN = Verdict.FAIL, Verdict.UNKNOWN
 
@@ -43,7 +42,7 @@ def failure_text(result: ExecutionResult) -> str:
         lines.append(f"[{check.check_id}] {check.detail}")
         lines += [f"    {line}" for line in check.evidence]
     for check in undecided_checks(result):
-        lines.append(f"[{check.check_id}] undecided: {undecided_reason(check)}")
+        lines.append(f"[{check.check_id}] undecided: {check.undecided}")
     lines.append(f"replay: {result.plan.replay}")
     return "\n".join(lines)
 
@@ -52,7 +51,7 @@ def _testcase(suite: ET.Element, result: ExecutionResult) -> None:
     case = ET.SubElement(suite, "testcase", classname=result.plan.scenario.name,
                          name=result.plan.id, time=f"{result.elapsed_s:.3f}")
     props = ET.SubElement(case, "properties")
-    for name, value in (("replay", result.plan.replay), ("verdict", kind_of(result.verdict)),
+    for name, value in (("replay", result.plan.replay), ("verdict", result.verdict),
                         ("deliveries", str(result.evidence.deliveries)),
                         ("workdir", result.evidence.workdir)):
         ET.SubElement(props, "property", name=name, value=_clean(value))
@@ -69,11 +68,11 @@ def _testcase(suite: ET.Element, result: ExecutionResult) -> None:
 
 def junit_tree(run: RunResult) -> ET.Element:
     """The JUnit document for the run (deterministic: no host name, run order)."""
-    n = counts(run)
+    n = run.counts
     incomplete = run.interrupted or not run.results
     root = ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name=SUITE,
-                          errors=str(n[UNKNOWN] + int(incomplete)), failures=str(n[FAIL]),
+                          errors=str(n.unknown + int(incomplete)), failures=str(n.failed),
                           skipped="0", tests=str(len(run.results) + int(incomplete)),
                           time=f"{run.elapsed_s:.3f}", timestamp=run.started_at)
     for result in run.results:

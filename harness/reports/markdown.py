@@ -18,15 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.judge.checks.registry import CHECK_IDS
-from harness.model import Event, ExecutionResult, RunResult, Verdict
+from harness.model import CheckStatus, Event, EventKind, ExecutionResult, RunResult, Verdict
 from harness.reports.base import (
-    check_status,
-    counts,
     duplicate_entries,
     failing_checks,
     is_expected,
     undecided_checks,
-    undecided_reason,
     write_atomic,
 )
 from harness.reports.text import visible, visible_line
@@ -34,14 +31,15 @@ from harness.reports.view import (
     NO_KEY,
     DeliveryOutcome,
     delivery_outcome,
-    kind_of,
     ordered,
     scenario_rows,
 )
 
+__all__ = ["PASS", "Markdown", "render", "timeline"]
+
 PASS = Verdict.PASS
 
-_MARKS = {"kill": "*** SIGKILL", "delivery": ">>> delivery"}
+_MARKS = {EventKind.KILL: "*** SIGKILL", EventKind.DELIVERY: ">>> delivery"}
 
 
 def _code(text: str, cell: bool = False) -> str:
@@ -74,9 +72,9 @@ def timeline(result: ExecutionResult) -> list[str]:
     def who(e: Event) -> str:
         if e.worker is not None:
             return f"w{e.worker} {roles.get(e.worker, '?')}"
-        return "human" if kind_of(e.kind) in ("approve", "human") else "harness"
+        return "human" if e.kind in (EventKind.APPROVE, EventKind.HUMAN) else "harness"
 
-    return [f"{e.t_ms:9.1f} ms  {who(e):<10} {_MARKS.get(kind_of(e.kind), kind_of(e.kind)):<13} "
+    return [f"{e.t_ms:9.1f} ms  {who(e):<10} {_MARKS.get(e.kind, e.kind):<13} "
             f"{e.label or '':<{width}}  {visible_line(e.detail)}".rstrip() for e in ev.events]
 
 
@@ -88,8 +86,8 @@ def _scenarios(run: RunResult) -> list[str]:
         if len(s.bad) > 8:
             bad += f" … {len(s.bad) - 8} more"
         verdict = s.verdict if s.verdict == PASS else f"**{s.verdict}**"
-        lines.append(f"| {_code(s.name, True)} | {verdict} | {s.executions} | {s.counts['fail']} "
-                     f"| {s.counts['unknown']} | {s.counts['pass']} | {s.deliveries} "
+        lines.append(f"| {_code(s.name, True)} | {verdict} | {s.executions} | {s.counts.failed} "
+                     f"| {s.counts.unknown} | {s.counts.passed} | {s.deliveries} "
                      f"| {bad or '–'} |")
     return lines
 
@@ -98,12 +96,12 @@ def _matrix(run: RunResult) -> list[str]:
     head = ["execution", *CHECK_IDS, "deliveries", "verdict"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in run.results:
-        marks = {c.check_id: "n/a" if check_status(c) == "not_applicable" else "✓" if c.passed
-                 else "?" if undecided_reason(c) else "✗*" if is_expected(r, c.check_id)
+        marks = {c.check_id: "n/a" if c.status is CheckStatus.NOT_APPLICABLE else "✓" if c.passed
+                 else "?" if c.undecided else "✗*" if is_expected(r, c.check_id)
                  else "✗" for c in r.checks}
         cells = [_code(r.plan.id, True), *(marks.get(c, "–") for c in CHECK_IDS),
                  str(r.evidence.deliveries), f"**{r.verdict}**" if r.verdict != PASS
-                 else kind_of(r.verdict)]
+                 else r.verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, "", "✓ passed, ✗ failed, ✗* failed as the scenario expects, ? undecided (its "
             "evidence is missing), n/a not applicable (the target does not expose the state it "
@@ -120,7 +118,7 @@ def _section(r: ExecutionResult) -> list[str]:
     out += [f"- {_prose(reason)}" for reason in r.reasons] or ["- (none)"]
     for c in undecided_checks(r):
         out += ["", f"#### {_code(c.check_id)} undecided", "",
-                _prose(undecided_reason(c) or "")]
+                _prose(c.undecided or "")]
     for c in failing_checks(r):
         note = " (expected by the scenario)" if is_expected(r, c.check_id) else ""
         out += ["", f"#### {_code(c.check_id)} failed{note}", "", _prose(c.detail), ""]
@@ -182,12 +180,11 @@ def render(run: RunResult) -> str:
     """The whole report as Markdown text: verdict, per-scenario summary, the executions to
     look at (failures, then unknowns, then demos whose expected failures happened), the
     checks of every execution, then the deliveries other than expected."""
-    n = counts(run)
-    verdict = kind_of(run.verdict)
+    verdict = run.verdict
     state = " (INTERRUPTED)" if run.interrupted else ""
     out = [f"# shopops-chaos run {run.run_id}: {verdict.upper()}{state}", "",
-           f"**{verdict.upper()}**{state} — {n['fail']} fail, {n['unknown']} unknown, "
-           f"{n['pass']} pass ({len(run.results)} executions, {run.elapsed_s:.1f} s, "
+           f"**{verdict.upper()}**{state} — {run.counts.sentence()} ({len(run.results)} "
+           f"executions, {run.elapsed_s:.1f} s, "
            f"launcher {run.launcher}, started {run.started_at or 'n/a'}).", ""]
     if run.interrupted:
         out += ["> The run was interrupted: only the executions that finished are here, "

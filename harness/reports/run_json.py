@@ -19,6 +19,9 @@ from harness.model import RunResult, Scenario
 from harness.reports.base import write_atomic
 from harness.reports.codec import CodecError, decode, encode
 
+__all__ = ["FILENAME", "FORMAT", "RunFile", "RunFileError", "code_digest", "harness_version",
+           "read_run_json", "scenario_digests", "write_run_json"]
+
 FILENAME = "run.json"
 FORMAT = "shopops-chaos-run/1"
 _ROOT = Path(__file__).resolve().parents[2]

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from harness.model import Verdict
 from harness.sandbox.scratch import DATABASE_SUFFIXES as _DB_SUFFIXES
 
 if TYPE_CHECKING:
@@ -128,7 +129,7 @@ def drop_passing_databases(results: Iterable[ExecutionResult]) -> int:
     """
     freed = 0
     for r in results:
-        if str(getattr(r.verdict, "value", r.verdict)) != "pass" or not r.evidence.workdir:
+        if r.verdict is not Verdict.PASS or not r.evidence.workdir:
             continue
         workdir = Path(r.evidence.workdir)
         for path in workdir.rglob("*") if workdir.is_dir() else ():

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.reports.base import counts
+from harness.model import Verdict
 from harness.reports.text import visible_line
-from harness.reports.view import kind_of, ordered, scenario_rows
+from harness.reports.view import ordered, scenario_rows
 
 if TYPE_CHECKING:
     from harness.model import RunResult
@@ -30,23 +30,22 @@ MAX_LISTED = 10
 
 def render(run: RunResult, report_dir: Path | None = None) -> str:
     """The summary as Markdown (a few lines for a green run)."""
-    n = counts(run)
     state = " (interrupted)" if run.interrupted else ""
-    out = [f"### shopops-chaos: {kind_of(run.verdict).upper()}{state}", "",
-           f"{n['fail']} fail, {n['unknown']} unknown, {n['pass']} pass — "
+    out = [f"### shopops-chaos: {run.verdict.upper()}{state}", "",
+           f"{run.counts.sentence()} — "
            f"{len(run.results)} executions, {run.elapsed_s:.1f} s.", ""]
     if run.interrupted:
         out += ["The run was interrupted: its verdict is unknown.", ""]
-    bad = [s for s in scenario_rows(run) if s.verdict != "pass"]
+    bad = [s for s in scenario_rows(run) if s.verdict is not Verdict.PASS]
     if bad:
         out += ["| scenario | verdict | fail | unknown | pass |", "|---|---|---|---|---|"]
-        out += [f"| `{s.name}` | {s.verdict} | {s.counts['fail']} | {s.counts['unknown']} "
-                f"| {s.counts['pass']} |" for s in bad]
+        out += [f"| `{s.name}` | {s.verdict} | {s.counts.failed} | {s.counts.unknown} "
+                f"| {s.counts.passed} |" for s in bad]
         out.append("")
-    listed = [r for _, r in ordered(run.results) if kind_of(r.verdict) != "pass"]
+    listed = [r for _, r in ordered(run.results) if r.verdict is not Verdict.PASS]
     for r in listed[:MAX_LISTED]:
         first = visible_line(r.reasons[0]).replace("<", "&lt;") if r.reasons else ""
-        out.append(f"- **{kind_of(r.verdict)}** `{r.plan.id}`: {first}  ")
+        out.append(f"- **{r.verdict}** `{r.plan.id}`: {first}  ")
         out.append(f"  replay: `{visible_line(r.plan.replay)}`")
     if len(listed) > MAX_LISTED:
         out.append(f"- … and {len(listed) - MAX_LISTED} more")

@@ -6,7 +6,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.model import RunResult
-from harness.reports.base import counts, execution_dict, write_json
+from harness.reports.base import execution_dict, write_json
+
+__all__ = ["SummaryJson", "summary"]
 
 
 def summary(run: RunResult) -> dict[str, Any]:
@@ -18,7 +20,7 @@ def summary(run: RunResult) -> dict[str, Any]:
         "launcher": run.launcher,
         "interrupted": run.interrupted,
         "verdict": run.verdict,
-        "counts": counts(run),
+        "counts": run.counts.as_dict(),
         "skipped": [{"scenario": name, "why": why} for name, why in run.skipped],
         "executions": [execution_dict(r) for r in run.results],
     }

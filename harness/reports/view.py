@@ -22,8 +22,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.model import NO_KEY, CheckId, CheckStatus
-from shopops import labels
+from harness.model import (
+    NO_KEY,
+    CheckId,
+    CheckStatus,
+    Counts,
+    EventKind,
+    KillPoint,
+    Verdict,
+    roll_up,
+)
 
 if TYPE_CHECKING:
     from harness.model import Event, ExecutionResult, RunResult
@@ -31,18 +39,13 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_KEY", "OUTCOME_TEXT", "VERDICT_ORDER", "Cell", "DeliveryOutcome", "Grid", "Lane",
     "LaneMark",
-    "ScenarioRow", "delivery_outcome", "double_grids", "kind_of", "lanes", "ordered",
+    "ScenarioRow", "delivery_outcome", "double_grids", "lanes", "ordered",
     "scenario_rows", "single_grid",
 ]
 
 #: How a send without an ``Idempotency-Key`` header is spelled in human-facing reports.
 #: Failures first, then unknowns, then passes: the order a reader wants.
-VERDICT_ORDER = {"fail": 0, "unknown": 1, "pass": 2}
-
-
-def kind_of(value: object) -> str:
-    """The plain string of a verdict or event kind (a ``str`` or a str-valued enum)."""
-    return str(getattr(value, "value", value))
+VERDICT_ORDER = {Verdict.FAIL: 0, Verdict.UNKNOWN: 1, Verdict.PASS: 2}
 
 
 class DeliveryOutcome(enum.StrEnum):
@@ -94,9 +97,9 @@ def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
         return DeliveryOutcome.NONE_EXPECTED if got == 0 else DeliveryOutcome.AS_EXPECTED
     if got:
         return DeliveryOutcome.UNEXPECTED
-    verdict = kind_of(result.verdict)
+    verdict = result.verdict
     incomplete = ev.cut_short or bool(ev.gaps)
-    if verdict == "unknown" or (verdict != "fail" and incomplete):
+    if verdict is Verdict.UNKNOWN or (verdict is not Verdict.FAIL and incomplete):
         return DeliveryOutcome.UNKNOWN
     if any(c.check_id in COUNT_CHECKS and c.status is CheckStatus.UNDECIDED
            for c in result.checks):  # failed for another reason; the count is not known
@@ -107,22 +110,23 @@ def delivery_outcome(result: ExecutionResult) -> DeliveryOutcome:
 def ordered(results: Sequence[ExecutionResult]) -> list[tuple[int, ExecutionResult]]:
     """``(run index, result)`` with failures first, then unknowns, then passes (run order
     within each); the index names the execution's anchor (``x<index>``)."""
-    return sorted(enumerate(results), key=lambda p: (VERDICT_ORDER[kind_of(p[1].verdict)], p[0]))
+    return sorted(enumerate(results), key=lambda p: (VERDICT_ORDER[p[1].verdict], p[0]))
 
 
 @dataclass(frozen=True)
 class ScenarioRow:
-    """One scenario of the run: ``counts`` maps each verdict to its executions; ``bad``
-    are the ``(index, schedule id, verdict)`` of its failing and unknown executions."""
+    """One scenario of the run: ``counts`` of its executions' verdicts, ``verdict`` their
+    roll-up; ``bad`` are the ``(index, schedule id, verdict)`` of its failing and unknown
+    executions."""
 
     name: str
     description: str
     path: str | None
     executions: int
-    counts: dict[str, int]
-    verdict: str
+    counts: Counts
+    verdict: Verdict
     deliveries: str
-    bad: tuple[tuple[int, str, str], ...]
+    bad: tuple[tuple[int, str, Verdict], ...]
 
 
 def scenario_rows(run: RunResult) -> list[ScenarioRow]:
@@ -133,8 +137,8 @@ def scenario_rows(run: RunResult) -> list[ScenarioRow]:
     rows = []
     for name, members in groups.items():
         scenario = members[0][1].plan.scenario
-        counts = {v: sum(kind_of(r.verdict) == v for _, r in members) for v in VERDICT_ORDER}
-        verdict = "fail" if counts["fail"] else "unknown" if counts["unknown"] else "pass"
+        counts = Counts.of(r.verdict for _, r in members)
+        verdict = roll_up(r.verdict for _, r in members)
         spread: dict[int, int] = {}
         for _, r in members:
             spread[r.evidence.deliveries] = spread.get(r.evidence.deliveries, 0) + 1
@@ -146,8 +150,8 @@ def scenario_rows(run: RunResult) -> list[ScenarioRow]:
             name=name, description=scenario.description,
             path=str(scenario.path) if scenario.path else None, executions=len(members),
             counts=counts, verdict=verdict, deliveries=f"{deliveries} (expects {want})",
-            bad=tuple((i, r.plan.schedule.id, kind_of(r.verdict)) for i, r in members
-                      if kind_of(r.verdict) != "pass")))
+            bad=tuple((i, r.plan.schedule.id, r.verdict) for i, r in members
+                      if r.verdict is not Verdict.PASS)))
     return rows
 
 
@@ -158,7 +162,7 @@ class Cell:
 
     index: int
     id: str
-    verdict: str
+    verdict: Verdict
     expected: bool
 
 
@@ -173,16 +177,14 @@ class Grid:
     scenario: str | None = None  # the one scenario of a double grid (rows are kill points)
 
 
-def _point_key(point: str) -> tuple[int, int, str]:
-    label, _, occurrence = point.partition("#")
-    order = [lab.name for lab in labels.CATALOGUE]
-    return (order.index(label) if label in order else len(order), int(occurrence or 1), point)
+def _point_key(point: str) -> tuple[int, int]:
+    """A grid column's place on the timeline (``KillPoint.timeline_key``)."""
+    return KillPoint.parse(point).timeline_key
 
 
 def _cell(i: int, r: ExecutionResult) -> Cell:
-    expected = bool(r.plan.schedule.kills) and any(
-        not c.passed and c.check_id in r.plan.scenario.expect_failing for c in r.checks)
-    return Cell(i, r.plan.id, kind_of(r.verdict), expected)
+    expected = any(not c.passed and c.check_id in r.plan.expected_failing for c in r.checks)
+    return Cell(i, r.plan.id, r.verdict, expected)
 
 
 def single_grid(run: RunResult) -> Grid:
@@ -261,18 +263,19 @@ def lanes(result: ExecutionResult) -> tuple[float, list[Lane]]:
         return round(100.0 * t / total, 2)
 
     def mark(e: Event) -> LaneMark:
-        return LaneMark(e.seq, e.t_ms, pct(e.t_ms), kind_of(e.kind), e.label or "", e.detail)
+        return LaneMark(e.seq, e.t_ms, pct(e.t_ms), e.kind, e.label or "", e.detail)
 
     out = []
     for w in ev.workers:
         mine = [e for e in events if e.worker == w.index]
-        start = next((e.t_ms for e in mine if kind_of(e.kind) == "worker_start"), None)
-        end = next((e.t_ms for e in reversed(mine) if kind_of(e.kind) == "worker_exit"), None)
+        start = next((e.t_ms for e in mine if e.kind == EventKind.WORKER_START), None)
+        end = next((e.t_ms for e in reversed(mine) if e.kind == EventKind.WORKER_EXIT), None)
         first = mine[0].t_ms if mine else 0.0
         out.append(Lane(f"w{w.index} {w.role}", pct(start if start is not None else first),
                         pct(end if end is not None else total),
                         tuple(mark(e) for e in mine)))
-    human = [e for e in events if e.worker is None and kind_of(e.kind) in ("approve", "human")]
+    human = [e for e in events
+             if e.worker is None and e.kind in (EventKind.APPROVE, EventKind.HUMAN)]
     rest = [e for e in events if e.worker is None and e not in human]
     for name, group in (("human", human), ("harness", rest)):
         if group:

@@ -31,6 +31,9 @@ import sys
 
 import setproctitle
 
+__all__ = ["TITLE_ENV", "drop_privileges", "limit", "main", "name_process", "pin_path", "preload",
+           "seal"]
+
 #: The harness names each worker for ``ps``/``top`` through this variable of its env
 #: (``shopops-worker ROLE EXECUTION``); read and removed here and by the fork server's child
 #: (not ``SHOPOPS_*``: a spawned reference worker would refuse it as an unknown setting).

@@ -40,6 +40,10 @@ from pathlib import Path
 from harness.sandbox import scratch
 from harness.sandbox.code_copy import CopyRefused, copy_file, copy_tree
 
+__all__ = ["POOL_SIZE", "UID_BASE", "CodeRefused", "Sandbox", "SandboxError", "area", "available",
+           "check_installable", "install_code", "install_fixtures", "kill_uid", "strays",
+           "sweep_strays"]
+
 #: First uid/gid of the pool; ``POOL_SIZE`` consecutive ids, none of them in /etc/passwd.
 UID_BASE = 4_170_000
 POOL_SIZE = 512
@@ -149,12 +153,8 @@ class Sandbox:
         self._lock_fd = -1
         for i in range(POOL_SIZE):
             uid = UID_BASE + (start + i) % POOL_SIZE
-            fd = os.open(_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
+            fd = _try_lock(uid)
+            if fd is None:
                 continue
             self._lock_fd, self.uid, self.gid = fd, uid, uid
             _used.add(uid)
@@ -311,16 +311,26 @@ def check_installable(folder: Path, module: str) -> None:
 
 
 
+def _try_lock(uid: int) -> int | None:
+    """The descriptor of ``uid``'s lock file with its ``flock`` held (exclusive), or
+    ``None`` when another holder has it; the file is opened ``O_NOFOLLOW`` in the harness's
+    0700 lock folder. The one place a uid of the pool is locked."""
+    fd = os.open(_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                 | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def _free_uids() -> Iterator[int]:
     """Each sandbox uid this process has used that no sandbox holds now, its ``flock``
     held until the next one is asked for (so no sandbox takes it meanwhile)."""
     for uid in sorted(_used):
-        fd = os.open(_LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
-                     | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = _try_lock(uid)
+        if fd is None:
             continue  # in use by a sandbox right now
         try:
             yield uid

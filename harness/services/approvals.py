@@ -38,7 +38,14 @@ from typing import Any
 
 from harness.services.channel import peer_credentials
 from harness.services.serving import ServerThread
-from shopops.approval_records import DEFAULT_GATE, GATES, ApprovalRequest, iso, to_wire
+from shopops.approval_records import (
+    DEFAULT_GATE,
+    GATES,
+    ApprovalRequest,
+    RequestStatus,
+    iso,
+    to_wire,
+)
 from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.errors import ShopOpsError
 
@@ -95,7 +102,8 @@ def _dispatch(store: SqliteStore, op: str, args: dict[str, Any]) -> Any:
             raise _Refused(f"gate: must be one of {', '.join(GATES)}")
         store.add_request(ApprovalRequest(
             _text(req, "request_id") or "", _text(req, "case_id") or "",
-            _text(req, "draft_digest") or "", _text(req, "requested_at") or "", "pending",
+            _text(req, "draft_digest") or "", _text(req, "requested_at") or "",
+            RequestStatus.PENDING,
             gate=gate))
         return None
     if op == "requests":

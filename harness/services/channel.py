@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from harness.services.serving import ServerThread
 
+__all__ = ["MAX_LINE", "FailpointChannel", "Hit", "OnHit", "peer_credentials"]
+
 #: The longest hit line the channel reads, in bytes (a hit is ~100): a worker that sends a
 #: longer one without a newline is dropped instead of buffered in the harness's memory.
 MAX_LINE = 4096

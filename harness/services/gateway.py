@@ -66,6 +66,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
+from harness.model.kinds import FaultKind
 from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
 from harness.services import ledger as ledgers
 from harness.services.ledger import EMAIL, Ledger, read_log
@@ -298,7 +299,7 @@ class MockGateway:
             problem = ("Idempotency-Key", "must be a non-empty string when present")
         fault = (self._take_fault() if not refused and ledger is EMAIL
                  and self._faultable(message, problem, peer) else None)
-        if fault is not None and fault.kind == "latency":
+        if fault is not None and fault.kind is FaultKind.LATENCY:
             time.sleep((fault.ms or 0) / 1000.0)
         claimed = request.headers.get("X-ShopOps-Worker-Pid", "")
         evidence = {
@@ -318,7 +319,7 @@ class MockGateway:
             with self._transaction() as conn:
                 ledgers.insert_request(conn, ledger, evidence, 403)
             return _json({"error": "forbidden", "detail": "not this execution's worker"}, 403)
-        if fault is not None and fault.kind == "error":
+        if fault is not None and fault.kind is FaultKind.ERROR:
             status = fault.status or 500
             with self._transaction() as conn:
                 record = self._record(conn, ledger,
@@ -342,9 +343,9 @@ class MockGateway:
         accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
         if delivery is not None and accepted is not None:
             accepted(delivery)  # type: ignore[arg-type]
-        if fault is not None and fault.kind == "drop_after_accept":
+        if fault is not None and fault.kind is FaultKind.DROP_AFTER_ACCEPT:
             return _drop_connection(request.environ)
-        if fault is not None and fault.kind == "delay_after_accept":
+        if fault is not None and fault.kind is FaultKind.DELAY_AFTER_ACCEPT:
             self._stopping.wait((fault.ms or 0) / 1000.0)
         return _json(reply, status)
 

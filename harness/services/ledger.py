@@ -25,6 +25,9 @@ from typing import Any
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
 from shopops.checkpoint_file import OurSchema
 
+__all__ = ["EMAIL", "GATEWAY_LOG", "LEDGERS", "NOTES", "SCHEMA", "Ledger", "accept",
+           "insert_request", "iso", "parse", "read", "read_log", "request_record", "sha256"]
+
 _REQUESTS = """(
     seq INTEGER PRIMARY KEY AUTOINCREMENT, received_at TEXT NOT NULL,
     received_epoch REAL NOT NULL, idempotency_key TEXT, body_sha256 TEXT NOT NULL,

@@ -22,6 +22,8 @@ import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+__all__ = ["Peer", "holders", "socket_of", "tcp_peer"]
+
 
 @dataclass(frozen=True)
 class Peer:

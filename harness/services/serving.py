@@ -12,6 +12,8 @@ import selectors
 import socketserver
 import threading
 
+__all__ = ["ServerThread"]
+
 
 class ServerThread:
     """Run ``server`` (any ``socketserver.BaseServer``) in a daemon thread named ``name``.

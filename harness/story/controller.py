@@ -31,6 +31,8 @@ from harness.model import Delivery, EventKind, HitCounter, KillPoint, NoteDelive
 from harness.services.channel import Hit
 from shopops import labels
 
+__all__ = ["HOLD_LIMIT_S", "Hold", "KillController"]
+
 _CONTINUE = {"do": "continue"}
 #: ``KillController._worker_above``: a live sender that descends from no worker.
 _FOREIGN = object()
@@ -94,7 +96,7 @@ class KillController:
         hold: Hold | None = None
         refused = self._refusal(hit)
         if refused is not None:
-            self.events.add("tampering", hit.label, hit.pid, None, refused)
+            self.events.add(EventKind.TAMPERING, hit.label, hit.pid, None, refused)
             return dict(_CONTINUE)
         with self._lock:
             worker = self.by_pid.get(hit.pid)

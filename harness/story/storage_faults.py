@@ -19,6 +19,9 @@ from shopops.checkpoint import CheckpointRow, read_history
 from shopops.checkpoint_file import open_readonly
 from shopops.records import DEFAULT_FIXTURES
 
+__all__ = ["V1_FIXTURE", "LockHolder", "corrupt_bytes", "inject_row", "install_v1_fixture",
+           "migrations"]
+
 V1_FIXTURE = DEFAULT_FIXTURES / "v1_parked.db"
 
 

@@ -22,6 +22,8 @@ from shopops.checkpoint import CheckpointRow
 from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
 
+__all__ = ["RUN_ID", "Started", "Workers"]
+
 RUN_ID = "run-1"
 #: Hosts a worker reaches without a proxy (``NO_PROXY``): the harness's own, on loopback.
 _LOOPBACK = ("127.0.0.1", "localhost", "::1")

@@ -42,6 +42,8 @@ from typing import Any
 
 from shopops.failpoints import failpoint
 
+__all__ = ["HookedConnection", "install"]
+
 _installed: dict[str, bool] = {}
 _gateway: list[str] = []
 

@@ -17,6 +17,8 @@ from typing import Any
 
 from shopops.errors import InputError
 
+__all__ = ["FIXTURES", "TargetContext"]
+
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 from harness.targets.base import Role, StateField
 from harness.targets.python import PythonTarget
 
+__all__ = ["BY_NAME", "DBOS", "EXAMPLES_DIR", "LANGGRAPH", "OPTIONS", "STARTER"]
+
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 _STATE = frozenset({StateField.DRAFT, StateField.PHASE, StateField.STEP, StateField.SENT,
                     StateField.KEY})

@@ -11,6 +11,8 @@ import sys
 
 from shopops.errors import InputError
 
+__all__ = ["EXTRAS", "ExtraMissing", "missing", "require"]
+
 #: extra name -> the modules it provides (pyproject ``[project.optional-dependencies]``).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "langgraph": ("langgraph.graph", "langgraph.checkpoint.sqlite"),

@@ -20,6 +20,8 @@ from typing import Any
 
 from harness.targets.context import TargetContext
 
+__all__ = ["ROLES", "load", "main"]
+
 ROLES = ("start", "resume", "decide", "history")
 
 

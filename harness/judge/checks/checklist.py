@@ -19,8 +19,10 @@ from harness.model import (
     CheckId,
     CheckResult,
     Delivery,
+    EventKind,
     Evidence,
     NoteDelivery,
+    WorkerRole,
     key_text,
 )
 from shopops.approval_records import Ticket
@@ -100,15 +102,15 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
     lines += [f"checkpoint seq {seq}: phase {p} before the approval" for seq, p in bad]
     def approved_while_running(index: int) -> bool:
         span = [e.seq for e in ev.events if e.worker == index
-                and e.kind in ("worker_start", "worker_exit")]
+                and e.kind in (EventKind.WORKER_START, EventKind.WORKER_EXIT)]
         return (ev.approval_event is not None and len(span) == 2
                 and span[0] < ev.approval_event < span[1])
 
-    rechecks = [w for w in ev.workers if w.role == "recheck" and not w.killed_by_harness
+    rechecks = [w for w in ev.workers if w.role == WorkerRole.RECHECK and not w.killed_by_harness
                 and not approved_while_running(w.index)]
     for w in rechecks:
         parked = w.phase_after == Phase.AWAITING_APPROVAL
-        sent = [e for e in ev.events if e.kind == "delivery" and e.worker == w.index]
+        sent = [e for e in ev.events if e.kind == EventKind.DELIVERY and e.worker == w.index]
         lines.append(f"worker {w.index} resumed without approval: latest checkpoint "
                      f"{w.phase_after}, {len(sent)} delivery(ies) while it ran")
         if not parked or sent:
@@ -144,7 +146,7 @@ def not_sent_before_approval(ev: Evidence) -> CheckResult:
     states, problems = _states(ev)
     lines: list[str] = []
     approval = ev.approval_event
-    early = [e for e in ev.events if e.kind == "delivery"
+    early = [e for e in ev.events if e.kind == EventKind.DELIVERY
              and (approval is None or e.seq < approval)]
     lines += [f"trace seq {e.seq}: delivery {e.detail} before the approval" for e in early]
     cut = ev.checkpoint_seq_at_approval

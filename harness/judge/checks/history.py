@@ -21,22 +21,24 @@ from harness.judge.checks.support import (
     parsed_states,
     redrafts_owed,
 )
-from harness.model import CheckId, CheckResult, Evidence
+from harness.model import CheckId, CheckResult, EventKind, Evidence
+from shopops.approval_records import RequestStatus
+from shopops.labels import CHECKPOINT_LOADED, COMPLETED_SAVED, EMAIL_SENT_SAVED, SAVE_COMMIT
+from shopops.phases import ALLOWED, TERMINAL, Phase
+
+__all__ = ["EDGES", "LIVE", "PARKED", "REDRAFT", "attempts_bounded", "history_not_replaced",
+           "lease_exclusive", "no_request_after_done", "phase_path", "rejection_respected"]
 
 #: Chapter 8's phase FSM (``docs/design.md``), with the production loop's edges: a
 #: rejection with feedback goes back to drafting; any live phase may be dead-lettered.
-LIVE = ("intake", "drafting", "awaiting_approval", "approved", "sending")
-TERMINAL = frozenset({"completed", "rejected", "dead_lettered"})
+LIVE = tuple(p for p in Phase if p not in TERMINAL)
 EDGES: frozenset[tuple[str, str]] = frozenset(
-    {("intake", "drafting"), ("drafting", "awaiting_approval"),
-     ("awaiting_approval", "approved"), ("awaiting_approval", "rejected"),
-     ("awaiting_approval", "drafting"), ("approved", "sending"), ("sending", "completed")}
-    | {(p, "dead_lettered") for p in LIVE})
+    (a, b) for a, targets in ALLOWED.items() for b in targets)
 #: The edge that goes back, allowed once per rejection with feedback.
-REDRAFT = ("awaiting_approval", "drafting")
-PARKED = "awaiting_approval"
+REDRAFT = (Phase.AWAITING_APPROVAL, Phase.DRAFTING)
+PARKED = Phase.AWAITING_APPROVAL
 #: Labelled points after which the worker did real work past loading (not a save).
-_NOT_WORK = frozenset({"t6.checkpoint_loaded", "ckpt.before_commit"})
+_NOT_WORK = frozenset({CHECKPOINT_LOADED, SAVE_COMMIT})
 
 
 def _reachable(src: str) -> set[str]:
@@ -80,15 +82,17 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
         if who is not None and who.index in acked_before:
             bad.append(f"gateway request {r.seq} (status {r.status}) by worker {who.index}, "
                        f"which started from a {who.phase_before} checkpoint")
-    done_at = [e.seq for e in ev.events if e.kind == "hit" and e.label == "t7.completed_saved"]
+    done_at = [e.seq for e in ev.events if e.kind == EventKind.HIT
+               and e.label == COMPLETED_SAVED]
     if done_at:
-        late = [e for e in ev.events if e.kind == "request" and e.seq > done_at[0]]
+        late = [e for e in ev.events if e.kind == EventKind.REQUEST and e.seq > done_at[0]]
         bad += [f"trace seq {e.seq}: gateway request {e.ref} from {_worker_of(ev, e.pid)} "
                 f"after the completed checkpoint (trace seq {done_at[0]})" for e in late]
         lines.append(f"trace seq {done_at[0]}: completed checkpoint committed")
-    acked_at = [e.seq for e in ev.events if e.kind == "hit" and e.label == "t6.email_sent_saved"]
+    acked_at = [e.seq for e in ev.events if e.kind == EventKind.HIT
+                and e.label == EMAIL_SENT_SAVED]
     if acked_at:
-        late = [e for e in ev.events if e.kind == "request" and e.seq > acked_at[0]
+        late = [e for e in ev.events if e.kind == EventKind.REQUEST and e.seq > acked_at[0]
                 and not (e.ref or "").startswith("note:")
                 and not (done_at and e.seq > done_at[0])]  # those are counted above
         bad += [f"trace seq {e.seq}: email request {e.ref} from {_worker_of(ev, e.pid)} after "
@@ -117,7 +121,8 @@ def phase_path(ev: Evidence) -> CheckResult:
     states, problems = parsed_states(ev)
     owed = len(redrafts_owed(ev))
     lines = [f"checkpoint seq {seq}: {s.phase}" for seq, s in states]
-    bad, prev = [], "intake"
+    bad: list[str] = []
+    prev: str = Phase.INTAKE
     ended: int | None = None
     for seq, s in states:
         phase = s.phase
@@ -185,7 +190,7 @@ def rejection_respected(ev: Evidence) -> CheckResult:
     drafts again — the feedback visible in a later checkpointed draft — and asks for a new
     approval, or ends ``rejected``. Judged when a worker ran after the human's decision."""
     states, problems = parsed_states(ev)
-    rejected = [r for r in ev.approval_requests if r.status == "rejected"]
+    rejected = [r for r in ev.approval_requests if r.status == RequestStatus.REJECTED]
     if not rejected:
         return CheckResult(CheckId.REJECTION_RESPECTED, True, "nothing was rejected")
     final = states[-1][1] if states else None
@@ -198,15 +203,15 @@ def rejection_respected(ev: Evidence) -> CheckResult:
     for d in ev.gateway.deliveries_for(ev.case_id):
         if any(draft_digest(d.to, d.subject, d.body) == r.draft_digest for r in rejected):
             bad.append(f"delivery {d.delivery_id} sent a rejected draft")
-    decided = [e.seq for e in ev.events if e.kind == "human" and "rejected" in e.detail]
+    decided = [e.seq for e in ev.events if e.kind == EventKind.HUMAN and "rejected" in e.detail]
     ran_after = [w for w in ev.workers if decided and any(
-        e.kind == "worker_start" and e.worker == w.index and e.seq > decided[0]
+        e.kind == EventKind.WORKER_START and e.worker == w.index and e.seq > decided[0]
         for e in ev.events)]
     requests_after = {r.draft_digest for r in ev.approval_requests} - {
         r.draft_digest for r in rejected}
     for r in rejected:
         feedback = getattr(r, "feedback", None)
-        if final is not None and final.phase == "rejected":
+        if final is not None and final.phase == Phase.REJECTED:
             continue
         if not ran_after:
             lines.append("no worker ran after the rejection: not judged")
@@ -242,9 +247,9 @@ def _recoveries(ev: Evidence) -> list[int]:
         if (before is None or not before.killed_by_harness or w.phase_before is None
                 or w.phase_before == PARKED or w.phase_before in TERMINAL):
             continue
-        labels = [e.label for e in ev.events if e.kind == "hit" and e.worker == w.index]
-        if "t6.checkpoint_loaded" in labels and any(
-                lab not in _NOT_WORK for lab in labels[labels.index("t6.checkpoint_loaded"):]):
+        labels = [e.label for e in ev.events if e.kind == EventKind.HIT and e.worker == w.index]
+        if CHECKPOINT_LOADED in labels and any(
+                lab not in _NOT_WORK for lab in labels[labels.index(CHECKPOINT_LOADED):]):
             out.append(w.index)
     return out
 
@@ -266,7 +271,7 @@ def attempts_bounded(ev: Evidence) -> CheckResult:
     lines.append(f"workers that recovered the case in flight: {recovered or 'none'}; "
                  f"maximum {maximum if maximum is not None else 'not set'}")
     final = states[-1][1].phase if states else None
-    if maximum is not None and len(recovered) > maximum and final != "dead_lettered":
+    if maximum is not None and len(recovered) > maximum and final != Phase.DEAD_LETTERED:
         bad.append(f"{len(recovered)} recoveries, more than the maximum {maximum}, but the "
                    f"case ended {final}, not dead_lettered")
     lines += bad
@@ -275,7 +280,7 @@ def attempts_bounded(ev: Evidence) -> CheckResult:
     if bad:
         return CheckResult(CheckId.ATTEMPTS_BOUNDED, False, bad[0], tuple(lines))
     return CheckResult(CheckId.ATTEMPTS_BOUNDED, True,
-                       "dead-lettered past the maximum" if final == "dead_lettered"
+                       "dead-lettered past the maximum" if final == Phase.DEAD_LETTERED
                        else "the attempt counter never went down", tuple(lines))
 
 

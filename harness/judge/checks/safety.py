@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from harness.judge.checks.support import redrafts_owed as _redrafts_owed
-from harness.model import CheckId, CheckResult, Evidence
+from harness.model import CheckId, CheckResult, EventKind, Evidence
 from shopops import labels
 from shopops.phases import Phase
 
@@ -32,7 +32,7 @@ def intake_not_repeated(ev: Evidence) -> CheckResult:
     lines, repeats = [], []
     owed = len(_redrafts_owed(ev))  # a redraft after a rejection with feedback is due
     for w in ev.workers:
-        hits = [e.label for e in ev.events if e.kind == "hit" and e.worker == w.index]
+        hits = [e.label for e in ev.events if e.kind == EventKind.HIT and e.worker == w.index]
         redo = [lab for lab in hits if (lab in labels.INTAKE_READS
                                         and w.phase_before in _INTAKE_DURABLE)
                 or (lab in labels.DRAFTING and w.phase_before in _DRAFT_DURABLE)]
@@ -68,10 +68,10 @@ def storage_safe(ev: Evidence) -> CheckResult:
         later = [seq for seq in final if seq > row.seq]
         if later:
             bad.append(f"rows {later} were written after the injected row seq {row.seq}")
-        inject_at = next((e.seq for e in ev.events if e.kind == "inject"
+        inject_at = next((e.seq for e in ev.events if e.kind == EventKind.INJECT
                           and e.ref == str(row.seq)), 0)
         restarts = [e.seq for e in ev.events if e.label == labels.CASE_STARTED
-                    and e.kind == "hit" and e.seq > inject_at]
+                    and e.kind == EventKind.HIT and e.seq > inject_at]
         if restarts:
             bad.append(f"the case was started over after the injection (trace {restarts})")
         lines.append(f"injected row seq {row.seq} (schema {row.schema_version}): "
@@ -107,7 +107,7 @@ def no_process_left(ev: Evidence) -> CheckResult:
     double-forked, re-sessioned daemon (``leftover`` events; ``harness.sandbox.users``)."""
     left = [(w.index, pid) for w in ev.workers for pid in w.leftovers]
     lines = [f"worker {i}: pid {pid} was still alive after it (killed)" for i, pid in left]
-    late = [e for e in ev.events if e.kind == "leftover"]
+    late = [e for e in ev.events if e.kind == EventKind.LEFTOVER]
     lines += [f"pid {e.pid}: {e.detail}" for e in late]
     left += [(-1, e.pid or 0) for e in late]
     if left:
@@ -125,7 +125,7 @@ def no_tampering(ev: Evidence) -> CheckResult:
     answer, ``harness.services.peers``), nothing planted in the sandbox to redirect the harness's
     writes. Chapter 8's rule that the verdict comes only from evidence the harness holds,
     made checkable."""
-    lines = [f"event {e.seq}: {e.detail}" for e in ev.events if e.kind == "tampering"]
+    lines = [f"event {e.seq}: {e.detail}" for e in ev.events if e.kind == EventKind.TAMPERING]
     lines += [f"gateway request {r.seq}: header X-ShopOps-Worker-Pid {r.claimed_pid}, but "
               f"the connection is pid {r.worker_pid}'s" for r in ev.gateway.requests
               if r.forged]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import weakref
 
 from harness.model import DEFAULT_GATE, CheckResult, Evidence, rows_digest
+from shopops.approval_records import RequestStatus
 from shopops.approvals import Ticket
 from shopops.errors import ShopOpsError
 from shopops.state import Draft, State
@@ -48,7 +49,7 @@ def draft_digest(to: str, subject: str, body: str) -> str:
 
 def redrafts_owed(ev: Evidence) -> set[str]:
     """Digests of drafts a human rejected WITH feedback: the loop must replace each once."""
-    return {r.draft_digest for r in ev.approval_requests if r.status == "rejected"
+    return {r.draft_digest for r in ev.approval_requests if r.status == RequestStatus.REJECTED
             and getattr(r, "feedback", None) and r.gate == DEFAULT_GATE}
 
 
