@@ -2,8 +2,9 @@
 
 Each is one small, readable change to a copy of ``shopops/``; ``tests/test_mutants.py``
 grades every one and asserts that it loses the points of the rubric item it breaks, with
-``fail`` verdicts (never ``unknown``), while the reference scores full marks. The README
-keeps this catalogue as a table (mutant -> what catches it -> the smallest schedule).
+``fail`` verdicts (never ``unknown``), while the reference scores full marks.
+``docs/grading.md`` keeps this catalogue as a table (mutant -> what catches it -> the
+smallest schedule).
 """
 
 from __future__ import annotations

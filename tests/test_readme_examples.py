@@ -1,6 +1,7 @@
-"""The README's examples run as written.
+"""The README's examples, and those of the documentation pages, run as written.
 
-Every ``shopops-chaos …`` command the README shows is parsed by the real argument parser
+Every ``shopops-chaos …`` command that README.md or a page of ``docs/`` (the reference moved
+there from the README; ``mkdocs.yml`` builds it) shows is parsed by the real argument parser
 (placeholders such as ``path/to/submission`` or ``'…'`` are left out); the cheap ones run
 for real in a scratch project: the "Adding a kill scenario" steps (copy, change three
 lines, run, replay, pytest), ``points``, the pytest selection examples, and
@@ -23,21 +24,24 @@ from inner_pytest import inner_env
 from harness.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text(encoding="utf-8")
-PLACEHOLDER = re.compile(r"path/to|<|…|\[--|\bN\b|rubric\.toml|my-scenario|prev/|shard-")
+#: README.md and every page of docs/ (a command the README showed may have moved to one).
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEXTS = [page.read_text(encoding="utf-8") for page in PAGES]
+PLACEHOLDER = re.compile(r"path/to|<|…|\[--|\bN\b|\bDIR\b|rubric\.toml|my-scenario|prev/|shard-")
 
 
 def _commands(tool: str) -> list[str]:
     found = []
-    for block in re.findall(r"```(?:bash|sh)\n(.*?)```", README, re.S):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if tool in line:
-                found.append(line[line.index(tool):].split(" && ")[0])
-    prose = re.sub(r"```.*?```", "", README, flags=re.S)
-    for span in re.findall(r"`([^`\n]+)`", prose):
-        if span.startswith(f"{tool} "):
-            found.append(span)
+    for text in TEXTS:  # each page on its own: a fence never spans two pages
+        for block in re.findall(r"```(?:bash|sh)\n(.*?)```", text, re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.split(" #", 1)[0].strip()
+                if tool in line:
+                    found.append(line[line.index(tool):].split(" && ")[0])
+        prose = re.sub(r"```.*?```", "", text, flags=re.S)
+        for span in re.findall(r"`([^`\n]+)`", prose):
+            if span.startswith(f"{tool} "):
+                found.append(span)
     return list(dict.fromkeys(found))
 
 
@@ -58,11 +62,11 @@ def _project(tmp_path: Path, *scenarios: str) -> Path:
                                      if not PLACEHOLDER.search(c)])
 def test_every_shopops_chaos_example_parses(command: str) -> None:
     args = shlex.split(command)[1:]
-    build_parser().parse_args(args)  # SystemExit(2) on an option the README invented
+    build_parser().parse_args(args)  # SystemExit(2) on an option the docs invented
 
 
 @pytest.mark.pure
-def test_the_readme_shows_the_commands_this_file_runs() -> None:
+def test_the_readme_or_the_docs_show_the_commands_this_file_runs() -> None:
     chaos = _commands("shopops-chaos")
     for expected in ("shopops-chaos points", "shopops-chaos run scenarios/my-scenario.toml",
                      "shopops-chaos run --schedule t4.parked"):

@@ -293,8 +293,8 @@ def test_a_keys_off_duplicate_replays_with_its_printed_command(tmp_path, forked)
 
 # -- the framework scenarios, measured (soak: each takes minutes) ----------------------------
 
-#: What each shipped target scenario ends with under ``shopops-chaos run`` (the README's
-#: table, "What the harness measured"): keys off is the finding (duplicates: fail).
+#: What each shipped target scenario ends with under ``shopops-chaos run`` (the table of
+#: ``docs/targets.md``, "What the harness measured"): keys off is the finding (duplicates: fail).
 EXPECTED: dict[str, Verdict] = {
     "python-starter": Verdict.PASS, "python-starter-keys-off": Verdict.FAIL,
     "langgraph-sync": Verdict.PASS, "langgraph-sync-keys-off": Verdict.FAIL,
@@ -305,13 +305,14 @@ EXPECTED: dict[str, Verdict] = {
 
 
 @pytest.mark.pure
-def test_every_target_scenario_has_an_expected_verdict_and_a_readme_row() -> None:
+def test_every_target_scenario_has_an_expected_verdict_and_a_docs_row() -> None:
     assert {p.stem for p in TARGET_SCENARIOS} == set(EXPECTED)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    rows = [line for line in readme.splitlines() if line.startswith("| ")]
+    page = (ROOT / "docs" / "targets.md").read_text(encoding="utf-8")
+    measured = page.split("## What the harness measured", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in measured.splitlines() if line.startswith("| ")]
     for name, verdict in EXPECTED.items():
         row = next((r for r in rows if f"`{name}.toml`" in r), None)
-        assert row is not None, f"no README row names {name}.toml"
+        assert row is not None, f"no row of docs/targets.md's measured table names {name}.toml"
         keys_off = name.endswith("-keys-off")
         cell = row.split(" | ")[1 if keys_off else 2]
         assert f"**{verdict}**" in cell, (name, cell)
@@ -321,7 +322,7 @@ def test_every_target_scenario_has_an_expected_verdict_and_a_readme_row() -> Non
 @pytest.mark.parametrize("name", [
     pytest.param(n, marks=NEEDS_LANGGRAPH if n.startswith("langgraph") else
                  NEEDS_DBOS if n.startswith("dbos") else ()) for n in sorted(EXPECTED)])
-def test_a_target_scenario_ends_with_the_verdict_the_readme_reports(tmp_path, name) -> None:
+def test_a_target_scenario_ends_with_the_verdict_the_docs_report(tmp_path, name) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
     done = subprocess.run([sys.executable, "-m", "harness", "run",
                            str(TARGETS_DIR / f"{name}.toml"), "--jobs", "2", "--timeout",

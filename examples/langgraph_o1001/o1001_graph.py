@@ -39,7 +39,7 @@ DURABILITY = ("sync", "async", "exit")
 #: whose writes were saved) or ``next`` (the nodes still to run, as LangGraph's
 #: human-in-the-loop examples test ``snapshot.next``). ``next`` is empty when the killed
 #: worker saved a task's writes but not the checkpoint after it (seen with ``async``):
-#: the harness measures that as lost work (README, "What the harness measured").
+#: the harness measures that as lost work (docs/targets.md, "What the harness measured").
 RESUME_ON = ("tasks", "next")
 
 
