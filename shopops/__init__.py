@@ -1,7 +1,7 @@
 """ShopOps: the reference Chapter 8 loop (checkpointing and resumability) under test.
 
 The names below are imported on first use (PEP 562 module ``__getattr__``): importing a
-submodule (``shopops.labels``, ``shopops.checkpoint_file``...) does not import the whole
+submodule (``shopops.checkpoint_file``, ``shopops.failpoints``...) does not import the whole
 loop and its HTTP client (``requests``, ~160 ms), which the harness's command line and
 every fork server would otherwise pay at start-up.
 """

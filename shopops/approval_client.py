@@ -32,10 +32,9 @@ import json
 import socket
 from typing import Any
 
-from shopops.approval_records import DEFAULT_GATE, ApprovalRequest, Ticket, from_wire, to_wire
+from shopops.approval_records import ApprovalRequest, Ticket, from_wire, to_wire
 from shopops.errors import ApprovalRefused
-
-ENV_SOCKET = "SHOPOPS_APPROVALS_SOCKET"
+from shopops_contract.approvals import DEFAULT_GATE
 
 
 class RemoteStore:

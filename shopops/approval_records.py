@@ -11,26 +11,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, TypeVar
 
-
-class RequestStatus(StrEnum):
-    """A request's status: a human has not decided yet, approved it (a ticket exists) or
-    rejected it; the string is what the records store."""
-
-    PENDING = "pending"
-    APPROVED = "approved"
-    REJECTED = "rejected"
-
+from shopops_contract.approvals import DEFAULT_GATE, RequestStatus
 
 STATUSES: tuple[str, ...] = tuple(RequestStatus)
-#: The gate of the O-1001 email; what a request or ticket without a gate is about.
-DEFAULT_GATE = "send_email"
-#: The order note on O-1001 saying the customer was emailed (the second gated action).
-NOTE_GATE = "add_order_note"
-#: Every gate the queue accepts.
-GATES: tuple[str, ...] = (DEFAULT_GATE, NOTE_GATE)
 
 
 @dataclass(frozen=True)

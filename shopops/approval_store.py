@@ -14,8 +14,9 @@ import os
 import sqlite3
 
 from shopops import checkpoint_file
-from shopops.approval_records import DEFAULT_GATE, ApprovalRequest, Ticket
+from shopops.approval_records import ApprovalRequest, Ticket
 from shopops.errors import ApprovalRefused
+from shopops_contract.approvals import DEFAULT_GATE
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS approval_requests (

@@ -26,19 +26,12 @@ import os
 import time
 from collections.abc import Callable
 
-from shopops.approval_client import ENV_SOCKET, RemoteStore
-from shopops.approval_records import (
-    DEFAULT_GATE,
-    GATES,
-    NOTE_GATE,
-    ApprovalRequest,
-    RequestStatus,
-    Ticket,
-    iso,
-)
+from shopops.approval_client import RemoteStore
+from shopops.approval_records import ApprovalRequest, Ticket, iso
 from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.checkpoint_file import OurSchema
 from shopops.errors import ApprovalRefused
+from shopops_contract.approvals import DEFAULT_GATE, ENV_SOCKET, GATES, NOTE_GATE, RequestStatus
 
 __all__ = ["DEFAULT_GATE", "ENV_SOCKET", "GATES", "NOTE_GATE", "ApprovalQueue",
            "ApprovalRequest", "Ticket"]

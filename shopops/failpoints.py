@@ -1,7 +1,7 @@
 """Labelled failpoints: where the crash harness stops, kills or traces the loop.
 
 ``failpoint("t6.request_leaving")`` marks a moment of the crash timeline
-(``shopops.labels``). Disarmed it costs one global lookup. Two ways to arm it, read from
+(``shopops_contract.labels``). Disarmed it costs one global lookup. Two ways to arm it, read from
 the environment at import (a malformed spec is reported by the entry point before anything
 runs, ``shopops.validators.check_environment``, and raised by the first failpoint — never
 ignored silently):
@@ -40,9 +40,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from shopops import labels
-from shopops.bounds import MAX_OCCURRENCE, MAX_SLEEP_MS
 from shopops.errors import FailpointRaised, FailpointSpecError, ShopOpsError
+from shopops_contract import labels
+from shopops_contract.limits import MAX_OCCURRENCE, MAX_SLEEP_MS
 
 ENV_SPEC = "SHOPOPS_FAILPOINTS"
 ENV_CHANNEL = "SHOPOPS_FAILPOINT_CHANNEL"
@@ -223,7 +223,7 @@ def failpoint(label: str) -> None:
     """Mark the labelled point ``label``; act on it if armed.
 
     Args:
-        label: a name from ``shopops.labels.CATALOGUE``.
+        label: a name from ``shopops_contract.labels.CATALOGUE``.
 
     Raises:
         ValueError: ``label`` is not in the catalogue (only checked while armed).
@@ -237,7 +237,7 @@ def failpoint(label: str) -> None:
     if armed is None:
         return
     if label not in labels.BY_NAME:
-        raise ValueError(f"failpoint({label!r}): not in shopops.labels.CATALOGUE")
+        raise ValueError(f"failpoint({label!r}): not in shopops_contract.labels.CATALOGUE")
     with armed.lock:
         occurrence = armed.hits.get(label, 0) + 1
         armed.hits[label] = occurrence

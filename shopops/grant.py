@@ -11,7 +11,8 @@ from shopops.errors import ApprovalRefused
 from shopops.failpoints import failpoint
 from shopops.phases import Phase
 from shopops.runtime import default_services
-from shopops.state import State, note_digest
+from shopops.state import State
+from shopops_contract.digests import note_digest
 
 
 def grant_approval(state: State, ticket_id: str, *, queue: ApprovalQueue | None = None) -> None:

@@ -18,13 +18,13 @@ with some note fields and not others is refused like any other missing field.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from shopops.errors import StateInvalid
 from shopops.phases import Phase, check_transition
+from shopops_contract.digests import draft_digest
 
 SCHEMA_VERSION = 2
 DEFAULT_MAX_STEPS = 8
@@ -39,15 +39,6 @@ NOTE_FIELDS: dict[str, object] = {
     "note_idempotency_key": None, "note_sent": False, "note_delivery_id": None}
 
 
-def note_digest(order_id: str, body: str) -> str:
-    """SHA-256 hex digest of an order note's canonical JSON (``{"body", "order_id"}``):
-    what an ``add_order_note`` approval binds to, and what the harness recomputes from the
-    note the mock order service received."""
-    blob = json.dumps({"order_id": order_id, "body": body}, sort_keys=True,
-                      separators=(",", ":"))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
 @dataclass(frozen=True)
 class Draft:
     """An email draft: recipient address, subject line, body text (all ``str``)."""
@@ -57,9 +48,9 @@ class Draft:
     body: str
 
     def digest(self) -> str:
-        """SHA-256 hex digest of the draft's canonical JSON; approvals bind to it."""
-        blob = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        """SHA-256 hex digest of the draft's canonical JSON; approvals bind to it
+        (``shopops_contract.digests.draft_digest``)."""
+        return draft_digest(self.to, self.subject, self.body)
 
 
 @dataclass

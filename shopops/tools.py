@@ -17,7 +17,8 @@ from shopops.errors import ApprovalRefused, IllegalTransition
 from shopops.failpoints import failpoint
 from shopops.phases import Phase
 from shopops.runtime import Services
-from shopops.state import Draft, State, note_digest
+from shopops.state import Draft, State
+from shopops_contract.digests import note_digest
 
 
 def get_customer(state: State, svc: Services) -> None:

@@ -35,7 +35,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shopops.bounds import DAY_S, MAX_OCCURRENCE, MAX_SLEEP_MS
 from shopops.errors import ConfigError, ShopOpsError
 from shopops.path_checks import MAX_SOCKET_PATH as MAX_SOCKET_PATH
 from shopops.path_checks import NAME_MAX as NAME_MAX
@@ -49,12 +48,10 @@ from shopops.path_checks import output_file as output_file
 from shopops.path_checks import show as _show
 from shopops.path_checks import socket_path as socket_path
 from shopops.path_checks import url as url
+from shopops_contract.limits import DAY_S, MAX_OCCURRENCE, MAX_SHARDS, MAX_SLEEP_MS
 
 #: Simulated clock offsets (SHOPOPS_CLOCK_OFFSET_S) up to ten years either way.
 MAX_CLOCK_OFFSET_S = 10 * 366 * DAY_S
-#: Kills in one crash schedule: the explorer draws up to 3; with the longest label and
-#: ``#1000`` four still fit an execution folder's name (NAME_MAX) after a 64-char name.
-MAX_KILLS = 4
 #: Longest scenario name: it becomes part of folder names (execution ids add the schedule).
 MAX_NAME = 64
 #: Longest id (case, run, owner, ticket, approver) and free text such as a description.
@@ -228,7 +225,6 @@ MODULE = Text(100, r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
               "a Python module name")
 
 
-MAX_SHARDS = 1000
 _SHARD = re.compile(r"\s*(\d{1,4})\s*/\s*(\d{1,4})\s*")
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 
-from shopops.approval_records import RequestStatus
 from shopops.approvals import NOTE_GATE
 from shopops.checkpoint import CheckpointStore, Lease
 from shopops.errors import CheckpointError
@@ -22,7 +21,9 @@ from shopops.grant import grant_approval, grant_note
 from shopops.loop import DEFAULT_RUN_ID, LoopResult, Stopped, run_loop
 from shopops.phases import TERMINAL, Phase
 from shopops.runtime import Services
-from shopops.state import State, note_digest
+from shopops.state import State
+from shopops_contract.approvals import RequestStatus
+from shopops_contract.digests import note_digest
 
 #: Steps a resumed worker may take, as in the chapter (``state.max_steps = state.step + 5``).
 STEP_BUDGET = 5

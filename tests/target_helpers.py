@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
+from harness.judge.observers.target import history_of
 from harness.launch.launcher import Launcher
+from harness.model import DurableWrite
 from harness.services.gateway import MockGateway, read_log
-from harness.targets.base import DurableState, Role
+from harness.targets.base import Role
 from harness.targets.context import TargetContext
 from harness.targets.extras import missing
 from harness.targets.python import PythonTarget
@@ -89,11 +91,15 @@ class TargetCase:
         self.ctx = replace(self.ctx, ticket=ticket)
         return ticket
 
-    def history(self) -> list[DurableState]:
+    def history(self) -> list[DurableWrite]:
+        """The target's history as the judge observes it (``observers.target``); every
+        write readable."""
         done = self.run(Role.HISTORY)
         assert done.returncode == 0, done.stderr
         data: Any = json.loads(done.stdout)
-        return [DurableState.from_dict(d, f"history[{i}]") for i, d in enumerate(data)]
+        writes = list(history_of(tuple(data)).writes)
+        assert all(w.problem is None for w in writes), [w.problem for w in writes]
+        return writes
 
     def deliveries(self) -> int:
         return len(read_log(self.workdir / "gateway.db").deliveries_for(self.ctx.case_id))

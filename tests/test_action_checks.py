@@ -33,8 +33,8 @@ from shopops.state import State
 
 def test_the_check_is_registered_with_what_it_reads() -> None:
     assert CHECK_ID in CHECK_IDS
-    assert needs(CHECK_ID) == {EvidenceSource.CHECKPOINTS, EvidenceSource.APPROVALS,
-                               EvidenceSource.GATEWAY}
+    assert needs(CHECK_ID) == {EvidenceSource.CHECKPOINTS, EvidenceSource.TARGET,
+                               EvidenceSource.APPROVALS, EvidenceSource.GATEWAY}
     # send_email is the default gate; the order note is the second gated action
     assert [a.gate for a in ACTIONS] == ["send_email", "add_order_note"]
 

@@ -156,7 +156,7 @@ def test_replay_command_reproduces_the_execution(tmp_path: Path) -> None:
 
 
 def test_points_lists_the_catalogue() -> None:
-    from shopops.labels import CATALOGUE
+    from shopops_contract.labels import CATALOGUE
 
     proc = subprocess.run([sys.executable, "-m", "harness", "points"], capture_output=True,
                           text=True, timeout=60)

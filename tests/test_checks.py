@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from observed import observed
 
 from harness.judge.checks.registry import (
     CHECK_IDS,
@@ -212,7 +213,7 @@ def evidence(*, specs: list[Spec] | None = None, states: list[State] | None = No
         approval_event=approvals[0] if approvals else None,
         checkpoint_seq_at_approval=cut if approvals else None, unreached=())
     base.update(fields)
-    return Evidence(**base)
+    return observed(**base)
 
 
 def seq_of(ev: Evidence, kind: str) -> int:
@@ -689,9 +690,9 @@ def corrupt_story(blob: bytes | None, version: int | None = 2) -> Evidence:
 CORRUPTIONS = {
     "truncated": (b"{trunc", 2, "not valid JSON"),
     "null": (None, 2, "state_json is NULL"),
-    "not utf-8": (b'{"case_id": "\xff"}', 2, "not valid UTF-8"),
+    "not utf-8": (b'{"case_id": "\xff"}', 2, "not UTF-8"),
     "unsupported version": (State(CASE, ORDER).to_json().encode(), 7, "schema_version 7"),
-    "not a state": (b'{"case_id": "case-O-1001"}', 2, "missing state field"),
+    "not a state": (b'{"case_id": "case-O-1001"}', 2, "required by docs/contract.md, missing"),
 }
 STATE_READERS = [draft_identical, parked_until_approval, not_sent_before_approval,
                  step_continues]

@@ -41,7 +41,7 @@ PLANTED: dict[str, tuple[Callable[[Path], None], str]] = {
     "fifo": (_fifo, "is a FIFO"),
 }
 READERS = {
-    "checkpoints.db": (lambda p: read_checkpoints(p, "case-O-1001")[-1],
+    "checkpoints.db": (lambda p: read_checkpoints(p, "case-O-1001")[1],
                        EvidenceSource.CHECKPOINTS),
     "approvals.db": (lambda p: read_approvals(p, "case-O-1001")[-1], EvidenceSource.APPROVALS),
     "gateway.db": (lambda p: read_gateway(p)[-1], EvidenceSource.GATEWAY),

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from shopops import failpoints, labels
+from shopops import failpoints
 from shopops.errors import FailpointRaised, FailpointSpecError
 from shopops.failpoints import FailpointChannelError, Term, parse_spec
+from shopops_contract import labels
 
 TIMEOUT_S = 30.0
 
@@ -185,7 +186,7 @@ def test_disarmed_failpoint_is_a_no_op() -> None:
 @pytest.mark.pure
 def test_armed_unknown_label_is_a_value_error() -> None:
     failpoints.configure("t4.parked=off")
-    with pytest.raises(ValueError, match="not in shopops.labels.CATALOGUE"):
+    with pytest.raises(ValueError, match="not in shopops_contract.labels.CATALOGUE"):
         failpoints.failpoint("t4.parkd")
 
 

@@ -19,8 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.services.gateway import MockGateway
-from harness.services.ledger import GATEWAY_LOG
+from harness.services.gateway import GATEWAY_LOG, MockGateway
 from shopops.approval_store import APPROVAL_QUEUE
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore

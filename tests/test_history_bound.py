@@ -1,4 +1,4 @@
-"""The harness reads a bounded checkpoint history (``shopops.bounds.MAX_HISTORY_ROWS``): an
+"""The harness reads a bounded checkpoint history (``shopops_contract.limits.MAX_HISTORY_ROWS``): an
 implementation that writes tens of thousands of rows makes the history a gap, not a
 grade that runs for minutes at gigabytes."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.judge import evidence
+from harness.judge.observers import store
 from harness.model import EvidenceSource
 from shopops.checkpoint import CheckpointStore, read_history
 from shopops.errors import HistoryTooLong
@@ -38,15 +39,18 @@ def test_a_history_over_the_bound_is_a_gap_and_nothing_is_decoded(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(evidence, "MAX_HISTORY_ROWS", 5)
     db = history(tmp_path, 5)
-    rows, gap = evidence.read_checkpoints(db, "case-1")
-    assert rows == () and gap is not None and gap.source is EvidenceSource.CHECKPOINTS
+    rows, gap, unfit = evidence.read_checkpoints(db, "case-1")
+    assert rows == () and unfit is None
+    assert gap is not None and gap.source is EvidenceSource.CHECKPOINTS
     assert "6 rows for case case-1, more than the 5" in gap.reason
     with pytest.raises(HistoryTooLong):
-        read_history(db, "case-1", max_rows=5)
+        read_history(db, "case-1", max_rows=5)  # the reference's own reader bounds it too
+    with pytest.raises(store.HistoryTooLong):
+        store.read_rows(db, "case-1", max_rows=5)
 
 
 def test_a_history_within_the_bound_is_read_whole(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(evidence, "MAX_HISTORY_ROWS", 5)
-    rows, gap = evidence.read_checkpoints(history(tmp_path, 4), "case-1")
+    rows, gap, _ = evidence.read_checkpoints(history(tmp_path, 4), "case-1")
     assert gap is None and len(rows) == 5

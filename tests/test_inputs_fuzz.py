@@ -26,9 +26,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from input_helpers import assert_refused, call
 
-from shopops import labels
 from shopops.records import Records
 from shopops.validators import ENV_VARS, NAME
+from shopops_contract import labels
 
 DEFAULT_EXAMPLES = 25
 SOAK_EXAMPLES = 600

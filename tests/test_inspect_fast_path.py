@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.services import ledger as gateway_ledger
 from harness.services.approvals import SERVICE_QUEUE, ApprovalService
-from harness.services.gateway import MockGateway
+from harness.services.gateway import GATEWAY_LOG, MockGateway
 from shopops import checkpoint_file as cf
 from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore
@@ -23,7 +22,7 @@ MAKERS = {
     "checkpoints": (CHECKPOINT_DB, lambda p: CheckpointStore(p).close()),
     "queue": (APPROVAL_QUEUE, lambda p: SqliteStore(p).close()),
     "service": (SERVICE_QUEUE, lambda p: ApprovalService(p).close()),
-    "gateway": (gateway_ledger.GATEWAY_LOG, lambda p: MockGateway(p)),
+    "gateway": (GATEWAY_LOG, lambda p: MockGateway(p)),
 }
 
 

@@ -30,7 +30,8 @@ from harness.judge.checks.history import no_request_after_done
 from harness.judge.checks.registry import run_checks, ticket_server_issued
 from harness.model import Event, EventKind, Evidence, NoteDelivery
 from shopops.approvals import NOTE_GATE, ApprovalRequest
-from shopops.state import State, note_digest
+from shopops.state import State
+from shopops_contract.digests import note_digest
 
 NOTE_TEXT = f"Customer emailed about order {ORDER}: 'Update on your order O-1001'."
 NOTE_DIGEST = note_digest(ORDER, NOTE_TEXT)

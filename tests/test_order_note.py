@@ -16,8 +16,9 @@ from shopops.approvals import NOTE_GATE
 from shopops.checkpoint import CheckpointStore
 from shopops.errors import FailpointRaised, StateInvalid
 from shopops.runtime import Services
-from shopops.state import NOTE_FIELDS, State, note_digest
+from shopops.state import NOTE_FIELDS, State
 from shopops.worker import work
+from shopops_contract.digests import note_digest
 
 CASE, ORDER, RUN = "case-O-1001", "O-1001", "run-1"
 

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from input_helpers import assert_refused, call, tree
 
-from harness.services.gateway import MockGateway
-from harness.services.ledger import GATEWAY_LOG
+from harness.services.gateway import GATEWAY_LOG, MockGateway
 from shopops.approval_store import APPROVAL_QUEUE
 from shopops.approvals import ApprovalQueue
 from shopops.checkpoint import CHECKPOINT_DB, CheckpointStore

@@ -16,7 +16,7 @@ from scenario_helpers import ROOT, SHIPPED, assert_names, refused
 from harness.judge.checks.registry import CHECK_IDS
 from harness.model import NO_KILL, CrashSchedule, KillPoint
 from harness.plan.scenario import Scenario, ScenarioError, load_scenario, load_scenarios
-from shopops import labels
+from shopops_contract import labels
 
 pytest_plugins = ["pytester"]
 

@@ -20,7 +20,7 @@ import pytest
 from harness.judge.checks.registry import storage_safe
 from harness.judge.evidence import Event, Evidence, WorkerRun
 from harness.launch.launcher import Launcher, make_launcher
-from harness.model import CrashSchedule, KillPoint
+from harness.model import CrashSchedule, KillPoint, StoredRow
 from harness.plan.matrix import double_kill_plans, points_after_first_kill
 from harness.plan.scenario import Scenario
 from harness.run.execution import ExecutionPlan, ExecutionResult, execute
@@ -77,8 +77,14 @@ def span(ev: Evidence, index: int) -> tuple[int, int]:
     return start, end
 
 
+def state(row: StoredRow) -> State:
+    """A row the reference loop wrote, read back with its own ``State``."""
+    assert row.state_json is not None
+    return State.from_json(row.state_json.decode())
+
+
 def final_state(ev: Evidence) -> State:
-    return ev.loop_checkpoints[-1].state()
+    return state(ev.loop_checkpoints[-1])
 
 
 def requests_for(ev: Evidence) -> list:
@@ -129,7 +135,7 @@ def test_bad_ticket_is_refused_and_nothing_sent(launcher: Launcher, tmp_path: Pa
     assert stopped_with(resumes[0], "ApprovalRefused")
     assert ev.deliveries == 0
     assert requests_for(ev) == []
-    assert not any(s.email_sent for s in (r.state() for r in ev.loop_checkpoints))
+    assert not any(s.email_sent for s in (state(r) for r in ev.loop_checkpoints))
     assert result.verdict == "pass", explain(result)
     assert f"worker {resumes[0].index} stopped with ApprovalRefused, as the scenario expects" \
         in result.reasons
@@ -157,7 +163,7 @@ def test_late_approval_ticket_is_issued_hours_after_the_park(launcher: Launcher,
     ev = result.evidence
     assert result.verdict == "pass", explain(result)
     (park,) = [r for r in ev.loop_checkpoints if r.seq == ev.checkpoint_seq_at_approval]
-    assert park.state().phase == "awaiting_approval"
+    assert state(park).phase == "awaiting_approval"
     parked_at = datetime.fromisoformat(park.created_at).timestamp()
     (ticket,) = ev.tickets
     assert 6 * 3600 <= ticket.issued_at_epoch - parked_at < 6 * 3600 + 120
@@ -290,7 +296,7 @@ def test_lease_takeover_fences_the_slow_worker(launcher: Launcher, tmp_path: Pat
         ("worker-0", 1), (f"worker-{slow.index}", 2), (f"worker-{takeover.index}", 3)]
     assert [r.fence for r in rows] == sorted(r.fence for r in rows)
     assert (rows[-1].lease_owner, rows[-1].fence) == (f"worker-{takeover.index}", 3)
-    assert rows[-1].state().phase == "completed"
+    assert state(rows[-1]).phase == "completed"
 
 
 # --------------------------------------------------------------------------- storage
@@ -398,7 +404,7 @@ def test_v1_migration_killed_before_commit_is_migrated_once(launcher: Launcher,
     # migrated in place: the fixture's rows are still there, now v2, with the new field
     migrated = [r for r in ev.checkpoints if r.seq in v1_seqs]
     assert [r.seq for r in migrated] == v1_seqs
-    assert all(r.state().preferred_channel == "email" for r in migrated)
+    assert all(state(r).preferred_channel == "email" for r in migrated)
     assert ev.migrations == (("v1_to_v2_preferred_channel", n),)
     assert passed(result, "storage_safe")
     assert ev.deliveries == 1

@@ -1,8 +1,9 @@
 """The ``[target]`` table (issue 11): every bad one refused before anything runs, the
 shipped target scenarios load, the story hands a target its ticket and reads its state
-back, and the checks a target cannot feed are ``not_applicable`` — never a pass, never an
-unknown. Two real executions of the plain-Python starter (one of them through its printed
-replay command); the framework scenarios run behind ``--crash-soak``."""
+back; the one checklist judges it, and a check whose needs its history cannot show is
+``not_applicable`` — never a pass, never an unknown. Two real executions of the plain-Python starter
+(one of them through its printed replay command); the framework scenarios run behind
+``--crash-soak``."""
 
 from __future__ import annotations
 
@@ -19,20 +20,19 @@ import pytest
 from scenario_helpers import ROOT, refused
 from target_helpers import NEEDS_DBOS, NEEDS_LANGGRAPH
 
-from harness.judge.checks.registry import CHECK_IDS
-from harness.judge.checks.targets import REFERENCE_ONLY, target_checks
+from harness.judge.checks.registry import CHECK_IDS, CHECKS, run_checks
+from harness.judge.observers.target import history_of
 from harness.judge.verdict import decide, judge
 from harness.model import (
     CheckStatus,
     CrashSchedule,
-    DurableState,
     Evidence,
     ExecutionPlan,
     ExecutionResult,
     GatewayLog,
     KillPoint,
+    Observable,
     Scenario,
-    StateField,
     TargetRole,
     Verdict,
     WorkersStep,
@@ -46,8 +46,6 @@ from harness.targets.examples import DBOS, STARTER
 STARTER_DIR = ROOT / "examples" / "python_starter"
 TARGETS_DIR = ROOT / "scenarios" / "targets"
 TARGET_SCENARIOS = sorted(TARGETS_DIR.glob("*.toml"))
-ALL_STATE = frozenset({StateField.DRAFT, StateField.PHASE, StateField.STEP, StateField.SENT,
-                       StateField.KEY})
 
 
 def write(tmp_path: Path, target: str, extra: str = "") -> Path:
@@ -84,13 +82,7 @@ def test_todays_scenarios_stay_on_the_reference_loop() -> None:
 def test_a_python_target_resolves_its_folder_against_the_scenario_file(tmp_path) -> None:
     s = load_scenario(write(tmp_path, python_target(history="loop:history")))
     assert s.target is not None and s.target.folder == STARTER_DIR.resolve()
-    assert s.target.has(TargetRole.HISTORY) and StateField.DRAFT in s.target.exposes
-
-
-@pytest.mark.pure
-def test_without_history_a_python_target_exposes_nothing(tmp_path) -> None:
-    s = load_scenario(write(tmp_path, python_target()))
-    assert s.target is not None and s.target.exposes == frozenset()
+    assert s.target.has(TargetRole.HISTORY)
 
 
 @pytest.mark.pure
@@ -167,13 +159,19 @@ def test_a_target_with_decide_is_told_after_the_approval() -> None:
 
 # -- checks over a target's evidence (pure) --------------------------------------------------
 
-def _evidence(exposes: frozenset[StateField], states: tuple[DurableState, ...],
-              expected: int = 0) -> Evidence:
+def _evidence(items: tuple[dict, ...] | None, expected: int = 0) -> Evidence:
+    """A target's evidence with its history observed from ``items`` (``None``: the target
+    has no history function)."""
+    from harness.model import History, HistorySource
+
+    history = (History(HistorySource.TARGET_HISTORY, observes=frozenset(),
+                       cannot="the target has no history function")
+               if items is None else history_of(items))
     return Evidence(execution_id="t[no-kill]", case_id="case-O-1001", events=(), workers=(),
                     checkpoints=(), approval_requests=(), tickets=(),
                     gateway=GatewayLog((), ()), approval_event=None,
                     checkpoint_seq_at_approval=None, unreached=(), expected_deliveries=expected,
-                    target="python", target_states=states, target_exposes=exposes)
+                    target="python", history=history)
 
 
 def _plan() -> ExecutionPlan:
@@ -181,20 +179,34 @@ def _plan() -> ExecutionPlan:
 
 
 @pytest.mark.pure
-def test_checks_a_target_cannot_feed_are_not_applicable_and_never_pass() -> None:
-    checks = target_checks(_evidence(frozenset(), ()))
+def test_without_a_history_only_what_it_needs_shown_is_not_applicable() -> None:
+    checks = run_checks(_evidence(None))
     assert tuple(c.check_id for c in checks) == CHECK_IDS
     na = {c.check_id for c in checks if c.status is CheckStatus.NOT_APPLICABLE}
-    assert na == {*REFERENCE_ONLY, "draft_identical", "step_continues"}
-    assert "exactly_one_delivery" not in na and "same_key_one_delivery" not in na
+    assert na == {c.id for c in CHECKS if c.requires}  # the rest judge the trace and ledger
+    assert "exactly_one_delivery" not in na and "asked_once" not in na
     assert all(not c.passed and c.detail.startswith("not applicable") for c in checks
                if not c.applicable)
 
 
 @pytest.mark.pure
+def test_a_history_shows_what_it_reports_and_the_checks_that_need_it_apply() -> None:
+    items = ({"phase": "intake", "step": 1}, {"phase": "drafting", "step": 2,
+                                              "draft": {"to": "a", "subject": "s", "body": "b"}})
+    ev = _evidence(items)
+    assert ev.history.observes == {Observable.PHASE, Observable.STEP, Observable.DRAFT}
+    status = {c.check_id: c.status for c in run_checks(ev)}
+    assert status["step_continues"] is CheckStatus.PASS
+    assert status["phase_path"] is CheckStatus.PASS
+    assert status["draft_identical"] is CheckStatus.PASS
+    assert status["lease_exclusive"] is CheckStatus.NOT_APPLICABLE  # no lease reported
+    assert status["storage_safe"] is CheckStatus.NOT_APPLICABLE  # never its stored rows
+
+
+@pytest.mark.pure
 def test_not_applicable_is_neither_pass_nor_unknown_and_the_verdict_ignores_it() -> None:
-    ev = _evidence(frozenset(), ())
-    checks = decide(ev, target_checks(ev), _plan())
+    ev = _evidence(None)
+    checks = decide(ev, run_checks(ev), _plan())
     assert {c.status for c in checks} == {CheckStatus.PASS, CheckStatus.NOT_APPLICABLE}
     verdict, reasons = judge(ev, checks, _plan())
     assert verdict is Verdict.PASS, reasons
@@ -206,28 +218,34 @@ def test_not_applicable_is_neither_pass_nor_unknown_and_the_verdict_ignores_it()
 
 
 @pytest.mark.pure
-def test_a_step_that_goes_down_fails_where_the_target_exposes_it() -> None:
-    states = (DurableState(step=3), DurableState(step=1))
-    checks = {c.check_id: c for c in target_checks(_evidence(ALL_STATE, states))}
+def test_a_step_that_goes_down_fails_where_the_target_reports_it() -> None:
+    checks = {c.check_id: c for c in run_checks(_evidence(({"step": 3}, {"step": 1})))}
     assert checks["step_continues"].status is CheckStatus.FAIL
-    assert "from 3 to 1" in checks["step_continues"].detail
+    assert "step went down between checkpoint seq 1 and 2" in checks["step_continues"].detail
 
 
 @pytest.mark.pure
 def test_a_changed_durable_draft_fails() -> None:
     a = {"to": "a@x", "subject": "s", "body": "one"}
-    states = (DurableState(draft=a), DurableState(draft={**a, "body": "two"}))
-    checks = {c.check_id: c for c in target_checks(_evidence(ALL_STATE, states))}
+    checks = {c.check_id: c for c in run_checks(_evidence(({"draft": a},
+                                                           {"draft": {**a, "body": "two"}})))}
     assert checks["draft_identical"].status is CheckStatus.FAIL
 
 
 @pytest.mark.pure
+def test_a_mistyped_history_field_is_a_named_failure_not_a_pass() -> None:
+    ev = _evidence(({"step": "three"},))
+    one = {c.check_id: c for c in run_checks(ev)}["step_continues"]
+    assert one.status is CheckStatus.FAIL and "history[0]: field 'step'" in one.detail
+
+
+@pytest.mark.pure
 def test_a_target_that_says_it_sent_nothing_after_a_delivery_fails() -> None:
-    ev = _evidence(ALL_STATE, (DurableState(sent=False),), expected=0)
-    checks = {c.check_id: c for c in target_checks(ev)}
+    ev = _evidence(({"email_sent": False},), expected=0)
+    checks = {c.check_id: c for c in run_checks(ev)}
     assert checks["exactly_one_delivery"].passed  # nothing expected, nothing delivered
-    ev1 = _evidence(ALL_STATE, (DurableState(sent=False),), expected=1)
-    one = {c.check_id: c for c in target_checks(ev1)}["exactly_one_delivery"]
+    ev1 = _evidence(({"email_sent": False},), expected=1)
+    one = {c.check_id: c for c in run_checks(ev1)}["exactly_one_delivery"]
     assert one.status is CheckStatus.FAIL and "0 deliveries" in one.detail
 
 
@@ -262,7 +280,7 @@ def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(
         "t6.gateway_accepted"]
     assert [w.role for w in r.evidence.workers] == ["start", "resume", "resume"]
     assert r.evidence.target == "python"
-    assert [s.phase for s in r.evidence.target_states][-1] == "completed"
+    assert r.evidence.history.writes[-1].phase == "completed"
     # the resume was handed the ticket the human's approval issued
     ctx = json.loads((tmp_path / "x" / "worker-1.context.json").read_text())
     assert ctx["ticket"] is not None and ctx["ticket"].startswith("apr-")
@@ -271,6 +289,8 @@ def test_the_starter_runs_through_the_story_with_its_ticket_and_its_state(
     status = {c.check_id: c.status for c in r.checks}
     assert status["storage_safe"] is CheckStatus.NOT_APPLICABLE
     assert status["draft_identical"] is CheckStatus.PASS
+    assert status["ticket_server_issued"] is CheckStatus.PASS  # it spent its ticket
+    assert status["asked_once"] is CheckStatus.PASS
 
 
 def test_a_keys_off_duplicate_replays_with_its_printed_command(tmp_path, forked) -> None:
@@ -362,13 +382,25 @@ def test_the_rubric_keeps_what_a_target_can_be_graded_on() -> None:
     assert "o1001" in {s.name for s in kept} and "forged-ticket" in refused
     items, dropped = adapt_rubric(DEFAULT_RUBRIC, {s.name for s in kept}, t)
     assert any(i.checks == ("exactly_one_delivery",) for i in items)
-    assert all(set(i.checks) <= set(TARGET_CHECKS_IDS) for i in items)
-    assert any("server-issued ticket" in i.name for i, _ in dropped)
+    # one checklist: an item keeps every check (which apply is known once it ran) and the
+    # scenarios the target can run
+    ticket = next(i for i in items if "server-issued ticket" in i.name)
+    assert ticket.scenarios == ("o1001",) and ticket.checks == ("ticket_server_issued",)
+    assert any("Exercise 1" in i.name for i, _ in dropped)  # storage faults: reference only
 
 
-TARGET_CHECKS_IDS = ("draft_identical", "not_sent_before_approval", "step_continues",
-                     "same_key_one_delivery", "exactly_one_delivery", "no_process_left",
-                     "no_tampering")
+def test_an_item_whose_checks_all_came_out_not_applicable_scores_0_of_0() -> None:
+    from harness.grading.grade import score_item
+    from harness.grading.rubric import RubricItem
+
+    ev = _evidence(None)
+    checks = decide(ev, run_checks(ev), _plan())
+    result = ExecutionResult(_plan(), ev, checks, Verdict.PASS, (), 0.0)
+    leases = score_item(RubricItem("Leases", 10, ("t",), ("lease_exclusive",)), [result])
+    assert (leases.score, leases.max_score) == (0.0, 0.0)
+    assert leases.output.startswith("Not applicable: the target_history cannot show lease")
+    sends = score_item(RubricItem("Sends", 10, ("t",), ("exactly_one_delivery",)), [result])
+    assert (sends.score, sends.max_score) == (10, 10)
 
 
 def test_grade_through_a_target_scores_it_and_replays_on_it(tmp_path) -> None:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from observed import observed
 
 from harness.judge.checks.registry import CHECK_IDS, CHECKS, CheckResult
 from harness.judge.evidence import Evidence, WorkerRun
@@ -47,7 +48,7 @@ def evidence(**fields: Any) -> Evidence:
         gateway=GatewayLog((), ()), approval_event=3, checkpoint_seq_at_approval=3,
         unreached=())
     base.update(fields)
-    return Evidence(**base)
+    return observed(**base)
 
 
 def checks(*failing: str) -> tuple[CheckResult, ...]:

@@ -82,9 +82,12 @@ def verify_ticket(case_id: str, text: dict[str, str], ticket: str) -> str:
 
 
 @DBOS.step()
-def send_email(case_id: str, text: dict[str, str]) -> dict[str, Any]:
-    """POST the email to the gateway, keyed by workflow ID and step ID."""
+def send_email(case_id: str, text: dict[str, str], ticket: str) -> dict[str, Any]:
+    """POST the email to the gateway, keyed by workflow ID and step ID, once the ticket is
+    spent on this send."""
     key = f"{DBOS.workflow_id}:{DBOS.step_id}" if _ctx.keys else None
+    with _ctx.approval_queue() as queue:
+        queue.consume(ticket, case_id, _digest(text), key or f"{case_id}:send_email:no-key")
     headers = {"X-ShopOps-Worker-Pid": str(os.getpid())}
     if key is not None:
         headers["Idempotency-Key"] = key
@@ -105,8 +108,8 @@ def o1001(case_id: str, order_id: str) -> dict[str, Any]:
     decision = DBOS.recv(TOPIC, timeout_seconds=24 * 3600)
     if not decision or "ticket" not in decision:
         raise RuntimeError(f"{case_id}: no approval arrived")
-    verify_ticket(case_id, text, str(decision["ticket"]))
-    return send_email(case_id, text)
+    ticket = verify_ticket(case_id, text, str(decision["ticket"]))
+    return send_email(case_id, text, ticket)
 
 
 def _url(ctx: Any) -> str:
@@ -158,10 +161,17 @@ def decide(ctx: Any) -> None:
         client.destroy()
 
 
+#: Each step of the workflow and the contract's phase once it is recorded (docs/contract.md,
+#: "Phases"); a step not listed (DBOS's own ``recv``, ``setEvent``) keeps the phase before.
+_PHASES = {"get_customer": "intake", "get_order": "intake", "draft": "drafting",
+           "request_approval": "awaiting_approval", "verify_ticket": "approved",
+           "send_email": "completed"}
+
+
 def history(ctx: Any) -> list[dict[str, Any]]:
-    """The durable state through DBOS's API (``DBOSClient.list_workflow_steps``): one dict
-    per recorded step with ``phase`` (the step's name), ``step``, ``draft``, ``sent``,
-    ``key``."""
+    """The durable state through DBOS's API (``DBOSClient.list_workflow_steps``), oldest
+    first: one object per recorded step with the contract's fields (docs/contract.md, "A
+    target's history")."""
     if not (Path(ctx.workdir) / "dbos.sqlite").exists():
         return []
     client = DBOSClient(system_database_url=_url(ctx))
@@ -170,12 +180,21 @@ def history(ctx: Any) -> list[dict[str, Any]]:
     finally:
         client.destroy()
     out: list[dict[str, Any]] = []
-    text, sent, key = None, False, None
+    state: dict[str, Any] = {"phase": "intake", "draft": None, "approval_request_id": None,
+                             "approval_ticket": None, "send_idempotency_key": None,
+                             "email_sent": False, "delivery_id": None}
     for n, info in enumerate(steps, start=1):
         name = info["function_name"].rsplit(".", 1)[-1]
+        output = info["output"]
+        state["phase"] = _PHASES.get(name, state["phase"])
         if name == "draft":
-            text = info["output"]
-        if name == "send_email" and info["output"]:
-            sent, key = True, info["output"]["key"]
-        out.append({"phase": name, "step": n, "draft": text, "sent": sent, "key": key})
+            state["draft"] = output
+        elif name == "request_approval":
+            state["approval_request_id"] = output
+        elif name == "verify_ticket":
+            state["approval_ticket"] = output
+        elif name == "send_email" and output:
+            state.update(email_sent=True, send_idempotency_key=output["key"],
+                         delivery_id=output["delivery_id"])
+        out.append({**state, "step": n})
     return out

@@ -102,6 +102,9 @@ def build(ctx: Any) -> StateGraph:
     def send(state: O1001) -> O1001:
         digest = _digest(state["draft"])
         key = f"{state['case_id']}:send_email:{digest[:16]}" if ctx.keys else None
+        with ctx.approval_queue() as queue:  # the ticket is spent on this one send
+            queue.consume(state["ticket"], state["case_id"], digest,
+                          key or f"{state['case_id']}:send_email:no-key")
         headers = {"X-ShopOps-Worker-Pid": str(os.getpid())}
         if key is not None:
             headers["Idempotency-Key"] = key
@@ -157,10 +160,23 @@ def resume(ctx: Any) -> None:
     _run(ctx, resume_value={"ticket": ctx.ticket} if ctx.ticket else None)
 
 
+def _phase(next_nodes: tuple[str, ...], values: dict[str, Any]) -> str:
+    """A checkpoint's place in the contract's phases (docs/contract.md, "Phases")."""
+    if not next_nodes:
+        return "completed"
+    if values.get("ticket"):
+        return "sending" if values.get("sent") or "send" in next_nodes else "approved"
+    if values.get("request_id"):
+        return "awaiting_approval"
+    return "drafting" if values.get("draft") or "request_approval" in next_nodes else "intake"
+
+
 def history(ctx: Any) -> list[dict[str, Any]]:
-    """The durable state through LangGraph's API (``get_state_history``), oldest first:
-    one dict per checkpoint with ``draft``, ``phase`` (next node, ``"completed"``),
-    ``step``, ``sent``, ``key``."""
+    """The durable state through LangGraph's API (``get_state_history``), oldest first: one
+    object per checkpoint with the contract's fields (docs/contract.md, "A target's
+    history"): ``phase`` (from the nodes still to run), ``step``, ``draft``,
+    ``approval_request_id``, ``approval_ticket``, ``send_idempotency_key``, ``email_sent``,
+    ``delivery_id``."""
     path = Path(ctx.workdir) / "langgraph.db"
     if not path.exists():
         return []
@@ -171,8 +187,10 @@ def history(ctx: Any) -> list[dict[str, Any]]:
     out = []
     for snap in reversed(snapshots):
         values = snap.values or {}
-        out.append({"draft": values.get("draft"), "phase": snap.next[0] if snap.next
-                    else "completed", "step": values.get("step"), "sent": values.get("sent",
-                                                                                   False),
-                    "key": values.get("idempotency_key"), "ticket": values.get("ticket")})
+        out.append({"phase": _phase(tuple(snap.next), values), "step": values.get("step"),
+                    "draft": values.get("draft"), "approval_request_id": values.get("request_id"),
+                    "approval_ticket": values.get("ticket"),
+                    "send_idempotency_key": values.get("idempotency_key"),
+                    "email_sent": bool(values.get("sent", False)),
+                    "delivery_id": values.get("delivery_id")})
     return out

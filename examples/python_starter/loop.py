@@ -46,7 +46,9 @@ def _save(conn: sqlite3.Connection, state: dict[str, Any]) -> None:
 
 
 def _digest(draft: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(draft, sort_keys=True).encode()).hexdigest()
+    """The draft digest approvals bind to (docs/contract.md, "The draft digest")."""
+    blob = json.dumps(draft, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def _step(ctx: Any, conn: sqlite3.Connection, state: dict[str, Any]) -> bool:
@@ -60,26 +62,31 @@ def _step(ctx: Any, conn: sqlite3.Connection, state: dict[str, Any]) -> bool:
         state["draft"] = {
             "to": customer["email"], "subject": f"Update on your order {ctx.order_id}",
             "body": f"Hi {first}, your order {ctx.order_id} is {order['status']}."}
-        state["phase"] = "drafted"
-    elif phase == "drafted":
+        state["phase"] = "drafting"
+    elif phase == "drafting":
         with ctx.approval_queue() as queue:
-            queue.request(ctx.case_id, _digest(state["draft"]))
+            state["approval_request_id"] = queue.request(ctx.case_id, _digest(state["draft"]))
         state["phase"] = "awaiting_approval"
     elif phase == "awaiting_approval":
         if ctx.ticket is None:
             return False  # park: only the human's ticket moves the case on
         with ctx.approval_queue() as queue:
             queue.verify(ctx.ticket, ctx.case_id, _digest(state["draft"]))
-        state.update(ticket=ctx.ticket, phase="sending",
-                     key=f"{ctx.case_id}:send_email:{_digest(state['draft'])[:16]}")
+        state.update(approval_ticket=ctx.ticket, phase="sending",
+                     send_idempotency_key=f"{ctx.case_id}:send_email:"
+                                          f"{_digest(state['draft'])[:16]}")
     elif phase == "sending":
+        with ctx.approval_queue() as queue:  # the ticket is spent on this send (its key)
+            queue.consume(state["approval_ticket"], ctx.case_id, _digest(state["draft"]),
+                          state["send_idempotency_key"])
         headers = {"X-ShopOps-Worker-Pid": str(os.getpid())}
         if ctx.keys:
-            headers["Idempotency-Key"] = state["key"]
+            headers["Idempotency-Key"] = state["send_idempotency_key"]
         reply = requests.post(f"{ctx.gateway_url}/v1/messages", timeout=(2, 5),
                               headers=headers, json={"case_id": ctx.case_id, **state["draft"]})
         reply.raise_for_status()
-        state.update(sent=True, phase="completed", delivery_id=reply.json()["delivery_id"])
+        state.update(email_sent=True, phase="completed",
+                     delivery_id=reply.json()["delivery_id"])
     else:
         return False  # completed
     _save(conn, state)
@@ -90,8 +97,9 @@ def _run(ctx: Any) -> None:
     with closing(_db(ctx)) as conn:
         state = _load(conn, ctx.case_id)
         if state is None:
-            state = {"case_id": ctx.case_id, "phase": "intake", "step": 0, "sent": False,
-                     "draft": None, "key": None, "ticket": None}
+            state = {"case_id": ctx.case_id, "phase": "intake", "step": 0, "email_sent": False,
+                     "draft": None, "send_idempotency_key": None, "approval_ticket": None,
+                     "delivery_id": None}
             _save(conn, state)
         while _step(ctx, conn, state):
             pass
@@ -108,11 +116,11 @@ def resume(ctx: Any) -> None:
 
 
 def history(ctx: Any) -> list[dict[str, Any]]:
-    """Every checkpoint, oldest first, as the harness's state fields."""
+    """Every checkpoint, oldest first: the state as saved, whose fields are the contract's
+    (docs/contract.md, "A target's history")."""
     if not (Path(ctx.workdir) / "state.db").exists():
         return []
     with closing(_db(ctx)) as conn:
         rows = conn.execute("SELECT state FROM checkpoints WHERE case_id = ? ORDER BY seq",
                             (ctx.case_id,)).fetchall()
-    fields = ("phase", "step", "draft", "sent", "key")
-    return [{k: json.loads(r[0]).get(k) for k in fields} for r in rows]
+    return [json.loads(r[0]) for r in rows]

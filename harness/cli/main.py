@@ -135,7 +135,7 @@ def _grade(args: argparse.Namespace) -> int:
 
 
 def _points() -> int:
-    from shopops.labels import CATALOGUE
+    from shopops_contract.labels import CATALOGUE
 
     width = max(len(label.name) for label in CATALOGUE)
     for label in CATALOGUE:

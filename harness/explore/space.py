@@ -28,10 +28,9 @@ from harness.model import (
 )
 from harness.plan.matrix import points_from_trace
 from harness.plan.scenario import impossible
-from shopops import labels
-from shopops.errors import ShopOpsError
-from shopops.phases import Phase as LoopPhase
 from shopops.policy import POLICIES
+from shopops_contract import labels
+from shopops_contract.phases import Phase
 
 __all__ = ["MAX_FAULTS", "MAX_KILLS", "MAX_OCCURRENCE", "Space", "Variant", "learn_space",
            "variant_name", "variants"]
@@ -163,10 +162,9 @@ def _park_commit(trace: Evidence) -> int | None:
     """The trace ``seq`` of the ``ckpt.before_commit`` hit that committed the first
     ``awaiting_approval`` checkpoint (every save passes that point once, in row order), or
     ``None`` if the trace has no such row or the rows and hits do not line up."""
-    try:
-        index = next(i for i, row in enumerate(trace.checkpoints)
-                     if LoopPhase(row.state().phase) is LoopPhase.AWAITING_APPROVAL)
-    except (StopIteration, ShopOpsError, ValueError):
+    index = next((i for i, w in enumerate(trace.history.writes)
+                  if w.phase is Phase.AWAITING_APPROVAL), None)
+    if index is None:
         return None
     commits = [e.seq for e in trace.events
                if e.kind == EventKind.HIT and e.label == labels.SAVE_COMMIT]

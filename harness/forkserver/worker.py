@@ -29,9 +29,10 @@ PRELOAD = (
     "traceback", "requests", "shopops", "shopops.cli", "shopops.failpoints",
     "shopops.runtime", "shopops.worker", "shopops.loop", "shopops.checkpoint",
     "shopops.approvals", "shopops.gateway_client", "shopops.tools", "shopops.records",
-    "shopops.policy", "shopops.labels", "shopops.state", "shopops.phases", "shopops.errors",
+    "shopops.policy", "shopops.state", "shopops.phases", "shopops.errors",
     "shopops.grant", "shopops.approval_client", "shopops.approval_store",
-    "shopops.approval_records",
+    "shopops.approval_records", "shopops_contract.labels", "shopops_contract.phases",
+    "shopops_contract.digests", "shopops_contract.approvals", "shopops_contract.limits",
 )
 
 

@@ -88,6 +88,12 @@ def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTe
         return GradedTest(item.name, 0.0, item.points,
                           "No execution of " + ", ".join(item.scenarios) + " ran.",
                           item.visibility)
+    if item.checks and all(not c.applicable for r in mine for c in r.checks
+                           if c.check_id in item.checks):
+        detail = next((c.detail for r in mine for c in r.checks if c.check_id in item.checks),
+                      "not applicable")
+        detail = detail.removeprefix("not applicable: ")
+        return GradedTest(item.name, 0.0, 0.0, f"Not applicable: {detail}.", item.visibility)
     broken = []
     for r in mine:
         if r.verdict is Verdict.UNKNOWN:

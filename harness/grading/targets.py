@@ -31,8 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.grading.rubric import RubricItem
-from harness.judge.checks.targets import TARGET_CHECKS
-from harness.model import CheckId, PythonTarget, Scenario, TargetRole
+from harness.model import PythonTarget, Scenario
 from harness.plan.scenario import ScenarioError, impossible
 from harness.targets.extras import ExtraMissing, require
 from harness.targets.spec import parse_target
@@ -46,7 +45,6 @@ GRADE_KINDS = ("python", "langgraph", "dbos")
 TARGET_HELP = ("run --sut DIR as a target, not a package: DIR/target.toml names its "
                "functions (python; langgraph, dbos: a skeleton on that framework, needing "
                "its extra)")
-_NEEDS_STATE = {CheckId.DRAFT_IDENTICAL, CheckId.STEP_CONTINUES}
 
 
 def load_target_dir(kind: str, folder: Path) -> PythonTarget:
@@ -143,22 +141,18 @@ def on_target(scenarios: Sequence[Scenario], target: PythonTarget
 
 def adapt_rubric(rubric: Sequence[RubricItem], runnable: set[str], target: PythonTarget
                  ) -> tuple[list[RubricItem], list[tuple[RubricItem, str]]]:
-    """The items a target can be graded on — each with only the scenarios in ``runnable``
-    and the checks ``target`` can feed — and the others with why they are not
-    applicable."""
-    feedable = set(TARGET_CHECKS) - (set() if target.has(TargetRole.HISTORY)
-                                     else _NEEDS_STATE)
+    """The items a target can be graded on — each with only the scenarios in ``runnable`` —
+    and the others with why they are not applicable. Which of an item's checks a target
+    can feed is known once it ran (what its history shows, ``History.observes``): an item
+    whose every check came out not applicable is scored 0 of 0 then
+    (``harness.grading.grade.score_item``)."""
     kept: list[RubricItem] = []
     dropped: list[tuple[RubricItem, str]] = []
     for item in rubric:
         scenarios = tuple(s for s in item.scenarios if s in runnable)
-        checks = tuple(c for c in item.checks if c in feedable)
         if not scenarios:
             dropped.append((item, "its scenarios need the reference loop's own features ("
                                   + ", ".join(item.scenarios) + ")"))
-        elif item.checks and not checks:
-            dropped.append((item, "its checks read state the target does not expose ("
-                                  + ", ".join(item.checks) + ")"))
         else:
-            kept.append(replace(item, scenarios=scenarios, checks=checks))
+            kept.append(replace(item, scenarios=scenarios))
     return kept, dropped

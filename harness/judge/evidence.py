@@ -9,7 +9,6 @@ records from the queue's file, deliveries from the gateway's own log.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import stat
@@ -18,6 +17,8 @@ import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
 
+from harness.judge.observers import approvals, store
+from harness.judge.observers.store import HistoryTooLong, NotAContractStore
 from harness.model.evidence import (
     Event,
     Evidence,
@@ -25,16 +26,12 @@ from harness.model.evidence import (
     GatewayLog,
     HistoryMark,
     WorkerRun,
-    rows_digest,
 )
 from harness.model.kinds import EventKind, EvidenceSource
-from harness.services.gateway import read_log
-from shopops import labels
-from shopops.approvals import ApprovalRequest, Ticket
-from shopops.bounds import MAX_HISTORY_ROWS
-from shopops.checkpoint import CheckpointRow, read_history, read_latest
-from shopops.checkpoint_file import open_readonly
-from shopops.errors import HistoryTooLong, NotACheckpointDatabase
+from harness.model.observations import ApprovalRecord, StoredRow, TicketRecord, rows_digest
+from harness.services.ledger import read_log
+from shopops_contract import labels
+from shopops_contract.limits import MAX_HISTORY_ROWS
 
 __all__ = ["Event", "EventLog", "Evidence", "Gap", "WorkerRun", "committed_hit", "file_id",
            "history_at", "latest_checkpoint", "not_a_file", "read_approvals",
@@ -87,20 +84,26 @@ def not_a_file(db: Path) -> str | None:
     return f"{kind}, not a database file (a worker put it there; not read)"
 
 
-def read_checkpoints(db: Path, case_id: str) -> tuple[tuple[CheckpointRow, ...], Gap | None]:
-    """The case's raw checkpoint rows, or ``()`` and the ``Gap`` if unreadable or longer
-    than ``shopops.bounds.MAX_HISTORY_ROWS`` (a missing file is no gap: nothing was
-    written)."""
+def read_checkpoints(db: Path, case_id: str
+                     ) -> tuple[tuple[StoredRow, ...], Gap | None, str | None]:
+    """The case's stored checkpoint rows (``harness.judge.observers.store``), a ``Gap`` if
+    the file is unreadable or longer than ``MAX_HISTORY_ROWS`` (a missing file is no gap:
+    nothing was written), and why the file does not meet the contract (an SQLite file
+    without a readable ``checkpoints`` table: a named failure of every check over the
+    history, not a gap), each ``None`` when not so."""
     if not os.path.lexists(db):
-        return (), None
+        return (), None, None
     if (why := not_a_file(db)) is not None:
-        return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} {why}")
+        return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} {why}"), None
     try:
-        return tuple(read_history(db, case_id, max_rows=MAX_HISTORY_ROWS)), None
+        return store.read_rows(db, case_id, max_rows=MAX_HISTORY_ROWS), None, None
     except HistoryTooLong as exc:
-        return (), Gap(EvidenceSource.CHECKPOINTS, str(exc))
-    except (sqlite3.Error, NotACheckpointDatabase) as exc:
-        return (), Gap(EvidenceSource.CHECKPOINTS, f"checkpoint database {db} unreadable: {exc}")
+        return (), Gap(EvidenceSource.CHECKPOINTS, str(exc)), None
+    except NotAContractStore as exc:
+        return (), None, str(exc)
+    except sqlite3.Error as exc:
+        return (), Gap(EvidenceSource.CHECKPOINTS,
+                       f"checkpoint database {db} unreadable: {exc}"), None
 
 
 def file_id(db: Path) -> tuple[int, int] | None:
@@ -115,7 +118,7 @@ def file_id(db: Path) -> tuple[int, int] | None:
 
 
 def history_at(db: Path, case_id: str, events: Sequence[Event] = ()
-               ) -> tuple[HistoryMark, tuple[CheckpointRow, ...]]:
+               ) -> tuple[HistoryMark, tuple[StoredRow, ...]]:
     """The mark and the rows it was taken from (``()`` when unreadable). What identifies
     the case's checkpoint history now (``HistoryMark``: the file, the
     highest ``seq``, how many rows and their ``rows_digest``), read-only like
@@ -129,11 +132,12 @@ def history_at(db: Path, case_id: str, events: Sequence[Event] = ()
             f"no checkpoint file {db.name} although a worker had reached {hit} (a committed "
             "checkpoint, in the harness's trace)")), ()
     identity = file_id(db)
-    rows, gap = read_checkpoints(db, case_id)
+    rows, gap, unfit = read_checkpoints(db, case_id)
     if identity is None:
         return HistoryMark(None, 0, 0, rows_digest(()), f"{db.name} is not a regular file"), ()
-    if gap is not None:
-        return HistoryMark(identity, 0, 0, rows_digest(()), gap.reason), ()
+    if gap is not None or unfit is not None:
+        return HistoryMark(identity, 0, 0, rows_digest(()),
+                           gap.reason if gap is not None else unfit), ()
     return (HistoryMark(identity, rows[-1].seq if rows else 0, len(rows), rows_digest(rows)),
             rows)
 
@@ -146,33 +150,29 @@ def committed_hit(events: Sequence[Event]) -> str | None:
                  and e.label in labels.AFTER_A_CHECKPOINT), None)
 
 
-def latest_checkpoint(db: Path, case_id: str, skip: Collection[int] = ()) -> CheckpointRow | None:
-    """The case's newest raw checkpoint row whose ``seq`` is not in ``skip`` (rows the
-    harness injected), inspected read-only first like ``read_checkpoints``; ``None`` when
-    there is none or the file cannot be read (``read_checkpoints`` gives that file's gap
-    when the evidence is collected)."""
+def latest_checkpoint(db: Path, case_id: str, skip: Collection[int] = ()) -> StoredRow | None:
+    """The case's newest stored checkpoint row whose ``seq`` is not in ``skip`` (rows the
+    harness injected), read-only like ``read_checkpoints``; ``None`` when there is none or
+    the file cannot be read (``read_checkpoints`` says why when the evidence is
+    collected)."""
     if not os.path.lexists(db) or not_a_file(db) is not None:
         return None
     try:
-        return read_latest(db, case_id, skip)
-    except (sqlite3.Error, NotACheckpointDatabase, FileNotFoundError):
+        return store.latest_row(db, case_id, skip)
+    except (sqlite3.Error, NotAContractStore, FileNotFoundError):
         return None
 
 
-def read_approvals(db: Path, case_id: str) -> tuple[tuple[ApprovalRequest, ...],
-                                                    tuple[Ticket, ...], Gap | None]:
-    """The queue's requests and tickets for the case, read-only."""
+def read_approvals(db: Path, case_id: str) -> tuple[tuple[ApprovalRecord, ...],
+                                                    tuple[TicketRecord, ...], Gap | None]:
+    """The harness's approval records for the case (``observers.approvals``), read-only."""
     if not os.path.lexists(db):
         return (), (), None
     if (why := not_a_file(db)) is not None:
         return (), (), Gap(EvidenceSource.APPROVALS, f"approval database {db} {why}")
     try:
-        with contextlib.closing(open_readonly(db)) as conn:  # leaves no -wal/-shm behind
-            reqs = conn.execute("SELECT * FROM approval_requests WHERE case_id = ? "
-                                "ORDER BY rowid", (case_id,)).fetchall()
-            tix = conn.execute("SELECT * FROM tickets WHERE case_id = ? ORDER BY rowid",
-                               (case_id,)).fetchall()
-        return (tuple(ApprovalRequest(*r) for r in reqs), tuple(Ticket(*t) for t in tix), None)
+        requests, tickets = approvals.read_records(db, case_id)
+        return requests, tickets, None
     except sqlite3.Error as exc:
         return (), (), Gap(EvidenceSource.APPROVALS, f"approval database {db} unreadable: {exc}")
 

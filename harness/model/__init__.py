@@ -35,6 +35,17 @@ from harness.model.kinds import (
     Verdict,
     WorkerRole,
 )
+from harness.model.observations import (
+    ApprovalRecord,
+    Draft,
+    DurableWrite,
+    GateState,
+    History,
+    HistorySource,
+    Observable,
+    StoredRow,
+    TicketRecord,
+)
 from harness.model.plan import (
     FAULT_KINDS,
     MAX_FAULT_MS,
@@ -66,17 +77,18 @@ from harness.model.story import (
     When,
     WorkersStep,
 )
-from harness.model.target import DurableState, PythonTarget, StateField, TargetRole
+from harness.model.target import PythonTarget, TargetRole
 
 __all__ = [
     "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KEY",
-    "NO_KILL", "NO_RECOVERY", "NOTE_GATE", "PAST_LEASE", "REFERENCE", "SRC", "CheckId",
-    "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashSchedule", "Delivery",
-    "DurableState", "Event", "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan",
-    "ExecutionResult", "FaultKind", "FaultSpec", "Gap", "GatewayLog", "HistoryMark", "HitCounter",
-    "HoldStep", "HumanAction", "HumanStep", "key_text", "KillPoint", "NoteDelivery",
-    "number_trace", "PythonTarget", "ReleaseStep", "RequestRecord", "roll_up", "rows_digest",
-    "RunResult", "Scenario", "Shard", "ShardError", "ShardPlan", "StateField", "Step", "StepKind",
-    "StorageFault", "StorageStep", "StoryRecord", "Sut", "TargetRole", "TicketKind", "Unit",
-    "Verdict", "Wait", "When", "WorkerRole", "WorkerRun", "WorkersStep",
+    "NO_KILL", "NO_RECOVERY", "NOTE_GATE", "PAST_LEASE", "REFERENCE", "SRC", "ApprovalRecord",
+    "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashSchedule", "Delivery",
+    "Draft", "DurableWrite", "Event", "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan",
+    "ExecutionResult", "FaultKind", "FaultSpec", "Gap", "GateState", "GatewayLog", "History",
+    "HistoryMark", "HistorySource", "HitCounter", "HoldStep", "HumanAction", "HumanStep",
+    "key_text", "KillPoint", "NoteDelivery", "number_trace", "Observable", "PythonTarget",
+    "ReleaseStep", "RequestRecord", "roll_up", "rows_digest", "RunResult", "Scenario", "Shard",
+    "ShardError", "ShardPlan", "Step", "StepKind", "StorageFault", "StorageStep", "StoredRow",
+    "StoryRecord", "Sut", "TargetRole", "TicketKind", "TicketRecord", "Unit", "Verdict", "Wait",
+    "When", "WorkerRole", "WorkerRun", "WorkersStep",
 ]

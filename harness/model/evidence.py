@@ -6,17 +6,20 @@ gateway's log.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import signal
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from harness.model.kinds import EventKind, EvidenceSource, WorkerRole
+from harness.model.observations import (
+    ApprovalRecord,
+    DurableWrite,
+    History,
+    HistorySource,
+    StoredRow,
+    TicketRecord,
+    rows_digest,
+)
 from harness.model.points import KillPoint
-from harness.model.target import DurableState, StateField
-from shopops.approvals import ApprovalRequest, Ticket
-from shopops.checkpoint import CheckpointRow
 
 __all__ = ["NO_KEY", "OWN_FAULT_SIGNALS", "Delivery", "Event", "Evidence", "Gap", "GatewayLog",
            "HistoryMark", "NoteDelivery", "RequestRecord", "WorkerRun", "key_text", "rows_digest"]
@@ -120,20 +123,6 @@ class Gap:
 
     source: EvidenceSource
     reason: str
-
-
-def rows_digest(rows: Iterable[CheckpointRow]) -> str:
-    """SHA-256 over every column of ``rows``, in the order given (``state_json`` as its
-    stored bytes): two readings of a history digest alike only if they hold the same rows,
-    byte for byte. The one definition the story engine (at the approval) and the checks
-    (at the end) both use."""
-    h = hashlib.sha256()
-    for r in rows:
-        state = r.state_json.hex() if r.state_json is not None else None
-        h.update(json.dumps([r.seq, r.case_id, r.run_id, r.schema_version, state,
-                             r.created_at, r.lease_owner, r.fence, r.writer_pid]).encode())
-        h.update(b"\n")
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -263,8 +252,11 @@ class Evidence:
         case_id: the case.
         events: the ordered trace.
         workers: every worker run.
-        checkpoints: the case's checkpoint rows, read raw from SQLite.
-        approval_requests, tickets: the approval queue's records for the case.
+        checkpoints: the case's checkpoint rows as stored, read raw from SQLite (empty for a
+            target, which keeps its own storage).
+        history: the case's durable writes as an observer read them (the checkpoint store,
+            or a target's ``history``), with what that source can observe.
+        approval_requests, tickets: the harness's approval records for the case.
         gateway: the gateway's own log (all cases).
         approval_event: the trace ``seq`` of the human's approval, or ``None``.
         checkpoint_seq_at_approval: the highest checkpoint ``seq`` when the human approved.
@@ -288,21 +280,17 @@ class Evidence:
         gates: the gated actions the case has (the scenario says: ``send_email``, and
             ``add_order_note`` with ``sut.order_note``); an action not listed must not
             happen at all, one listed must happen once when the case completes.
-        target: the loop under test: ``reference`` or a target's name (``python``,
-            ``langgraph``, ``dbos``).
-        target_states: a target's durable state read at the end through its own API
-            (its ``history``), oldest first; empty for the reference.
-        target_exposes: the ``StateField`` s the target reports; a check that needs
-            another is not applicable (``harness.judge.checks.targets``).
+        target: the loop under test: ``reference`` (the reference or a package run as
+            ``python -m MODULE``) or a target's name (``python``, ``langgraph``, ``dbos``).
     """
 
     execution_id: str
     case_id: str
     events: tuple[Event, ...]
     workers: tuple[WorkerRun, ...]
-    checkpoints: tuple[CheckpointRow, ...]
-    approval_requests: tuple[ApprovalRequest, ...]
-    tickets: tuple[Ticket, ...]
+    checkpoints: tuple[StoredRow, ...]
+    approval_requests: tuple[ApprovalRecord, ...]
+    tickets: tuple[TicketRecord, ...]
     gateway: GatewayLog
     approval_event: int | None
     checkpoint_seq_at_approval: int | None
@@ -311,16 +299,15 @@ class Evidence:
     gaps: tuple[Gap, ...] = ()
     workdir: str = ""
     expected_deliveries: int = 1
-    injected: tuple[CheckpointRow, ...] = ()
+    injected: tuple[StoredRow, ...] = ()
     v1_rows: int = 0
     migrations: tuple[tuple[str, int], ...] = ()
     max_attempts: int | None = None
     gates: tuple[str, ...] = ("send_email",)
     target: str = "reference"
-    target_states: tuple[DurableState, ...] = ()
-    target_exposes: frozenset[StateField] = frozenset()
     history_at_approval: HistoryMark | None = None
     checkpoints_file: tuple[int, int] | None = None
+    history: History = History(HistorySource.CHECKPOINT_STORE)
 
     @property
     def cut_short(self) -> bool:
@@ -347,10 +334,16 @@ class Evidence:
         return tuple(e for e in self.events if e.kind == EventKind.KILL)
 
     @property
-    def loop_checkpoints(self) -> tuple[CheckpointRow, ...]:
+    def loop_checkpoints(self) -> tuple[StoredRow, ...]:
         """The checkpoint rows the loop wrote (without the harness's injected ones)."""
         injected = {r.seq for r in self.injected}
         return tuple(r for r in self.checkpoints if r.seq not in injected)
+
+    @property
+    def loop_writes(self) -> tuple[DurableWrite, ...]:
+        """The durable writes the loop made (without the rows the harness injected)."""
+        injected = {r.seq for r in self.injected}
+        return tuple(w for w in self.history.writes if w.seq not in injected)
 
     @property
     def deliveries(self) -> int:

@@ -67,6 +67,7 @@ class CheckId(StrEnum):
     ATTEMPTS_BOUNDED = "attempts_bounded"
     HISTORY_NOT_REPLACED = "history_not_replaced"
     PER_ACTION = "per_action"
+    ASKED_ONCE = "asked_once"
 
 
 class EventKind(StrEnum):

@@ -8,6 +8,7 @@ validated.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -16,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-import shopops
 from harness.model.kinds import CheckId, FaultKind, HumanAction, StorageFault, TicketKind
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
 from harness.model.story import Step
@@ -172,8 +172,16 @@ class Scenario:
             object.__setattr__(self, name, enum(getattr(self, name)))
 
 
-#: The folder that holds the reference ``shopops`` and ``harness`` packages.
-SRC = str(Path(shopops.__file__).resolve().parent.parent)
+def _origin(package: str) -> str:
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"package {package} is not installed")
+    return spec.origin
+
+
+#: The folder that holds the reference ``shopops`` and ``harness`` packages (found, not
+#: imported: the frozen types import nothing of the loop under test).
+SRC = str(Path(_origin("shopops")).resolve().parent.parent)
 
 
 @dataclass(frozen=True)

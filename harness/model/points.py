@@ -1,6 +1,6 @@
 """Kill points and crash schedules — plain frozen data.
 
-A ``KillPoint`` names a labelled point of ``shopops.labels`` and which hit of it
+A ``KillPoint`` names a labelled point of ``shopops_contract.labels`` and which hit of it
 (``t6.request_leaving#2``); hits are counted by ``harness.model.hits.HitCounter``. A
 ``CrashSchedule`` is the ordered kills of one execution.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shopops import labels
-from shopops.validators import MAX_KILLS, MAX_OCCURRENCE
+from shopops_contract import labels
+from shopops_contract.limits import MAX_KILLS, MAX_OCCURRENCE
 
 __all__ = ["NO_KILL", "CrashSchedule", "KillPoint"]
 
@@ -21,7 +21,7 @@ _POINT = re.compile(r"(?P<label>[a-z0-9_.]+)(?:#(?P<occurrence>[0-9]+))?")
 
 @dataclass(frozen=True, order=True)
 class KillPoint:
-    """``label`` (from ``shopops.labels``) and ``occurrence`` (1-based hit count)."""
+    """``label`` (from ``shopops_contract.labels``) and ``occurrence`` (1-based hit count)."""
 
     label: str
     occurrence: int = 1
@@ -55,7 +55,7 @@ class KillPoint:
     @property
     def timeline_key(self) -> tuple[int, int]:
         """Where the point stands on the crash timeline, for sorting: its label's place in
-        the catalogue (``shopops.labels.KILLABLE``), then the hit."""
+        the catalogue (``shopops_contract.labels.KILLABLE``), then the hit."""
         return (labels.KILLABLE.index(self.label), self.occurrence)
 
 

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 
-from shopops.validators import MAX_SHARDS
+from shopops_contract.limits import MAX_SHARDS
 
 __all__ = ["Shard", "ShardError", "ShardPlan", "Unit"]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from harness.model.evidence import HistoryMark, WorkerRun
 from harness.model.kinds import HumanAction, StorageFault, TicketKind, WorkerRole
+from harness.model.observations import History, StoredRow
 from harness.model.points import KillPoint
-from harness.model.target import DurableState
-from shopops.checkpoint import CheckpointRow
+from shopops_contract.approvals import DEFAULT_GATE, NOTE_GATE
 
 __all__ = ["DEFAULT_GATE", "DEFAULT_OWNER", "NOTE_GATE", "NO_RECOVERY", "PAST_LEASE", "ClockStep",
            "HoldStep", "HumanStep", "ReleaseStep", "Step", "StepKind", "StorageStep",
@@ -53,10 +53,6 @@ class Wait(StrEnum):
 
 #: A recovery role meaning: no worker follows a killed one.
 NO_RECOVERY = "none"
-#: The gate of the O-1001 story's email (the default gate).
-DEFAULT_GATE = "send_email"
-#: The gate of its order note (``sut.order_note``), the second gated side effect.
-NOTE_GATE = "add_order_note"
 #: The default lease owner id of a worker: ``worker-<launch index>``.
 DEFAULT_OWNER = "worker-{index}"
 #: ``ClockStep.advance_s``'s value for "just past one lease": the scenario's TTL + 1 s.
@@ -185,8 +181,8 @@ class StoryRecord:
         v1_rows: v1 rows installed from the fixture (0 if none).
         checkpoints_db, approvals_db, gateway_db: the execution's files.
         workdir: the execution's folder.
-        target_states: a target's durable state, read after the story through its own API
-            (``harness.targets.drive``); empty for the reference loop.
+        target_history: a target's durable writes, read after the story through its own
+            API (``harness.targets.drive``); ``None`` for a loop with a checkpoint store.
         target_error: why a target's state could not be read, or ``None``.
     """
 
@@ -195,12 +191,12 @@ class StoryRecord:
     errors: tuple[str, ...]
     approval_event: int | None
     checkpoint_seq_at_approval: int | None
-    injected: tuple[CheckpointRow, ...]
+    injected: tuple[StoredRow, ...]
     v1_rows: int
     checkpoints_db: Path
     approvals_db: Path
     gateway_db: Path
     workdir: Path
-    target_states: tuple[DurableState, ...] = ()
+    target_history: History | None = None
     target_error: str | None = None
     history_at_approval: HistoryMark | None = None

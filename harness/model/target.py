@@ -1,6 +1,7 @@
-"""The loop under test when it is not the reference: a target's roles, the durable state it
-exposes, one snapshot of that state, and the target itself (functions ``module:function``
-run by ``harness.targets.worker``) — plain frozen data (``docs/design.md``, "Targets").
+"""The loop under test when it is not the reference: a target's roles and the target itself
+(functions ``module:function`` run by ``harness.targets.worker``) — plain frozen data
+(``docs/design.md``, "Targets"). What its ``history`` shows is observed by
+``harness.judge.observers.target``.
 
 Parsing of a scenario's ``[target]`` table lives in ``harness.targets.spec``; the shipped
 examples in ``harness.targets.examples``.
@@ -12,9 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
-__all__ = ["DurableState", "PythonTarget", "StateField", "TargetRole"]
+__all__ = ["PythonTarget", "TargetRole"]
 
 
 class TargetRole(StrEnum):
@@ -26,53 +26,6 @@ class TargetRole(StrEnum):
     HISTORY = "history"  # print its durable state, oldest first, as JSON
 
 
-class StateField(StrEnum):
-    """Durable facts a check may need from a target's own storage."""
-
-    DRAFT = "draft"
-    PHASE = "phase"
-    STEP = "step"
-    SENT = "sent"
-    KEY = "key"
-    ATTEMPTS = "attempts"
-
-
-_TYPES: dict[str, type] = {"phase": str, "step": int, "draft": dict, "sent": bool, "key": str,
-                           "attempts": int}
-
-
-@dataclass(frozen=True)
-class DurableState:
-    """One durable snapshot of a target, as its own API reports it (LangGraph's
-    ``get_state_history``, DBOS's ``list_workflow_steps``). A field the target does not
-    expose is ``None`` (and absent from the target's ``exposes``)."""
-
-    phase: str | None = None
-    step: int | None = None
-    draft: dict[str, Any] | None = None
-    sent: bool | None = None
-    key: str | None = None
-    attempts: int | None = None
-
-    @classmethod
-    def from_dict(cls, data: Any, where: str) -> DurableState:
-        """Validate one snapshot dict printed by a target's ``history`` (unknown keys are
-        ignored: a target may print more than the checks read).
-
-        Raises:
-            ValueError: not a dict, or a mistyped value (the message names ``where``).
-        """
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object, got {type(data).__name__}")
-        values = {k: v for k, v in data.items() if k in _TYPES}
-        for name, value in values.items():
-            kind = _TYPES[name]
-            if value is not None and (not isinstance(value, kind)
-                                      or (kind is int and isinstance(value, bool))):
-                raise ValueError(f"{where}.{name}: {value!r} is not a {kind.__name__}")
-        return cls(**values)
-
-
 @dataclass(frozen=True)
 class PythonTarget:
     """A loop given as functions of a module in ``folder``, each run in a fresh worker by
@@ -81,8 +34,6 @@ class PythonTarget:
     Attributes:
         folder: the folder put first on ``sys.path`` (absolute).
         functions: ``{TargetRole: "module:function"}``; START and RESUME present.
-        exposes: the fields ``history`` reports (empty without ``history``): a check that
-            needs another is not applicable.
         extra: the optional extra the module needs (``"langgraph"``, ``"dbos"``), or
             ``None``.
         name: how reports name it (``python``, ``langgraph``, ``dbos``).
@@ -94,7 +45,6 @@ class PythonTarget:
 
     folder: Path
     functions: dict[TargetRole, str]
-    exposes: frozenset[StateField] = frozenset()
     extra: str | None = None
     name: str = "python"
     options: dict[str, str] = field(default_factory=dict)

@@ -3,7 +3,7 @@
 The trace run is the no-kill execution of a scenario. Every failpoint hit it records
 (worker side, over the channel) and every delivery its gateway makes (gateway side,
 ``t6.gateway_accepted``) is a kill point, numbered per label in order (``#2`` is the second
-hit). So a label added to ``shopops.labels`` and called in the loop becomes a kill point
+hit). So a label added to ``shopops_contract.labels`` and called in the loop becomes a kill point
 without touching the harness.
 """
 

@@ -30,7 +30,6 @@ from harness.model import (
 )
 from harness.plan.story_parse import mistyped, parse_story
 from harness.targets.spec import parse_target, target_limits
-from shopops import labels
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
 from shopops.records import Records
@@ -44,6 +43,7 @@ from shopops.validators import (
     Number,
     folder_path,
 )
+from shopops_contract import labels
 
 __all__ = ["Scenario", "ScenarioError", "impossible", "load_scenario", "load_scenarios"]
 

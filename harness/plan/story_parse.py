@@ -33,8 +33,8 @@ from harness.model import (
     WorkerRole,
     WorkersStep,
 )
-from shopops import labels
 from shopops.validators import DELAY_HOURS, FREE_TEXT, LOCK_MS, Number
+from shopops_contract import labels
 
 __all__ = ["GATES", "STEP_FIELDS", "parse_story"]
 

@@ -78,7 +78,7 @@ def plan_key(scenario: Scenario) -> str:
     else:
         h.update(repr(scenario).encode())
     h.update(code_digest(Path(shopops.__file__).parent, Path(harness.__file__).parent,
-                         ROOT / "fixtures").encode())
+                         ROOT / "shopops_contract", ROOT / "fixtures").encode())
     if scenario.target is not None:  # its code decides which points a trace run reaches
         h.update(repr(scenario.target).encode())
         h.update(code_digest(scenario.target.folder).encode())

@@ -21,7 +21,7 @@ from typing import Any
 
 __all__ = ["TRUSTED_PACKAGES", "CodecError", "decode", "encode"]
 
-TRUSTED_PACKAGES = ("harness", "shopops")
+TRUSTED_PACKAGES = ("harness", "shopops", "shopops_contract")
 
 
 class CodecError(ValueError):

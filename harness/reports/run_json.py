@@ -53,11 +53,13 @@ def harness_version() -> str:
 
 
 def code_digest() -> str:
-    """SHA-256 over every ``*.py`` of ``harness/`` and ``shopops/`` (path and bytes, in
-    path order): equal on two machines iff they run the same harness and loop."""
+    """SHA-256 over every ``*.py`` of ``harness/``, ``shopops/`` and ``shopops_contract/``
+    and the contract's schema files (path and bytes, in path order): equal on two machines
+    iff they run the same harness, loop and contract."""
     h = hashlib.sha256()
-    for package in ("harness", "shopops"):
-        for file in sorted((_ROOT / package).rglob("*.py")):
+    for package in ("harness", "shopops", "shopops_contract"):
+        files = [*(_ROOT / package).rglob("*.py"), *(_ROOT / package).rglob("*.json")]
+        for file in sorted(files):
             h.update(file.relative_to(_ROOT).as_posix().encode() + b"\0")
             h.update(file.read_bytes() + b"\0")
     return h.hexdigest()

@@ -35,6 +35,8 @@ from harness.judge.evidence import (
     read_checkpoints,
     read_gateway,
 )
+from harness.judge.observers import store
+from harness.judge.observers.store import migrations
 from harness.launch.launcher import Launcher
 from harness.launch.sealed import SealedLauncher
 from harness.launch.spawn import SpawnLauncher
@@ -47,6 +49,8 @@ from harness.model import (
     ExecutionPlan,
     ExecutionResult,
     Gap,
+    History,
+    HistorySource,
     KillPoint,
     RequestRecord,
     StoryRecord,
@@ -59,12 +63,8 @@ from harness.services.channel import FailpointChannel
 from harness.services.gateway import MockGateway
 from harness.story.controller import KillController
 from harness.story.engine import drive
-from harness.story.storage_faults import migrations
-from shopops import labels
-from shopops.checkpoint import CHECKPOINT_DB
-from shopops.checkpoint_file import inspect
-from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
+from shopops_contract import labels
 
 __all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
 
@@ -200,16 +200,22 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         return text.replace(str(record.workdir), str(home))
 
     target = s.target
-    # a target keeps its own storage (read through its API by the story): no checkpoints
-    identity = file_id(record.checkpoints_db) if target is None else None  # the file read
-    checkpoints, g1 = (read_checkpoints(record.checkpoints_db, s.case_id) if target is None
-                       else ((), None))
-    if target is None and g1 is None and not os.path.lexists(record.checkpoints_db):
-        g1 = _gone(record.checkpoints_db, events)
-    if target is None and g1 is not None:
-        _spoiled(record.checkpoints_db, events, at_home)
-    g4 = (Gap(EvidenceSource.TARGET, record.target_error)
-          if record.target_error is not None else None)
+    if target is None:  # the contract's checkpoint store, read by the harness
+        identity = file_id(record.checkpoints_db)  # the file read
+        checkpoints, g1, unfit = read_checkpoints(record.checkpoints_db, s.case_id)
+        if g1 is None and unfit is None and not os.path.lexists(record.checkpoints_db):
+            g1 = _gone(record.checkpoints_db, events)
+        if g1 is not None or unfit is not None:
+            _spoiled(record, events, at_home)
+        history = (History(HistorySource.CHECKPOINT_STORE, problem=at_home(unfit))
+                   if unfit is not None else store.history_of(checkpoints))
+        g4 = None
+    else:  # a target keeps its own storage, read through its API by the story
+        identity, checkpoints, g1 = None, (), None
+        history = record.target_history or History(HistorySource.TARGET_HISTORY,
+                                                   observes=frozenset())
+        g4 = (Gap(EvidenceSource.TARGET, record.target_error)
+              if record.target_error is not None else None)
     requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
     gateway_log, g3 = read_gateway(record.gateway_db)
     return Evidence(
@@ -226,12 +232,12 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         workdir=str(home), expected_deliveries=s.expect_deliveries,
         injected=record.injected, v1_rows=record.v1_rows,
         # only from a file read_checkpoints inspected and read: not from one it refused
-        migrations=migrations(record.checkpoints_db) if target is None and g1 is None else (),
+        migrations=(migrations(record.checkpoints_db)
+                    if target is None and g1 is None and not history.problem else ()),
         max_attempts=s.max_attempts,
         gates=(DEFAULT_GATE, NOTE_GATE) if s.order_note else (DEFAULT_GATE,),
         target="reference" if target is None else target.name,
-        target_states=record.target_states,
-        target_exposes=frozenset() if target is None else target.exposes,
+        history=history,
     )
 
 
@@ -249,16 +255,22 @@ def _gone(db: Path, events: EventLog) -> Gap | None:
                "removed or replaced by a worker")
 
 
-def _spoiled(db: Path, events: EventLog, at_home: Callable[[str], str]) -> None:
-    """Record as tampering a checkpoint file that a worker removed or made into something
-    not ours after the harness's trace shows a committed checkpoint in it: gone, not a
-    regular file, or no longer a checkpoint database of ours (another table, another
-    schema, not SQLite) — never the harness's "too long to read". A loop's own writes
-    never do that (SIGKILL cannot), so it is a decided failure (``no_tampering``), not only
-    a gap that leaves every check over the history undecided (found by an attack: a
-    duplicate delivery followed by deleting or spoiling the file came out ``unknown``)."""
+def _spoiled(record: StoryRecord, events: EventLog, at_home: Callable[[str], str]) -> None:
+    """Record as tampering a checkpoint file that the harness had read as the contract's
+    store during the story (at the approval, or the phase before or after a worker) and
+    that is now gone, not a regular file, or no longer such a store (not SQLite, no
+    readable ``checkpoints`` table) — never the harness's "too long to read". A loop's own
+    writes never do that (SIGKILL cannot), so it is a decided failure (``no_tampering``),
+    not only a gap that leaves every check over the history undecided (found by an attack:
+    a duplicate delivery followed by deleting or spoiling the file came out ``unknown``).
+    A file that never met the contract is not tampering: the checks name what it lacks."""
+    db = record.checkpoints_db
+    mark = record.history_at_approval
+    read_then = (any(w.phase_before is not None or w.phase_after is not None
+                     for w in record.workers)
+                 or (mark is not None and mark.unreadable is None and mark.rows > 0))
     hit = committed_hit(events.snapshot())
-    if hit is None:
+    if not read_then or hit is None:
         return
     if not os.path.lexists(db):
         what = "is gone"
@@ -266,13 +278,16 @@ def _spoiled(db: Path, events: EventLog, at_home: Callable[[str], str]) -> None:
         what = why
     else:
         try:
-            inspect(db, CHECKPOINT_DB, create=False)
-            return  # ours: unreadable for another reason (too long), not spoiled
-        except ShopOpsError as exc:
-            what = f"is no longer a checkpoint database of ours ({exc})"
+            store.read_rows(db, "", max_rows=0)  # the layout only: no row of case ""
+            return  # a store still: unreadable for another reason (too long), not spoiled
+        except store.HistoryTooLong:
+            return
+        except (store.NotAContractStore, sqlite3.Error) as exc:
+            what = f"is no longer a checkpoint database of the contract ({exc})"
     events.add(EventKind.TAMPERING, None, None, None,
-               at_home(f"checkpoint database {db} {what}, although a worker had reached "
-                       f"{hit} (a committed checkpoint, in the harness's trace)"))
+               at_home(f"checkpoint database {db} {what}, although the harness had read "
+                       f"its history during the story and a worker had reached {hit} (a "
+                       "committed checkpoint, in the harness's trace)"))
 
 
 def _unreached_points(controller: KillController) -> tuple[KillPoint, ...]:

@@ -39,15 +39,13 @@ from typing import Any
 from harness.services.channel import peer_credentials
 from harness.services.serving import ServerThread
 from shopops.approval_records import (
-    DEFAULT_GATE,
-    GATES,
     ApprovalRequest,
-    RequestStatus,
     iso,
     to_wire,
 )
 from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.errors import ShopOpsError
+from shopops_contract.approvals import DEFAULT_GATE, GATES, RequestStatus
 
 __all__ = ["MAX_FIELD", "WORKER_OPS", "ApprovalService"]
 

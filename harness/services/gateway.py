@@ -72,12 +72,16 @@ from harness.services import ledger as ledgers
 from harness.services.ledger import EMAIL, Ledger, read_log
 from harness.services.peers import tcp_peer
 from harness.services.serving import ServerThread
-from shopops.checkpoint_file import inspect
+from shopops.checkpoint_file import OurSchema, inspect
 
 _log = logging.getLogger(__name__)
 
-__all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
+__all__ = ["FAULT_KINDS", "GATEWAY_LOG", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
            "GatewayLog", "MockGateway", "RequestRecord", "read_log"]
+
+#: The gateway log as ``shopops.checkpoint_file.inspect`` accepts it (fail closed on the
+#: file); a log from before the order service lacks its tables (created on open).
+GATEWAY_LOG = OurSchema("gateway log", ledgers.SCHEMA, "requests")
 
 MESSAGE_FIELDS = EMAIL.fields
 
@@ -149,7 +153,7 @@ class MockGateway:
         self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
         self._server: BaseWSGIServer | None = None
         self._serving: ServerThread | None = None
-        inspect(self.db_path, ledgers.GATEWAY_LOG, create=True)  # fail closed: adopt no file
+        inspect(self.db_path, GATEWAY_LOG, create=True)  # fail closed: adopt no file
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(ledgers.SCHEMA)

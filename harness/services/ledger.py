@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
-from shopops.checkpoint_file import OurSchema
 
-__all__ = ["EMAIL", "GATEWAY_LOG", "LEDGERS", "NOTES", "SCHEMA", "Ledger", "accept",
+__all__ = ["EMAIL", "LEDGERS", "NOTES", "SCHEMA", "Ledger", "accept",
            "insert_request", "iso", "parse", "read", "read_log", "request_record", "sha256"]
 
 _REQUESTS = """(
@@ -47,9 +46,6 @@ CREATE TABLE IF NOT EXISTS notes (
     idempotency_key TEXT UNIQUE, body_sha256 TEXT NOT NULL, case_id TEXT NOT NULL,
     order_id TEXT NOT NULL, body TEXT NOT NULL, delivered_at TEXT NOT NULL);
 """
-#: The gateway log as ``shopops.checkpoint_file.inspect`` accepts it (fail closed on the
-#: file); a log from before the order service lacks its tables (created on open).
-GATEWAY_LOG = OurSchema("gateway log", SCHEMA, "requests")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from harness.judge.evidence import EventLog
 from harness.launch.processes import Worker
 from harness.model import Delivery, EventKind, HitCounter, KillPoint, NoteDelivery
 from harness.services.channel import Hit
-from shopops import labels
+from shopops_contract import labels
 
 __all__ = ["HOLD_LIMIT_S", "Hold", "KillController"]
 

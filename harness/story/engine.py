@@ -20,16 +20,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.judge.evidence import EventLog, history_at, latest_checkpoint
+from harness.judge.observers import store, target
 from harness.launch.launcher import Launcher
 from harness.launch.processes import HarnessStopping
 from harness.model import (
     DEFAULT_GATE,
     PAST_LEASE,
     ClockStep,
-    DurableState,
     EventKind,
     ExecutionPlan,
+    History,
     HistoryMark,
+    HistorySource,
     HoldStep,
     HumanAction,
     HumanStep,
@@ -38,6 +40,7 @@ from harness.model import (
     Step,
     StorageFault,
     StorageStep,
+    StoredRow,
     StoryRecord,
     TicketKind,
     Wait,
@@ -49,13 +52,12 @@ from harness.model import (
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.story.storage_faults import LockHolder, inject_row, install_v1_fixture
+from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
-from shopops import labels
 from shopops.approvals import ApprovalQueue
-from shopops.checkpoint import CheckpointRow, CheckpointStore
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
+from shopops_contract import labels
 
 __all__ = ["APPROVER", "drive"]
 
@@ -136,7 +138,7 @@ class _Engine:
         self.holds: dict[KillPoint, Hold] = {}
         self.background: list[Started] = []
         self._lock_holder: LockHolder | None = None
-        self.target_states: tuple[DurableState, ...] = ()
+        self.target_history: History | None = None
         self.target_error: str | None = None
 
     # -- the story ----------------------------------------------------------------------
@@ -160,8 +162,12 @@ class _Engine:
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
         (outside the kill controller: ``TargetDriver.history``)."""
-        if self.w.target is not None:
-            self.target_states, self.target_error = self.w.target.history()
+        if self.w.target is None:
+            return
+        items, self.target_error = self.w.target.history()
+        self.target_history = (History(HistorySource.TARGET_HISTORY, observes=frozenset(),
+                                       cannot="the target has no history function")
+                               if items is None else target.history_of(items))
 
     def close(self) -> None:
         if self._lock_holder is not None:
@@ -171,7 +177,7 @@ class _Engine:
         w = self.w
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
-                           w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_states,
+                           w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
                            self.target_error, self.history_at_approval)
 
     # -- workers -------------------------------------------------------------------------
@@ -360,18 +366,14 @@ class _Engine:
 
     def _forge_into_state(self) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval
-        on resume"): the harness appends that state as a checkpoint. Raises the store's
-        error if the loop left no readable parked checkpoint to forge from."""
-        with CheckpointStore(self.w.ckpt_db) as store:
-            state = store.load(self.s.case_id, RUN_ID)
-            state.approval_ticket = FORGED_TICKET
-            state.transition("approved")
-            state.done = False
-            seq = store.save(state, run_id=RUN_ID)
-            self.w.injected += [r for r in store.history(self.s.case_id, RUN_ID)
-                                if r.seq == seq]
-        self.events.add(EventKind.INJECT, None, None, None, f"forged ticket written at seq {seq}",
-                        ref=str(seq))
+        on resume"): the harness appends the loop's latest state with a ticket the queue
+        never issued and phase ``approved`` as a checkpoint (``storage_faults.forge_ticket``,
+        in the contract's terms). Raises ``ShopOpsError`` if the loop left no readable
+        checkpoint to forge from: the story cannot go on."""
+        row = forge_ticket(self.w.ckpt_db, self.s.case_id, FORGED_TICKET)
+        self.w.injected.append(row)
+        self.events.add(EventKind.INJECT, None, None, None,
+                        f"forged ticket written at seq {row.seq}", ref=str(row.seq))
 
     # -- storage -------------------------------------------------------------------------
     def _storage(self, step: Step) -> None:
@@ -405,17 +407,16 @@ class _Engine:
         """After a migration, the queue holds the parked case's request, as it did all
         along before the upgrade."""
         latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
-        try:
-            draft = latest.state().draft if latest is not None else None
-        except ShopOpsError as exc:
-            self.w.errors.append(f"the migrated checkpoint cannot be read: {exc}")
+        write = store.write_of(latest) if latest is not None else None
+        if write is not None and write.problem is not None:
+            self.w.errors.append(f"the migrated checkpoint cannot be read: {write.problem}")
             return
-        if draft is not None:
+        if write is not None and write.draft is not None:
             with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
-                queue.request(self.s.case_id, draft.digest())
+                queue.request(self.s.case_id, write.draft.digest)
 
 
-def _draft_not_durable(mark: HistoryMark, rows: tuple[CheckpointRow, ...],
+def _draft_not_durable(mark: HistoryMark, rows: tuple[StoredRow, ...],
                        approved: str) -> HistoryMark:
     """``mark`` (read as the human approved a request the loop made for the draft digest
     ``approved``) with ``unreadable`` set when none of its ``rows`` holds that draft: a loop
@@ -427,11 +428,8 @@ def _draft_not_durable(mark: HistoryMark, rows: tuple[CheckpointRow, ...],
     if mark.unreadable is not None:
         return mark
     for row in rows:
-        try:
-            draft = row.state().draft
-        except ShopOpsError:
-            continue
-        if draft is not None and draft.digest() == approved:
+        draft = store.write_of(row).draft  # a row that cannot be read holds no draft
+        if draft is not None and draft.digest == approved:
             return mark
     return replace(mark, unreadable=(
         f"no checkpoint of the case holds the approved draft ({approved[:12]}), although "

@@ -9,18 +9,21 @@ checks can tell the harness's own rows from the loop's and prove they were left 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import sqlite3
 import threading
 from pathlib import Path
 
-from shopops.bounds import MAX_HISTORY_ROWS
-from shopops.checkpoint import CheckpointRow, read_history
-from shopops.checkpoint_file import open_readonly
+from harness.judge.observers import store
+from harness.judge.observers.store import migrations
+from harness.model.observations import StoredRow
+from shopops.errors import CheckpointNotFound
 from shopops.records import DEFAULT_FIXTURES
+from shopops_contract.phases import Phase
 
-__all__ = ["V1_FIXTURE", "LockHolder", "corrupt_bytes", "inject_row", "install_v1_fixture",
-           "migrations"]
+__all__ = ["V1_FIXTURE", "LockHolder", "corrupt_bytes", "forge_ticket", "inject_row",
+           "install_v1_fixture", "migrations"]
 
 V1_FIXTURE = DEFAULT_FIXTURES / "v1_parked.db"
 
@@ -48,23 +51,58 @@ def corrupt_bytes(kind: str, latest: bytes) -> tuple[int | None, bytes]:
     raise ValueError(f"unknown storage fault {kind!r}")
 
 
-def inject_row(db: Path, case_id: str, run_id: str, kind: str) -> CheckpointRow | None:
-    """Append a corrupt row of ``kind`` after the case's latest row; return it as written.
-
-    Returns ``None`` when the case has no checkpoint to corrupt (the fault cannot apply).
-    """
-    rows = read_history(db, case_id, run_id, max_rows=MAX_HISTORY_ROWS) if db.exists() else []
-    if not rows or rows[-1].state_json is None:
-        return None
-    version, blob = corrupt_bytes(kind, rows[-1].state_json)
+def _append(db: Path, like: StoredRow, version: int | None, blob: bytes) -> StoredRow:
+    """Append a row to ``checkpoints`` through the contract's required columns only (a
+    loop's table may have more; their defaults apply) and return it as written."""
     with contextlib.closing(sqlite3.connect(db, isolation_level=None, timeout=30)) as conn:
         cur = conn.execute(
             "INSERT INTO checkpoints (case_id, run_id, schema_version, state_json, created_at)"
-            " VALUES (?, ?, ?, ?, ?)", (case_id, run_id, version, blob, rows[-1].created_at))
+            " VALUES (?, ?, ?, ?, ?)", (like.case_id, like.run_id, version, blob, like.created_at))
         seq = cur.lastrowid
     assert seq is not None
-    return CheckpointRow(seq, case_id, run_id, version, blob, rows[-1].created_at, None, None,
-                         db_path=str(db))
+    return StoredRow(seq, like.case_id, like.run_id, version, blob, like.created_at)
+
+
+def _latest(db: Path, case_id: str) -> StoredRow | None:
+    try:
+        return store.latest_row(db, case_id) if db.exists() else None
+    except (store.NotAContractStore, sqlite3.Error):
+        return None
+
+
+def inject_row(db: Path, case_id: str, run_id: str, kind: str) -> StoredRow | None:
+    """Append a corrupt row of ``kind`` after the case's latest row (same case and run);
+    return it as written. ``None`` when the case has no checkpoint to corrupt (the fault
+    cannot apply). ``run_id`` is the run the harness started the case with."""
+    latest = _latest(db, case_id)
+    if latest is None or latest.state_json is None:
+        return None
+    version, blob = corrupt_bytes(kind, latest.state_json)
+    return _append(db, latest, version, blob)
+
+
+def forge_ticket(db: Path, case_id: str, ticket: str) -> StoredRow:
+    """Append the case's latest state with ``approval_ticket`` set to ``ticket`` (one the
+    queue never issued) and ``phase`` ``approved``, as the model writing a ticket into the
+    state would (Chapter 8, "Forged approval on resume"); every other field as the loop
+    wrote it (``done`` false where the state has it). Returns the row as written.
+
+    Raises:
+        CheckpointNotFound: no readable latest checkpoint of the case to forge from.
+    """
+    latest = _latest(db, case_id)
+    write = store.write_of(latest) if latest is not None else None
+    if latest is None or write is None or write.problem is not None:
+        raise CheckpointNotFound(f"no readable checkpoint of {case_id} to forge a ticket into"
+                                 + (f" ({write.problem})" if write and write.problem else ""),
+                                 case_id=case_id)
+    assert latest.state_json is not None
+    state = json.loads(latest.state_json.decode("utf-8"))
+    state.update(approval_ticket=ticket, phase=Phase.APPROVED.value)
+    if "done" in state:
+        state["done"] = False
+    blob = json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
+    return _append(db, latest, latest.schema_version, blob)
 
 
 def install_v1_fixture(db: Path) -> int:
@@ -74,21 +112,6 @@ def install_v1_fixture(db: Path) -> int:
         (n,) = conn.execute("SELECT COUNT(*) FROM checkpoints WHERE schema_version = 1"
                             ).fetchone()
     return int(n)
-
-
-def migrations(db: Path) -> tuple[tuple[str, int], ...]:
-    """The ``schema_migrations`` records ``(name, rows)`` of a checkpoint database; ``()``
-    when it has none or cannot be read now. ``collect`` reads it after the history: a file
-    spoiled in between (by a process outside the execution: its workers are gone) leaves
-    the history already read as the evidence, and must not end the whole run with a
-    ``sqlite3.DatabaseError`` (found by a new-user trial writing garbage over the file)."""
-    if not db.exists():
-        return ()
-    try:
-        with contextlib.closing(open_readonly(db)) as conn:
-            return tuple(conn.execute('SELECT name, "rows" FROM schema_migrations ORDER BY name'))
-    except sqlite3.Error:
-        return ()
 
 
 class LockHolder:

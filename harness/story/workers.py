@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.judge.evidence import EventLog, latest_checkpoint
+from harness.judge.observers import store
 from harness.launch.launcher import Launcher
 from harness.launch.processes import Worker, output_tail, trim_output
 from harness.launch.target_servers import FRAMEWORKS_ENV, frameworks_of
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
+from harness.model.observations import StoredRow
 from harness.sandbox.boot import TITLE_ENV
 from harness.story.controller import KillController
 from harness.targets.drive import TargetDriver
 from shopops.approvals import ENV_SOCKET
-from shopops.checkpoint import CheckpointRow
-from shopops.errors import ShopOpsError
 from shopops.records import DEFAULT_FIXTURES
 
 __all__ = ["RUN_ID", "Started", "Workers"]
@@ -80,7 +80,7 @@ class Workers:
         self.offered_ticket: str | None = None
         self.runs: list[WorkerRun] = []
         self.errors: list[str] = []
-        self.injected: list[CheckpointRow] = []
+        self.injected: list[StoredRow] = []
         self._started = 0
         self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
         self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
@@ -201,8 +201,5 @@ class Workers:
         if self.target is not None:
             return None
         row = latest_checkpoint(self.ckpt_db, self.s.case_id, {r.seq for r in self.injected})
-        try:
-            return row.state().phase if row is not None else None
-        except ShopOpsError:
-            return None
+        return store.write_of(row).phase if row is not None else None
 

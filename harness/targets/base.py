@@ -4,7 +4,7 @@ One small protocol, one module per target (as pytest-xdist keeps one module per
 scheduler): ``harness.targets.python`` (functions ``module:function``; the LangGraph and
 DBOS examples are Python targets with an extra), the reference loop keeping its own CLI
 (``harness.model.plan``). A target says how to start a case, resume/recover it, deliver the
-human's decision for a gate, which durable state it exposes for the checks, and where the
+human's decision for a gate, how its durable state is read (its ``history``), and where the
 harness may kill (its ``failpoint()`` calls plus the boundaries ``harness.targets.boundaries``
 installs). The gateway's ledger stays the one judge of deliveries for every target.
 """
@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from harness.model.target import DurableState, StateField, TargetRole
+from harness.model.target import TargetRole
 
-__all__ = ["DurableState", "Role", "StateField", "Target", "TargetRole"]
+__all__ = ["Role", "Target", "TargetRole"]
 
 
 Role = TargetRole
@@ -28,13 +28,10 @@ class Target(Protocol):
 
     Attributes:
         name: how reports name it (``"reference"``, ``"python"``, ``"langgraph"``, ...).
-        exposes: the ``StateField`` s its ``history`` reports; a check that needs another
-            is reported not applicable, never passed.
         extra: the optional extra it needs (``harness.targets.extras``), or ``None``.
     """
 
     name: str
-    exposes: frozenset[StateField]
     extra: str | None
 
     def has(self, role: Role) -> bool:

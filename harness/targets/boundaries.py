@@ -1,7 +1,7 @@
 """Kill points at a target's durability boundaries, installed before its code is imported.
 
 A loop that never calls ``failpoint()`` still crosses the boundaries where a crash changes
-what recovery must do. ``install(gateway_url)`` puts a labelled point (``shopops.labels``,
+what recovery must do. ``install(gateway_url)`` puts a labelled point (``shopops_contract.labels``,
 ``b.*``) at each, through the hooks each layer offers; each point is an ordinary
 ``failpoint()`` hit, reported over the harness's channel, so it appears in the trace, the
 matrix, the reports and the scenario grammar like any other:

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from harness.model import SRC, DurableState, PythonTarget, Scenario, TargetRole, WorkerRole
+from harness.model import SRC, PythonTarget, Scenario, TargetRole, WorkerRole
 from harness.targets.context import TargetContext
 
 __all__ = ["HISTORY_DEADLINE_S", "TargetDriver", "target_role"]
@@ -94,15 +94,17 @@ class TargetDriver:
         return self.target.argv(target_role(role),
                                 self._context_file(f"worker-{index}", ticket))
 
-    def history(self) -> tuple[tuple[DurableState, ...], str | None]:
-        """The target's durable state through its own API, oldest first, and why it could
-        not be read (``None``: read, or the target has no ``history``: then ``()``).
+    def history(self) -> tuple[tuple[object, ...] | None, str | None]:
+        """The objects the target's ``history`` returned (its durable writes through its
+        own API, oldest first; ``harness.judge.observers.target`` reads them), and why they
+        could not be read (``None``: read). ``(None, None)``: the target has no
+        ``history``.
 
         Never raises for the target's failure: a non-zero exit, a deadline or malformed
         JSON becomes the reason. The process group is killed and reaped before return.
         """
         if not self.has(TargetRole.HISTORY):
-            return (), None
+            return None, None
         argv = self.target.argv(TargetRole.HISTORY, self._context_file("history", self.ticket))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
@@ -125,8 +127,7 @@ class TargetDriver:
             data = json.loads(out)
             if not isinstance(data, list):
                 raise ValueError("expected a JSON list of snapshots")
-            return tuple(DurableState.from_dict(d, f"history[{i}]")
-                         for i, d in enumerate(data)), None
+            return tuple(data), None
         except ValueError as exc:
             return (), f"the target's history is malformed: {exc}"
 

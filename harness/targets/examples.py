@@ -7,31 +7,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.targets.base import Role, StateField
+from harness.targets.base import Role
 from harness.targets.python import PythonTarget
 
 __all__ = ["BY_NAME", "DBOS", "EXAMPLES_DIR", "LANGGRAPH", "OPTIONS", "STARTER"]
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
-_STATE = frozenset({StateField.DRAFT, StateField.PHASE, StateField.STEP, StateField.SENT,
-                    StateField.KEY})
 
 LANGGRAPH = PythonTarget(
     EXAMPLES_DIR / "langgraph_o1001",
     {Role.START: "o1001_graph:start", Role.RESUME: "o1001_graph:resume",
      Role.HISTORY: "o1001_graph:history"},
-    exposes=_STATE, extra="langgraph", name="langgraph")
+    extra="langgraph", name="langgraph")
 
 DBOS = PythonTarget(
     EXAMPLES_DIR / "dbos_o1001",
     {Role.START: "o1001_workflow:start", Role.RESUME: "o1001_workflow:resume",
      Role.DECIDE: "o1001_workflow:decide", Role.HISTORY: "o1001_workflow:history"},
-    exposes=_STATE, extra="dbos", name="dbos")
+    extra="dbos", name="dbos")
 
 STARTER = PythonTarget(
     EXAMPLES_DIR / "python_starter",
     {Role.START: "loop:start", Role.RESUME: "loop:resume", Role.HISTORY: "loop:history"},
-    exposes=_STATE, name="python")
+    name="python")
 
 BY_NAME: dict[str, PythonTarget] = {t.name: t for t in (LANGGRAPH, DBOS)}
 """The framework examples by ``target.kind``; the starter is a plain ``python`` target."""

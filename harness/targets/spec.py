@@ -32,7 +32,6 @@ from harness.model import (
     HumanAction,
     PythonTarget,
     Scenario,
-    StateField,
     StorageFault,
     TargetRole,
     TicketKind,
@@ -46,8 +45,6 @@ KINDS = ("reference", "python", *BY_NAME)
 FIELDS = ("kind", "folder", "start", "resume", "decide", "history", "options")
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _OPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-_STATE = frozenset({StateField.DRAFT, StateField.PHASE, StateField.STEP, StateField.SENT,
-                    StateField.KEY})
 _MAX_OPTION = 200
 
 
@@ -109,8 +106,7 @@ def parse_target(table: dict[str, Any], path: Path,
     folder = (path.parent / raw).resolve()
     if not folder.is_dir():
         raise fail("target.folder", f"{folder} is not a folder")
-    exposes = _STATE if TargetRole.HISTORY in functions else frozenset()
-    return PythonTarget(folder, functions, exposes, None, "python", options)
+    return PythonTarget(folder, functions, None, "python", options)
 
 
 def _options(raw: Any, kind: str, fail: Callable[[str, str], Exception]) -> dict[str, str]:

@@ -33,20 +33,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.judge.checks.support import draft_digest, parsed_states
+from harness.judge.checks.support import draft_digest, writes
 from harness.model import (
     DEFAULT_GATE,
     NOTE_GATE,
     CheckId,
     CheckResult,
     Delivery,
+    DurableWrite,
     Evidence,
     NoteDelivery,
     key_text,
 )
-from shopops.approval_records import RequestStatus
-from shopops.phases import Phase
-from shopops.state import State, note_digest
+from shopops_contract.approvals import RequestStatus
+from shopops_contract.digests import note_digest
+from shopops_contract.phases import Phase
 
 __all__ = ["ACTIONS", "CHECK_ID", "GatedAction", "per_action"]
 
@@ -63,15 +64,15 @@ class GatedAction:
             action's own ledger, in ledger order.
         digest: the SHA-256 hex digest of a delivery's content, computed the way the
             approval queue's ``draft_digest`` is (so sent and approved content compare).
-        claimed: whether a checkpointed state says the action was done (the service
-            confirmed it): then a missing delivery is a proven loss, the loop will not do it
-            again.
+        gate's writes: its ``GateState`` in a durable write says the action was done
+            (``sent``: the service confirmed it): then a missing delivery is a proven loss,
+            the loop will not do it again.
     """
 
     gate: str
     deliveries: Callable[[Evidence], tuple[Any, ...]]
     digest: Callable[[Any], str]
-    claimed: Callable[[State], bool]
+
 
 
 def _emails(ev: Evidence) -> tuple[Delivery, ...]:
@@ -84,17 +85,15 @@ def _notes(ev: Evidence) -> tuple[NoteDelivery, ...]:
 
 #: The gated actions of the O-1001 story. ``send_email`` is the default gate.
 ACTIONS: tuple[GatedAction, ...] = (
-    GatedAction(DEFAULT_GATE, _emails, lambda d: draft_digest(d.to, d.subject, d.body),
-                lambda s: s.email_sent),
-    GatedAction(NOTE_GATE, _notes, lambda n: note_digest(n.order_id, n.body),
-                lambda s: s.note_sent),
+    GatedAction(DEFAULT_GATE, _emails, lambda d: draft_digest(d.to, d.subject, d.body)),
+    GatedAction(NOTE_GATE, _notes, lambda n: note_digest(n.order_id, n.body)),
 )
 
 
-def _judge_action(ev: Evidence, action: GatedAction, states: Sequence[tuple[int, State]]
+def _judge_action(ev: Evidence, action: GatedAction, done: Sequence[DurableWrite]
                   ) -> tuple[list[str], list[str]]:
-    """``(lines, problems)`` for one action, over the parsed checkpoint ``states``."""
-    final_phase = states[-1][1].phase if states else None
+    """``(lines, problems)`` for one action, over the loop's readable durable writes."""
+    final_phase = done[-1].phase if done else None
     approved = {t.draft_digest for t in ev.tickets if t.gate == action.gate}
     rejected = {r.draft_digest for r in ev.approval_requests
                 if r.status == RequestStatus.REJECTED and r.gate == action.gate}
@@ -121,7 +120,7 @@ def _judge_action(ev: Evidence, action: GatedAction, states: Sequence[tuple[int,
                         f"{len(sent)} delivery(ies) were made")
     if final_phase == Phase.COMPLETED and not sent and action.gate in ev.gates:
         problems.append(f"{action.gate}: the case completed with no delivery")
-    claims = [seq for seq, st in states if action.claimed(st)]
+    claims = [w.seq for w in done if w.gate(action.gate).sent]
     if claims and not sent:
         problems.append(f"{action.gate}: checkpoint seq {claims[0]} says it was done, but "
                         "its ledger at the gateway holds no delivery (a proven loss: the "
@@ -143,13 +142,13 @@ def per_action(ev: Evidence) -> CheckResult:
         deliveries and digests. An unreadable loop checkpoint is a failure (the final phase
         cannot be trusted), never a pass.
     """
-    states, unreadable = parsed_states(ev)
+    done, unreadable = writes(ev)
     lines: list[str] = []
     problems: list[str] = []
     for action in ACTIONS:
         if action.gate not in ev.gates and not action.deliveries(ev):
             continue  # an action the case does not have, and that did not happen
-        got_lines, got_problems = _judge_action(ev, action, states)
+        got_lines, got_problems = _judge_action(ev, action, done)
         lines += got_lines
         problems += got_problems
     if unreadable:

@@ -7,8 +7,8 @@ picked up after crash after crash without end. Each check is a pure function ove
 evidence the harness gathered itself (its trace, the checkpoint rows it read, the approval
 records, the gateway's log) and returns the evidence lines that say why.
 
-The phase FSM here is the chapter's, as data (phase names are what checkpoints store), so a
-target's own state classes are not needed to judge its history.
+The phase FSM is the contract's (``shopops_contract.phases``), and the history is the
+loop's durable writes as neutral observations, so any loop's history is judged the same.
 """
 
 from __future__ import annotations
@@ -18,13 +18,18 @@ from typing import Any
 from harness.judge.checks.support import (
     draft_digest,
     history_replaced,
-    parsed_states,
     redrafts_owed,
+    writes,
 )
 from harness.model import CheckId, CheckResult, EventKind, Evidence
-from shopops.approval_records import RequestStatus
-from shopops.labels import CHECKPOINT_LOADED, COMPLETED_SAVED, EMAIL_SENT_SAVED, SAVE_COMMIT
-from shopops.phases import ALLOWED, TERMINAL, Phase
+from shopops_contract.approvals import RequestStatus
+from shopops_contract.labels import (
+    CHECKPOINT_LOADED,
+    COMPLETED_SAVED,
+    EMAIL_SENT_SAVED,
+    SAVE_COMMIT,
+)
+from shopops_contract.phases import ALLOWED, TERMINAL, Phase
 
 __all__ = ["EDGES", "LIVE", "PARKED", "REDRAFT", "attempts_bounded", "history_not_replaced",
            "lease_exclusive", "no_request_after_done", "phase_path", "rejection_respected"]
@@ -73,7 +78,7 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
     the note leaves). A deduplicated repeat is still a bug: it bets the customer's inbox on
     the gateway's memory (Chapter 8, "Checkpoints do not give exactly-once side
     effects")."""
-    states, problems = parsed_states(ev)
+    done, problems = writes(ev)
     acked_before = {w.index for w in ev.workers if w.phase_before in TERMINAL}
     lines, bad = [], []
     notes = [r for r in ev.gateway.note_requests if r.case_id == ev.case_id]
@@ -98,7 +103,7 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
         bad += [f"trace seq {e.seq}: email request {e.ref} from {_worker_of(ev, e.pid)} after "
                 f"the checkpoint acknowledging the email (trace seq {acked_at[0]})"
                 for e in late]
-    sent = [seq for seq, s in states if s.email_sent]
+    sent = [w.seq for w in done if w.email.sent]
     lines.append(f"checkpoints acknowledging the send: {sent or 'none'}; "
                  f"{len(_requests(ev))} gateway request(s) for the case"
                  + (f", {len(notes)} order-note request(s)" if notes else ""))
@@ -118,14 +123,16 @@ def phase_path(ev: Evidence) -> CheckResult:
     """The checkpointed phases form a path of the FSM: each row's phase is the previous
     one's or reachable from it (nothing moves backwards, except one redraft per rejection
     with feedback), and nothing is written after a terminal phase."""
-    states, problems = parsed_states(ev)
+    readable, problems = writes(ev)
+    phased = [w for w in readable if w.phase is not None]
     owed = len(redrafts_owed(ev))
-    lines = [f"checkpoint seq {seq}: {s.phase}" for seq, s in states]
+    lines = [f"checkpoint seq {w.seq}: {w.phase}" for w in phased]
     bad: list[str] = []
     prev: str = Phase.INTAKE
     ended: int | None = None
-    for seq, s in states:
-        phase = s.phase
+    for w in phased:
+        seq, phase = w.seq, w.phase
+        assert phase is not None
         if ended is not None:
             bad.append(f"checkpoint seq {seq} ({phase}) written after the terminal "
                        f"checkpoint seq {ended}")
@@ -141,7 +148,7 @@ def phase_path(ev: Evidence) -> CheckResult:
         return CheckResult(CheckId.PHASE_PATH, False, problems[0], tuple(lines + problems))
     if bad:
         return CheckResult(CheckId.PHASE_PATH, False, bad[0], tuple(lines))
-    return CheckResult(CheckId.PHASE_PATH, True, f"{len(states)} checkpoint(s) along the FSM",
+    return CheckResult(CheckId.PHASE_PATH, True, f"{len(phased)} checkpoint(s) along the FSM",
                        tuple(lines))
 
 
@@ -152,7 +159,7 @@ def lease_exclusive(ev: Evidence) -> CheckResult:
     over no write of the old holder got through (Chapter 8 exercise 4; Kleppmann's fencing
     tokens). Once any row is leased, a row without a lease is a write that bypassed it.
     Passes vacuously when no row was written under a lease."""
-    rows = list(ev.loop_checkpoints)
+    rows = list(ev.loop_writes)
     leased = [r for r in rows if r.fence is not None]
     lines = [f"checkpoint seq {r.seq}: owner {r.lease_owner} fence {r.fence} by "
              f"{_worker_of(ev, r.writer_pid)}" for r in rows if r.fence is not None]
@@ -189,14 +196,14 @@ def rejection_respected(ev: Evidence) -> CheckResult:
     plain rejection the case ends ``rejected``; after a rejection with feedback the loop
     drafts again — the feedback visible in a later checkpointed draft — and asks for a new
     approval, or ends ``rejected``. Judged when a worker ran after the human's decision."""
-    states, problems = parsed_states(ev)
+    done, problems = writes(ev)
     rejected = [r for r in ev.approval_requests if r.status == RequestStatus.REJECTED]
     if not rejected:
         return CheckResult(CheckId.REJECTION_RESPECTED, True, "nothing was rejected")
-    final = states[-1][1] if states else None
-    digests = [(seq, s.draft) for seq, s in states if s.draft is not None]
+    final = done[-1] if done else None
+    digests = [(w.seq, w.draft) for w in done if w.draft is not None]
     lines = [f"request {r.request_id}: rejected"
-             + (f" with feedback {r.feedback!r}" if getattr(r, "feedback", None) else "")
+             + (f" with feedback {r.feedback!r}" if r.feedback else "")
              for r in rejected]
     lines.append(f"final checkpoint: {final.phase if final else 'none'}")
     bad = []
@@ -210,7 +217,7 @@ def rejection_respected(ev: Evidence) -> CheckResult:
     requests_after = {r.draft_digest for r in ev.approval_requests} - {
         r.draft_digest for r in rejected}
     for r in rejected:
-        feedback = getattr(r, "feedback", None)
+        feedback = r.feedback
         if final is not None and final.phase == Phase.REJECTED:
             continue
         if not ran_after:
@@ -220,12 +227,12 @@ def rejection_respected(ev: Evidence) -> CheckResult:
             bad.append(f"request {r.request_id} was rejected but the case is "
                        f"{final.phase if final else 'without a checkpoint'}, not rejected")
         elif not any(feedback in draft.body for _, draft in digests
-                     if draft.digest() != r.draft_digest):
+                     if draft.digest != r.draft_digest):
             bad.append(f"no later draft answers the feedback on {r.request_id}")
         elif not requests_after and final is not None and final.phase == PARKED:
             bad.append(f"the redraft after {r.request_id} was never sent for approval")
     if final is not None and final.phase == PARKED and final.draft is not None and any(
-            final.draft.digest() == r.draft_digest for r in rejected) and ran_after:
+            final.draft.digest == r.draft_digest for r in rejected) and ran_after:
         bad.append("the case is parked on a draft the human rejected: it waits forever")
     lines += bad
     if problems:
@@ -260,17 +267,17 @@ def attempts_bounded(ev: Evidence) -> CheckResult:
     and the workers' progress) ends ``dead_lettered`` — it is not tried again (Chapter 8:
     workers and dead-letter queues at fleet scale). The maximum is the scenario's
     ``sut.max_attempts``; without one only the counter is judged."""
-    states, problems = parsed_states(ev)
-    counts = [(seq, getattr(s, "recovery_attempts", 0)) for seq, s in states]
+    done, problems = writes(ev)
+    counts = [(w.seq, w.attempts) for w in done if w.attempts is not None]
     lines = [f"checkpoint seq {seq}: {n} recovery attempt(s)" for seq, n in counts
              if n or seq == counts[-1][0]]
     bad = [f"checkpoint seq {b}: the attempt counter went down from {n} to {m}"
            for (a, n), (b, m) in zip(counts, counts[1:], strict=False) if m < n]
-    maximum = getattr(ev, "max_attempts", None)
+    maximum = ev.max_attempts
     recovered = _recoveries(ev)
     lines.append(f"workers that recovered the case in flight: {recovered or 'none'}; "
                  f"maximum {maximum if maximum is not None else 'not set'}")
-    final = states[-1][1].phase if states else None
+    final = done[-1].phase if done else None
     if maximum is not None and len(recovered) > maximum and final != Phase.DEAD_LETTERED:
         bad.append(f"{len(recovered)} recoveries, more than the maximum {maximum}, but the "
                    f"case ended {final}, not dead_lettered")

@@ -10,8 +10,8 @@ import json
 
 from harness.judge.checks.support import redrafts_owed as _redrafts_owed
 from harness.model import CheckId, CheckResult, EventKind, Evidence
-from shopops import labels
-from shopops.phases import Phase
+from shopops_contract import labels
+from shopops_contract.phases import Phase
 
 __all__ = ["intake_not_repeated", "no_process_left", "no_tampering", "storage_safe"]
 

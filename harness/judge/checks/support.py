@@ -1,59 +1,43 @@
-"""What every check module shares: the readings of the evidence that
-several checks need (the parsed checkpoint states, a draft's digest, the redrafts a human
-asked for). Pure functions; the check modules import this, never each other."""
+"""What every check module shares: the readings of the evidence that several checks need
+(the loop's durable writes with the problems that make any of them unreadable, a
+delivery's digest, the redrafts a human asked for, the tickets of a gate). Pure functions
+over ``Evidence`` and its neutral observations (``harness.model.observations``); the check
+modules import this, never each other, and nothing of a loop under test."""
 
 from __future__ import annotations
 
-import weakref
-
-from harness.model import DEFAULT_GATE, CheckResult, Evidence, rows_digest
-from shopops.approval_records import RequestStatus
-from shopops.approvals import Ticket
-from shopops.errors import ShopOpsError
-from shopops.state import Draft, State
+from harness.model import DEFAULT_GATE, CheckResult, DurableWrite, Evidence, TicketRecord
+from harness.model.observations import rows_digest
+from shopops_contract.approvals import RequestStatus
+from shopops_contract.digests import draft_digest
 
 __all__ = ["CheckResult", "absent", "draft_digest", "gate_tickets", "history_replaced",
-           "parsed_states", "redrafts_owed"]
+           "redrafts_owed", "writes"]
 
 
-#: ``id(evidence)`` -> its parsed states, while that evidence lives: five checks read them,
-#: and parsing every row again was a tenth of an execution's harness-side time.
-_PARSED: dict[int, tuple[tuple[tuple[int, State], ...], tuple[str, ...]]] = {}
-
-
-def parsed_states(ev: Evidence) -> tuple[list[tuple[int, State]], list[str]]:
-    """``([(seq, state)], [problem])`` for the rows the loop wrote, in ``seq`` order; a row
-    that does not parse is a problem line (checks never pass over an unreadable row).
-
-    Parsed once per evidence object (the lists are new on every call; the ``State``
-    objects are shared, and checks only read them)."""
-    key = id(ev)
-    memo = _PARSED.get(key)
-    if memo is None:
-        parsed, problems = [], []
-        for row in ev.loop_checkpoints:
-            try:
-                parsed.append((row.seq, row.state()))
-            except ShopOpsError as exc:
-                problems.append(f"checkpoint seq {row.seq}: {exc}")
-        memo = (tuple(parsed), tuple(problems))
-        _PARSED[key] = memo
-        weakref.finalize(ev, _PARSED.pop, key, None)
-    return list(memo[0]), list(memo[1])
-
-
-def draft_digest(to: str, subject: str, body: str) -> str:
-    """The SHA-256 digest approvals bind to, of a draft (or of a delivered email)."""
-    return Draft(to, subject, body).digest()
+def writes(ev: Evidence) -> tuple[list[DurableWrite], list[str]]:
+    """``(writes, problems)``: the durable writes the loop made (the harness's injected
+    rows left out), oldest first, that can be read, and one line for each that cannot —
+    or for the whole source, when it does not meet the contract (``History.problem``).
+    Checks never pass over a problem: an unreadable write may hold what they look for."""
+    if ev.history.problem is not None:
+        return [], [ev.history.problem]
+    good, problems = [], []
+    for w in ev.loop_writes:
+        if w.problem is None:
+            good.append(w)
+        else:
+            problems.append(w.problem)
+    return good, problems
 
 
 def redrafts_owed(ev: Evidence) -> set[str]:
     """Digests of drafts a human rejected WITH feedback: the loop must replace each once."""
-    return {r.draft_digest for r in ev.approval_requests if r.status == RequestStatus.REJECTED
-            and getattr(r, "feedback", None) and r.gate == DEFAULT_GATE}
+    return {r.draft_digest for r in ev.approval_requests
+            if r.status == RequestStatus.REJECTED and r.feedback and r.gate == DEFAULT_GATE}
 
 
-def gate_tickets(ev: Evidence, gate: str = DEFAULT_GATE) -> tuple[Ticket, ...]:
+def gate_tickets(ev: Evidence, gate: str = DEFAULT_GATE) -> tuple[TicketRecord, ...]:
     """The tickets the queue issued on ``gate`` (default the email's), in issue order: a
     check about the email never takes an order note's approval for the email's."""
     return tuple(t for t in ev.tickets if t.gate == gate)

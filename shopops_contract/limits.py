@@ -1,5 +1,6 @@
-"""Bounds shared by ``shopops.validators`` and ``shopops.failpoints``, in a leaf module so
-that neither imports the other back (``docs/design.md``, "Layering": no import cycles).
+"""The contract's limits: the bounds the harness enforces on a loop under test and on its
+own inputs, shared by the reference loop (``shopops.validators``, ``shopops.failpoints``)
+and the harness (kill points, shards, the evidence it reads). Imports nothing.
 """
 
 from __future__ import annotations
@@ -16,3 +17,11 @@ MAX_SLEEP_MS = DAY_S * 1000
 #: 90,000 held a grade for minutes at ~1.9 GB. More is a gap: the checks over the history
 #: cannot be decided (``shopops.errors.HistoryTooLong``).
 MAX_HISTORY_ROWS = 10_000
+#: Kills in one crash schedule: the explorer draws up to 3; with the longest label and
+#: ``#1000`` four still fit an execution folder's name (NAME_MAX) after a 64-char name.
+MAX_KILLS = 4
+#: Shards a run may be cut into (``--shard I/N``, ``SHOPOPS_SHARD``).
+MAX_SHARDS = 1000
+
+__all__ = ["DAY_S", "MAX_HISTORY_ROWS", "MAX_KILLS", "MAX_OCCURRENCE", "MAX_SHARDS",
+           "MAX_SLEEP_MS"]
