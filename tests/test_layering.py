@@ -305,3 +305,29 @@ def test_closed_sets_are_compared_as_enums() -> None:
 def test_a_bare_closed_set_comparison_is_found() -> None:
     code = "ok = r.verdict is Verdict.PASS\nbad = r.verdict == 'pass'\nalso = e.kind in ('kill',)"
     assert bare_closed_set_comparisons(ast.parse(code)) == [2, 3]
+
+
+JUDGE_SIDE = ("harness.model", "harness.judge")
+
+
+def test_the_judge_imports_nothing_of_the_loop_under_test() -> None:
+    """The frozen types, the observers and the checks read a loop only through the
+    contract (``shopops_contract``): none of them imports a ``shopops`` module, directly
+    or through anything else it imports (issue 23)."""
+    judge = [m for m in EDGES if m.startswith(JUDGE_SIDE)]
+    assert len(judge) > 10  # the graph knows the judge's modules
+    wrong = sorted(f"{m} -> {t}" for m in judge for t in closure(EDGES, m)
+                   if t == "shopops" or t.startswith("shopops."))
+    assert wrong == []
+
+
+def test_the_contract_imports_neither_side() -> None:
+    files = sorted((ROOT / "shopops_contract").rglob("*.py"))
+    assert files
+    for f in files:
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            for name in names:
+                top = name.split(".")[0]
+                assert top not in ("shopops", "harness"), f"{f.name} imports {name}"

@@ -49,7 +49,7 @@ __all__ = ["CHECKS", "CHECK_IDS", "Check", "CheckFailed", "CheckResult", "_absen
            "draft_identical", "exactly_one_delivery", "intake_not_repeated",
            "no_process_left", "no_tampering", "not_sent_before_approval",
            "parked_until_approval", "run_checks", "same_key_one_delivery", "step_continues",
-           "asked_once", "needs", "storage_safe", "ticket_server_issued"]
+           "applicability", "asked_once", "needs", "storage_safe", "ticket_server_issued"]
 
 
 class CheckFailed(AssertionError):
@@ -121,6 +121,26 @@ _BY_ID: dict[CheckId, Check] = {c.id: c for c in CHECKS}
 def needs(check_id: CheckId) -> frozenset[EvidenceSource]:
     """The sources of evidence the check ``check_id`` reads (``Check.needs``)."""
     return _BY_ID[check_id].needs
+
+
+def applicability() -> str:
+    """The Markdown table of ``docs/contract.md``, "What is judged, per kind of loop": each
+    check, what it needs a history to show (``Check.requires``), and whether it applies to a
+    package's checkpoint store (which shows everything) and to a target's ``history`` (which
+    shows what it reports, never the stored rows: ``Observable.ROWS``)."""
+    out = ["| check | needs the history to show | package (checkpoint store) "
+           "| target (its `history`) |", "|---|---|---|---|"]
+    for c in CHECKS:
+        needs = ", ".join(sorted(c.requires))
+        if not c.requires:
+            target = "yes"
+        elif Observable.ROWS in c.requires:
+            target = "no: the stored rows themselves"
+        else:
+            target = f"when its history reports {needs}"
+        shown = needs or "— (the harness's own evidence)"
+        out.append(f"| `{c.id}` | {shown} | yes | {target} |")
+    return "\n".join(out) + "\n"
 
 
 def run_checks(ev: Evidence) -> tuple[CheckResult, ...]:
