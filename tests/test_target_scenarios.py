@@ -321,6 +321,7 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-async": Verdict.PASS, "langgraph-async-keys-off": Verdict.FAIL,
     "langgraph-exit": Verdict.PASS, "langgraph-exit-keys-off": Verdict.FAIL,
     "langgraph-double": Verdict.PASS, "dbos": Verdict.PASS, "dbos-keys-off": Verdict.FAIL,
+    "langgraph-reask": Verdict.FAIL,
 }
 
 
@@ -333,7 +334,7 @@ def test_every_target_scenario_has_an_expected_verdict_and_a_docs_row() -> None:
     for name, verdict in EXPECTED.items():
         row = next((r for r in rows if f"`{name}.toml`" in r), None)
         assert row is not None, f"no row of docs/targets.md's measured table names {name}.toml"
-        keys_off = name.endswith("-keys-off")
+        keys_off = name.endswith("-keys-off")  # a finding of its own is in the keys-on cell
         cell = row.split(" | ")[1 if keys_off else 2]
         assert f"**{verdict}**" in cell, (name, cell)
 
@@ -425,8 +426,13 @@ def test_grade_through_a_target_scores_it_and_replays_on_it(tmp_path) -> None:
     plan = ExecutionPlan(Scenario("o1001", path=ROOT / "scenarios" / "o1001.toml", target=t),
                          kill)
     assert plan.replay.endswith(f"--sut {STARTER_DIR.resolve()} --target python")
-    r = ExecutionResult(plan, _evidence(frozenset(), ()), (), Verdict.PASS, (), 0.0)
-    assert "--target python" in replay_command(r)
+    r = ExecutionResult(plan, _evidence(None), (), Verdict.PASS, (), 0.0)
+    # the student's page: the shipped scenario by name, their own checkout as --sut
+    assert replay_command(r) == ("shopops-chaos run o1001 --schedule t6.gateway_accepted "
+                                 "--sut . --target python")
+    page = (tmp_path / "g" / "report.md").read_text() + (tmp_path / "g" / "results.json"
+                                                          ).read_text()
+    assert str(tmp_path) not in page and "/work/" not in page  # no path of the grader's
 
 
 @pytest.mark.io
@@ -514,3 +520,19 @@ def test_target_workers_fork_from_a_preloaded_server_with_the_spawned_verdicts(
     got = {r.plan.id: r.verdict for r in forked.results}
     assert got == {r.plan.id: r.verdict for r in spawned.results}
     assert len(got) > 3 and any("b.sqlite" in i or "b.http" in i for i in got), got
+
+
+@NEEDS_LANGGRAPH
+def test_a_langgraph_app_that_asks_again_on_resume_fails_asked_once_and_only_that(
+        tmp_path) -> None:
+    """One checklist for every target: the human is asked once per decision. A LangGraph
+    app notifying the human inside the node that holds ``interrupt()`` asks again when
+    the node is resumed (``options.ask = "interrupt_node"``); the shipped example, which
+    asks in a node of its own, does not (its scenarios pass ``asked_once``)."""
+    s = load_scenario(TARGETS_DIR / "langgraph-reask.toml")
+    r = execute(ExecutionPlan(s, CrashSchedule()), tmp_path / "x", worker_timeout_s=240)
+    failed = {c.check_id for c in r.checks if c.status is CheckStatus.FAIL}
+    assert r.verdict is Verdict.FAIL and failed == {"asked_once"}, r.reasons
+    assert "asked 2 times for one decision" in r.reasons[0]
+    assert r.evidence.deliveries == 1
+

@@ -87,7 +87,8 @@ def send_email(case_id: str, text: dict[str, str], ticket: str) -> dict[str, Any
     spent on this send."""
     key = f"{DBOS.workflow_id}:{DBOS.step_id}" if _ctx.keys else None
     with _ctx.approval_queue() as queue:
-        queue.consume(ticket, case_id, _digest(text), key or f"{case_id}:send_email:no-key")
+        queue.consume(ticket, case_id, _digest(text),
+                      key or f"{case_id}:send_email:{DBOS.workflow_id}")
     headers = {"X-ShopOps-Worker-Pid": str(os.getpid())}
     if key is not None:
         headers["Idempotency-Key"] = key

@@ -24,7 +24,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import sqlite3
+import time
+import uuid
 from contextlib import closing
 from pathlib import Path
 from typing import Any, TypedDict
@@ -41,6 +44,12 @@ DURABILITY = ("sync", "async", "exit")
 #: worker saved a task's writes but not the checkpoint after it (seen with ``async``):
 #: the harness measures that as lost work (docs/targets.md, "What the harness measured").
 RESUME_ON = ("tasks", "next")
+#: Where the human is asked: ``own_node`` (the request is its own node before the
+#: interrupt, idempotent for case + draft, as LangGraph's documentation recommends) or
+#: ``interrupt_node`` (a notification sent inside the node that holds ``interrupt()``,
+#: under a fresh request id: the node runs again when it is resumed, so the human is asked
+#: again — the pitfall LangGraph's documentation warns of, which ``asked_once`` fails).
+ASK = ("own_node", "interrupt_node")
 
 
 class O1001(TypedDict, total=False):
@@ -64,9 +73,27 @@ def _digest(draft: dict[str, str]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _ask_anew(ctx: Any, case_id: str, digest: str) -> None:
+    """Ask the human through the harness's approval service (its JSON-lines protocol,
+    docs/contract.md, "The approval protocol") under a request id of its own."""
+    request = {"request_id": f"req-{case_id}-{uuid.uuid4().hex[:12]}", "case_id": case_id,
+               "draft_digest": digest, "gate": "send_email",
+               "requested_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    address = ctx.approvals_service
+    family_address = "\0" + address[1:] if address.startswith("@") else address
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(family_address)
+        sock.sendall(json.dumps({"op": "add_request", "request": request}).encode() + b"\n")
+        reply = json.loads(sock.makefile("rb").readline())
+    if not reply.get("ok"):
+        raise RuntimeError(f"the approval service refused the request: {reply}")
+
+
 def build(ctx: Any) -> StateGraph:
     """The O-1001 graph for one execution (its nodes close over ``ctx``)."""
     fixtures = Path(ctx.fixtures)
+    ask = ctx.option("ask", "own_node", ASK)
 
     def get_customer(state: O1001) -> O1001:
         order = json.loads((fixtures / "orders.json").read_text())[state["order_id"]]
@@ -88,23 +115,32 @@ def build(ctx: Any) -> StateGraph:
         return {"draft": text, "step": state["step"] + 1}
 
     def request_approval(state: O1001) -> O1001:
+        if ask == "interrupt_node":
+            return {"request_id": "notified in await_approval", "step": state["step"] + 1}
         with ctx.approval_queue() as queue:  # idempotent for case + draft
             request_id = queue.request(state["case_id"], _digest(state["draft"]))
         return {"request_id": request_id, "step": state["step"] + 1}
 
+    def spent_on(state: O1001) -> str:
+        """The key the ticket is spent on: the send's own (or a fixed one with keys off)."""
+        return f"{state['case_id']}:send_email:{_digest(state['draft'])[:16]}"
+
     def await_approval(state: O1001) -> O1001:
+        if ask == "interrupt_node":  # runs again on every resume of this node
+            _ask_anew(ctx, state["case_id"], _digest(state["draft"]))
         decision = interrupt({"request_id": state["request_id"]})  # parks the thread
         ticket = str(decision["ticket"])
-        with ctx.approval_queue() as queue:  # the queue must have issued it
-            queue.verify(ticket, state["case_id"], _digest(state["draft"]))
+        with ctx.approval_queue() as queue:  # issued for this case and draft, and unspent
+            # or spent on this very send (a run restarted from the interrupt comes here again)
+            queue.check_held(ticket, state["case_id"], _digest(state["draft"]),
+                             spent_on(state))
         return {"ticket": ticket, "step": state["step"] + 1}
 
     def send(state: O1001) -> O1001:
         digest = _digest(state["draft"])
-        key = f"{state['case_id']}:send_email:{digest[:16]}" if ctx.keys else None
+        key = spent_on(state) if ctx.keys else None
         with ctx.approval_queue() as queue:  # the ticket is spent on this one send
-            queue.consume(state["ticket"], state["case_id"], digest,
-                          key or f"{state['case_id']}:send_email:no-key")
+            queue.consume(state["ticket"], state["case_id"], digest, spent_on(state))
         headers = {"X-ShopOps-Worker-Pid": str(os.getpid())}
         if key is not None:
             headers["Idempotency-Key"] = key

@@ -44,7 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shopops-chaos", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("run", help="run the kill matrix of scenario files and write reports")
-    p.add_argument("paths", nargs="*", help="scenario files or folders (default: scenarios/)")
+    p.add_argument("paths", nargs="*", help="scenario files or folders, or the names of "
+                   "shipped scenarios (o1001); default: scenarios/, else the shipped catalogue")
     p.add_argument("--schedule", default=None, type=v.argtype(_schedule, "schedule"),
                    help="run only this crash schedule, e.g. 't3.checkpoint_saved>t6.gateway_"
                         "accepted' or 'no-kill' (what a report's replay command uses)")

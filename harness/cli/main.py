@@ -157,25 +157,28 @@ def _check_options(args: argparse.Namespace) -> PythonTarget | None:
 
 
 def _default_paths() -> list[Path]:
+    """``scenarios/`` of the current folder when there is one, else the catalogue shipped
+    with the harness (``harness.plan.catalogue``)."""
+    from harness.plan.catalogue import CATALOGUE
+
     here = Path(DEFAULT_SCENARIOS)
-    if here.is_dir():
-        return [here]
-    return [Path(__file__).resolve().parents[2] / DEFAULT_SCENARIOS]
+    return [here if here.is_dir() else CATALOGUE]
 
 
 def _run(args: argparse.Namespace) -> int:
     from harness.launch.processes import reaping_on_signals
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
+    from harness.plan.catalogue import resolve
     from harness.plan.scenario import load_scenarios
     from harness.plan.shard import earlier_durations, resolve_shard
     from harness.reports import step_summary
     from harness.reports.write import finish_run
     from harness.run.runner import new_run_id, run
 
-    paths = args.paths or _default_paths()
+    scenario_paths = [resolve(p) for p in args.paths] or _default_paths()
     try:
         target = _check_options(args)
-        scenarios = all_on(load_scenarios(paths), target)
+        scenarios = all_on(load_scenarios(scenario_paths), target)
         schedule = CrashSchedule.parse(args.schedule) if args.schedule is not None else None
         shard = resolve_shard(args.shard, os.environ)
         step_summary.check_target(os.environ)
@@ -189,8 +192,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
     if not scenarios:
-        print(f"shopops-chaos: error: no scenario files (*.toml) in {', '.join(map(str, paths))}",
-              file=sys.stderr)
+        where = ", ".join(map(str, scenario_paths))
+        print(f"shopops-chaos: error: no scenario files (*.toml) in {where}", file=sys.stderr)
         return 2
     out_dir = Path(args.report_dir) / new_run_id()
     try:
@@ -278,10 +281,11 @@ def _write_soak(result: object, repeat: int, fail_fast: bool) -> Path:
 def _explore(args: argparse.Namespace) -> int:
     from harness.explore.explorer import Example, explore, write_explore_report
     from harness.launch.processes import reaping_on_signals
+    from harness.plan.catalogue import resolve
     from harness.plan.scenario import load_scenario
     from harness.run.runner import new_run_id
 
-    path = Path(args.scenario) if args.scenario else _default_paths()[0] / DEFAULT_EXPLORE
+    path = resolve(args.scenario) if args.scenario else _default_paths()[0] / DEFAULT_EXPLORE
     try:
         if path.is_dir():
             raise ValueError(f"{path}: explore takes one scenario file, not a folder")

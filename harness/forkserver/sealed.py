@@ -29,7 +29,7 @@ from typing import Any
 
 __all__ = ["PRELOAD", "SealedStart", "preload", "run"]
 
-#: What a worker of the adapter contract may use, imported once by the server.
+#: What a worker may use under the contract (``docs/contract.md``), imported once by the server.
 PRELOAD = ("argparse", "json", "sqlite3", "hashlib", "secrets", "netrc", "shlex", "runpy",
            "traceback", "http.client", "socket", "dataclasses", "enum", "datetime",
            "requests")

@@ -1,8 +1,8 @@
 """Grading mode: score an implementation of the chapter against a rubric.
 
 ``grade(sut, out_dir)`` runs the rubric's scenarios against the implementation in real
-processes (``harness.model.plan``), then scores every rubric item from the harness's own evidence
-and writes a Gradescope ``results.json`` (https://gradescope-autograders.readthedocs.io/
+processes (it meets ``docs/contract.md``), then scores every rubric item from the harness's
+own evidence and writes a Gradescope ``results.json`` (https://gradescope-autograders.readthedocs.io/
 en/latest/specs/ — ``tests[]`` with ``name``, ``score``, ``max_score``, ``output``,
 ``visibility``; top-level ``score``, ``execution_time``, ``output``) plus a readable
 ``report.md``. It always writes ``results.json``: when the implementation does not import,
@@ -56,6 +56,7 @@ from harness.model import (
     Sut,
     Verdict,
 )
+from harness.plan.catalogue import catalogue_name
 from harness.reports.console import ProgressLine
 from harness.run.execution import execute
 from harness.sandbox import users as sandbox
@@ -76,9 +77,12 @@ class _Interrupted(Exception):
 
 
 def replay_command(r: ExecutionResult) -> str:
-    """``r``'s replay command with paths relative to the current folder (what a student
-    types where they ran the grader; ``ExecutionPlan.replay_from``)."""
-    return r.plan.replay_from(Path.cwd())
+    """``r``'s replay command as a student types it in their own checkout, with the
+    harness installed: a shipped scenario by its catalogue name, any other by its path
+    relative to the current folder, and ``--sut .`` (``ExecutionPlan.replay_from``); no
+    path of the grader's machine."""
+    return r.plan.replay_from(Path.cwd(), scenario_as=catalogue_name(r.plan.scenario.path),
+                              sut_as=".")
 
 
 def score_item(item: RubricItem, results: Sequence[ExecutionResult]) -> GradedTest:
@@ -294,7 +298,7 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
     counts = Counts.of(r.verdict for r in results)
     lines = [f"{len(results)} executions of {len(scenarios)} scenarios; verdicts pass "
              f"{counts.passed}, fail {counts.failed}, unknown {counts.unknown}. "
-             f"Evidence: {run_dir}"]
+             "Evidence: the run/ folder beside these results (its report.html)."]
     lines.append("Sealed: every worker ran as a user of its own that could write only its "
                  "sandbox." if sealed(sut) else "Not sealed: " + (
                      "the harness is not root, so workers ran as the harness's user."
@@ -317,7 +321,20 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
         lines += [f"- {r.plan.id}: {c.check_id}: {c.detail}" for r, c in tampered[:10]]
         for r, c in tampered[:10]:
             say(f"tampering: {r.plan.id}: {c.check_id}: {c.detail[:160]}")
-    return tests, "\n".join(lines)
+    def local(text: str) -> str:
+        return _local(text, run_dir, sut.path or (target.source if target else None))
+
+    return ([dataclasses.replace(t, output=local(t.output)) for t in tests],
+            local("\n".join(lines)))
+
+
+def _local(text: str, run_dir: Path, sut_dir: Path | None) -> str:
+    """``text`` for the student's page, with no path of the grader's machine: the run's
+    folder as ``run``, the implementation's own folder as ``.`` (their checkout)."""
+    for path, name in ((run_dir.resolve(), "run"), (run_dir, "run"),
+                       *(((sut_dir.resolve(), "."), (sut_dir, ".")) if sut_dir else ())):
+        text = text.replace(str(path), name)
+    return text
 
 
 def _first_broken(item: RubricItem, results: Sequence[ExecutionResult]

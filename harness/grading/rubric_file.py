@@ -14,13 +14,14 @@ import tomllib
 from pathlib import Path
 
 from harness.grading.rubric import RubricItem
-from harness.model import SRC, CheckId
+from harness.model import CheckId
+from harness.plan.catalogue import CATALOGUE
 from shopops.errors import ShopOpsError
 
 __all__ = ["MAX_POINTS", "SCENARIOS_DIR", "VISIBILITIES", "RubricError", "load_rubric"]
 
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-SCENARIOS_DIR = Path(SRC) / "scenarios"
+SCENARIOS_DIR = CATALOGUE  # the shipped catalogue (harness.plan.catalogue)
 #: The most points one rubric item may carry; more is a typo, not a rubric.
 MAX_POINTS = 1000.0
 

@@ -186,7 +186,7 @@ SRC = str(Path(_origin("shopops")).resolve().parent.parent)
 
 @dataclass(frozen=True)
 class Sut:
-    """An implementation to run (the adapter contract: ``harness.model.plan``).
+    """An implementation to run (what it must do: ``docs/contract.md``).
 
     Attributes:
         path: the folder holding the package (first on ``PYTHONPATH``), or ``None`` for the
@@ -281,10 +281,15 @@ class ExecutionPlan:
         were given (``replay_from`` writes them relative to a folder)."""
         return self.replay_from(None)
 
-    def replay_from(self, cwd: Path | None) -> str:
+    def replay_from(self, cwd: Path | None, *, scenario_as: str | None = None,
+                    sut_as: str | None = None) -> str:
         """The replay command, shell-quoted (``shlex.quote``: a path with a space still
         runs), with every path relative to ``cwd`` when ``cwd`` is given (what a reader
-        types in that folder; a path on another drive stays as it is)."""
+        types in that folder; a path on another drive stays as it is). ``scenario_as``
+        names the scenario instead of its path (a shipped one, by its catalogue name) and
+        ``sut_as`` the implementation's folder instead of its path (a student's ``.``:
+        their own checkout) — what a student's page shows, with no path of the grader's
+        machine."""
 
         def path(p: Path) -> str:
             if cwd is None:
@@ -297,11 +302,14 @@ class ExecutionPlan:
         if self.scenario.path is None:
             return (f"(scenario {self.scenario.name!r} was built in code: re-run the test that "
                     f"built it; schedule {self.schedule.id})")
-        sut = f" --sut {path(self.sut.path)}" if self.sut.path else ""
+        sut = (f" --sut {shlex.quote(sut_as) if sut_as else path(self.sut.path)}"
+               if self.sut.path else "")
         if self.sut.path and self.sut.module != "shopops":
             sut += f" --module {shlex.quote(self.sut.module)}"
         target = self.scenario.target
         if target is not None and target.source is not None:
-            sut += f" --sut {path(target.source)} --target {target.name}"
-        return (f"shopops-chaos run {path(self.scenario.path)} "
+            sut += (f" --sut {shlex.quote(sut_as) if sut_as else path(target.source)} "
+                    f"--target {target.name}")
+        scenario = shlex.quote(scenario_as) if scenario_as else path(self.scenario.path)
+        return (f"shopops-chaos run {scenario} "
                 f"--schedule {shlex.quote(self.schedule.id)}{sut}")

@@ -3,7 +3,7 @@
 ``python -m harness.sandbox.boot MEMORY_MIB FILE_SIZE_MIB CPU_S NPROC UID CODE_DIR MODULE ARGS...``
 sets ``RLIMIT_AS``, ``RLIMIT_FSIZE``, ``RLIMIT_CPU`` and (when sealed) ``RLIMIT_NPROC``
 (``resource``, POSIX setrlimit), then — when ``UID`` is not ``-1`` — imports the libraries
-the adapter contract lets an implementation use (the standard library's ``sqlite3``,
+the contract (``docs/contract.md``) lets an implementation use (the standard library's ``sqlite3``,
 ``json``, ``socket``, ``http``; ``requests``) while still root, drops every privilege
 (``setgroups([])``, ``setresgid``, ``setresuid`` to ``UID``, see ``credentials(7)``) and
 puts ``CODE_DIR`` (``-`` for none) first on ``sys.path``; then runs ``MODULE`` as

@@ -3,7 +3,7 @@
 One small protocol, one module per target (as pytest-xdist keeps one module per
 scheduler): ``harness.targets.python`` (functions ``module:function``; the LangGraph and
 DBOS examples are Python targets with an extra), the reference loop keeping its own CLI
-(``harness.model.plan``). A target says how to start a case, resume/recover it, deliver the
+(``docs/contract.md``). A target says how to start a case, resume/recover it, deliver the
 human's decision for a gate, how its durable state is read (its ``history``), and where the
 harness may kill (its ``failpoint()`` calls plus the boundaries ``harness.targets.boundaries``
 installs). The gateway's ledger stays the one judge of deliveries for every target.

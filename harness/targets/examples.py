@@ -38,6 +38,7 @@ BY_NAME: dict[str, PythonTarget] = {t.name: t for t in (LANGGRAPH, DBOS)}
 #: is the default); checked before anything runs. The examples check them again through
 #: ``TargetContext.option`` (``o1001_graph.DURABILITY``, ``RESUME_ON``).
 OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
-    "langgraph": {"durability": ("async", "sync", "exit"), "resume_on": ("tasks", "next")},
+    "langgraph": {"durability": ("async", "sync", "exit"), "resume_on": ("tasks", "next"),
+                  "ask": ("own_node", "interrupt_node")},
     "dbos": {},
 }
