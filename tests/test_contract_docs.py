@@ -17,18 +17,22 @@ pytestmark = pytest.mark.pure
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "contract.md").read_text("utf-8")
 
 
-def block(marker: str) -> str:
-    start = PAGE.index(marker)
-    start = PAGE.index("\n", start) + 1
-    return PAGE[start:PAGE.index("<!-- end generated -->", start)]
+def block(marker: str, text: str = PAGE) -> str:
+    start = text.index(marker)
+    start = text.index("\n", start) + 1
+    return text[start:text.index("<!-- end generated -->", start)]
 
 
 def test_the_pages_schema_tables_are_the_schema() -> None:
     assert block("<!-- generated: shopops_contract.schema.markdown() -->") == schema.markdown()
 
 
-def test_the_pages_applicability_table_is_the_checklists() -> None:
-    table = block("<!-- generated: applicability table -->")
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text("utf-8")
+
+
+@pytest.mark.parametrize("text", [PAGE, README], ids=["contract.md", "README.md"])
+def test_the_applicability_tables_are_the_checklists(text: str) -> None:
+    table = block("<!-- generated: applicability table -->", text)
     assert table == applicability()
     assert all(f"`{c.id}`" in table for c in CHECKS)
 
