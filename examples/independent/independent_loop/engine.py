@@ -69,22 +69,22 @@ class Worker:
         if self.o.owner:
             self.ledger.acquire(self.o.owner, self.o.lease_ttl)
         loaded = self.ledger.latest()
-        if loaded is None:
-            self.state = self._fresh()
-            self.mark("t0.case_started")
-            self._save()
-        else:
-            self.state = loaded
-            self.mark("t6.checkpoint_loaded")
-            phase = loaded["phase"]
-            if phase in TERMINAL:
-                return f"case already {phase}"
-            if phase in ("approved", "sending"):
-                # a ticket held in a checkpoint is not proof: ask the queue again
-                self._verify_held_tickets()
-            if phase not in PARKED:
-                self._count_recovery()
         try:
+            if loaded is None:
+                self.state = self._fresh()
+                self.mark("t0.case_started")
+                self._save()
+            else:
+                self.state = loaded
+                self.mark("t6.checkpoint_loaded")
+                phase = loaded["phase"]
+                if phase in TERMINAL:
+                    return f"case already {phase}"
+                if phase in ("approved", "sending"):
+                    # a ticket held in a checkpoint is not proof: ask the queue again
+                    self._verify_held_tickets()
+                if phase not in PARKED:
+                    self._count_recovery()
             while True:
                 step = getattr(self, "_on_" + self.state["phase"])
                 step()
@@ -160,18 +160,6 @@ class Worker:
                                                                        dict):
             return self.state["customer"], self.state["order"]
         raise BadInput("the checkpoint holds no intake facts to draft from")
-
-    def _on_drafting(self) -> None:
-        if self.state["draft"] is None:
-            customer, order = self._intake()
-            self.state["draft"] = compose.write_draft(
-                customer, order, list(self.state.get("review_feedback") or []), self.o.policy)
-            if self._has_note() and self.state.get("note_text") is None:
-                self.state["note_text"] = compose.write_note(customer, order)
-            self.state["step"] += 1
-            self.mark("t1.draft_email")
-            self._save()
-        self._propose()
 
     def _propose(self) -> None:
         self.state["phase"] = "awaiting_approval"
@@ -301,21 +289,34 @@ class Worker:
             self._verify_ticket(GATE_EMAIL, self.o.offered_ticket)
 
     def _redraft(self, feedback: str) -> None:
-        customer, order = self._intake()
+        """The reviewer asked for changes: record the rejection durably (phase drafting,
+        no current draft), then write the new draft answering the feedback."""
         notes = list(self.state.get("review_feedback") or [])
         notes.append(feedback)
         old = self.state["draft"]
         self.state["redrafts"] = list(self.state.get("redrafts") or []) + [
             {"revision": self.state.get("draft_revision", 0),
-             "digest": compose.draft_digest(old), "rejected_at": clock.iso()}]
+             "digest": compose.draft_digest(old), "request_id":
+             self.state.get("approval_request_id"), "rejected_at": clock.iso()}]
         self.state["review_feedback"] = notes
         self.state["draft_revision"] = int(self.state.get("draft_revision") or 0) + 1
-        self.state["draft"] = compose.write_draft(customer, order, [feedback], self.o.policy)
+        self.state["draft"] = None
         self.state["approval_request_id"] = None
         self.state["phase"] = "drafting"
-        self.state["step"] += 1
-        self.mark("t1.draft_email")
         self._save()
+
+    def _on_drafting(self) -> None:
+        if self.state["draft"] is None:
+            customer, order = self._intake()
+            feedback = list(self.state.get("review_feedback") or [])
+            # a redraft answers the newest feedback
+            self.state["draft"] = compose.write_draft(customer, order, feedback[-1:],
+                                                      self.o.policy)
+            if self._has_note() and self.state.get("note_text") is None:
+                self.state["note_text"] = compose.write_note(customer, order)
+            self.state["step"] += 1
+            self.mark("t1.draft_email")
+            self._save()
         self._propose()
 
     def _end_rejected(self, why: str) -> None:
