@@ -758,3 +758,29 @@ def test_intake_before_any_checkpoint_may_be_repeated() -> None:
     (result,) = [r for r in run_checks(evidence(specs=specs, workers=tuple(workers)))
                  if r.check_id == "intake_not_repeated"]
     assert result.passed, result
+
+
+def test_a_redraft_is_due_until_one_is_checkpointed_however_many_workers_die_first() -> None:
+    """A rejection with feedback: every worker that finds the rejected draft checkpointed
+    may draft again — one killed before saving its redraft leaves it due (found by the
+    implementation written from the contract alone: its second redraft was called a
+    repeat); a worker that finds the redraft checkpointed and drafts again repeats."""
+    rejected = ApprovalRequest(REQUEST_ID, CASE, DIGEST, "2026-07-19T00:00:03.000000Z",
+                               "rejected", feedback="Offer express shipping.")
+    workers = list(good_workers())
+    for i in (2, 3):
+        workers[i] = replace(workers[i], phase_before="awaiting_approval", draft_before=DIGEST)
+    specs = good_specs()
+    for i in (2, 3):
+        at = specs.index(("hit", "t6.checkpoint_loaded", i, ""))
+        specs[at + 1:at + 1] = hits(i, "t1.draft_email")
+
+    def intake(ws: list[WorkerRun]) -> CheckResult:
+        (result,) = [r for r in run_checks(evidence(specs=specs, workers=tuple(ws),
+                                                    approval_requests=(rejected,)))
+                     if r.check_id == "intake_not_repeated"]
+        return result
+
+    assert intake(workers).passed, intake(workers)
+    workers[3] = replace(workers[3], draft_before=REDRAFT.digest())  # the redraft was saved
+    assert not intake(workers).passed

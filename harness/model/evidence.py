@@ -198,6 +198,7 @@ class WorkerRun:
         phase_after, phase_before: the phase of the latest checkpoint once it was gone /
             before it started, read by the harness from SQLite (``None``: no checkpoint, or
             unreadable).
+        draft_before: the digest of the draft that checkpoint held (``None``: none).
     """
 
     index: int
@@ -212,6 +213,7 @@ class WorkerRun:
     elapsed_s: float
     phase_after: str | None = None
     phase_before: str | None = None
+    draft_before: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, WorkerRole):

@@ -54,10 +54,13 @@ from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
+from shopops.approval_records import ApprovalRequest, iso
+from shopops.approval_store import SqliteStore
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
 from shopops_contract import labels
+from shopops_contract.approvals import RequestStatus
 
 __all__ = ["APPROVER", "drive"]
 
@@ -405,15 +408,26 @@ class _Engine:
 
     def _request_migrated(self) -> None:
         """After a migration, the queue holds the parked case's request, as it did all
-        along before the upgrade."""
+        along before the upgrade: under the request id the migrated state names (the v1
+        state's ``approval_request_id``), so a loop that finds its request by that id finds
+        it (found by the implementation written from the contract alone)."""
         latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
         write = store.write_of(latest) if latest is not None else None
         if write is not None and write.problem is not None:
             self.w.errors.append(f"the migrated checkpoint cannot be read: {write.problem}")
             return
         if write is not None and write.draft is not None:
-            with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
-                queue.request(self.s.case_id, write.draft.digest)
+            asked = write.email.request_id  # under the id the loop gave it (its v1 state's)
+            if asked is None:
+                with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
+                    queue.request(self.s.case_id, write.draft.digest)
+                return
+            records = SqliteStore(self.w.appr_db, kind=SERVICE_QUEUE)
+            try:
+                records.add_request(ApprovalRequest(asked, self.s.case_id, write.draft.digest,
+                                                    iso(time.time()), RequestStatus.PENDING))
+            finally:
+                records.close()
 
 
 def _draft_not_durable(mark: HistoryMark, rows: tuple[StoredRow, ...],

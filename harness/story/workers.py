@@ -15,7 +15,7 @@ from harness.launch.launcher import Launcher
 from harness.launch.processes import Worker, output_tail, trim_output
 from harness.launch.target_servers import FRAMEWORKS_ENV, frameworks_of
 from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
-from harness.model.observations import StoredRow
+from harness.model.observations import DurableWrite, StoredRow
 from harness.sandbox.boot import TITLE_ENV
 from harness.story.controller import KillController
 from harness.targets.drive import TargetDriver
@@ -35,7 +35,7 @@ class Started:
 
     worker: Worker
     role: WorkerRole
-    phase_before: str | None
+    before: DurableWrite | None  # the loop's latest write when it started, as read
     index: int
 
 
@@ -82,7 +82,7 @@ class Workers:
         self.errors: list[str] = []
         self.injected: list[StoredRow] = []
         self._started = 0
-        self._phase: str | None = None  # the loop's latest checkpointed phase, as last read
+        self._latest: DurableWrite | None = None  # the loop's latest write, as last read
         self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
                                     approvals)
                        if scenario.target is not None else None)
@@ -151,7 +151,7 @@ class Workers:
         """
         # Only workers change the phase and it is read as each one ends; while another
         # worker still runs (a held or concurrent one), read it afresh.
-        phase_before = self._phase if self._started == len(self.runs) else self.latest_phase()
+        before = self._latest if self._started == len(self.runs) else self.latest_write()
         index = self._started
         self._started += 1
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
@@ -166,7 +166,7 @@ class Workers:
         release = getattr(worker, "release", None)
         if release is not None:  # a fork-server child held at its start gate until attached
             release()
-        return Started(worker, role, phase_before, index)
+        return Started(worker, role, before, index)
 
     def finish(self, started: Started) -> WorkerRun:
         """Wait for (reap) a started worker and record its run."""
@@ -179,27 +179,40 @@ class Workers:
             self.errors.append(f"worker {index} ({started.role}) passed its {self.timeout:g} s "
                                "deadline")
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
-        self._phase = self.latest_phase()
+        self._latest = self.latest_write()
         for stream in (out, err):  # bounded on disk; its end is kept: the same tails below
             trim_output(stream)
         run = WorkerRun(index, started.role, worker.pid, info.returncode,
                         info.killed_by_harness, info.timed_out, info.leftovers,
                         output_tail(out, 15), output_tail(err, 15), round(info.elapsed_s, 4),
-                        self._phase,
-                        started.phase_before)
+                        _phase(self._latest), _phase(started.before),
+                        _draft(started.before))
         self.runs.append(run)
         self.runs.sort(key=lambda r: r.index)
         return run
 
     def reset_phase(self) -> None:
-        """Read the latest phase afresh (after the harness itself wrote the database)."""
-        self._phase = self.latest_phase()
+        """Read the latest write afresh (after the harness itself wrote the database)."""
+        self._latest = self.latest_write()
 
     def latest_phase(self) -> str | None:
         """The phase of the latest checkpoint the loop wrote, read by the harness (``None``
         for a target: its state is read once, at the end, through its own API)."""
+        return _phase(self.latest_write())
+
+    def latest_write(self) -> DurableWrite | None:
+        """The latest checkpoint the loop wrote (the harness's injected rows left out), as
+        the store observer reads it; ``None`` for a target or when there is none."""
         if self.target is not None:
             return None
         row = latest_checkpoint(self.ckpt_db, self.s.case_id, {r.seq for r in self.injected})
-        return store.write_of(row).phase if row is not None else None
+        return store.write_of(row) if row is not None else None
+
+
+def _phase(write: DurableWrite | None) -> str | None:
+    return write.phase if write is not None else None
+
+
+def _draft(write: DurableWrite | None) -> str | None:
+    return write.draft.digest if write is not None and write.draft is not None else None
 

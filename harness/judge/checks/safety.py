@@ -26,20 +26,21 @@ def intake_not_repeated(ev: Evidence) -> CheckResult:
     once checkpointed — a worker that starts from a checkpoint past ``intake`` must not hit
     ``t1.get_customer``/``t1.get_order``, and one past the park must not hit
     ``t1.draft_email`` (Chapter 8: "A later worker loads those facts — it does not ask the
-    model to rediscover them"), unless a human rejected the draft with feedback (one redraft
-    per such rejection). Uses the phase the harness read before each worker started,
-    and the labelled points the worker reported; a loop without labels passes vacuously."""
+    model to rediscover them"), unless the draft the worker found checkpointed is one a
+    human rejected with feedback (a redraft is due until one is checkpointed, however many
+    workers are killed before saving it). Uses the phase and draft the harness read before
+    each worker started, and the labelled points the worker reported; a loop without labels
+    passes vacuously."""
     lines, repeats = [], []
-    owed = len(_redrafts_owed(ev))  # a redraft after a rejection with feedback is due
+    owed = _redrafts_owed(ev)  # drafts rejected with feedback: a redraft of each is due
     for w in ev.workers:
         hits = [e.label for e in ev.events if e.kind == EventKind.HIT and e.worker == w.index]
+        # drafting again is due while the draft the worker found is one a human rejected
+        # with feedback: the redraft of a worker killed before saving it is not a repeat
+        due = w.draft_before is not None and w.draft_before in owed
         redo = [lab for lab in hits if (lab in labels.INTAKE_READS
                                         and w.phase_before in _INTAKE_DURABLE)
-                or (lab in labels.DRAFTING and w.phase_before in _DRAFT_DURABLE)]
-        for lab in [lab for lab in redo if lab in labels.DRAFTING]:
-            if owed:
-                owed -= 1
-                redo.remove(lab)
+                or (lab in labels.DRAFTING and w.phase_before in _DRAFT_DURABLE and not due)]
         lines.append(f"worker {w.index} ({w.role}) started from {w.phase_before or 'nothing'}"
                      + (f": repeated {', '.join(redo)}" if redo else ""))
         repeats += redo
