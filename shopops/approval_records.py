@@ -1,7 +1,8 @@
 """The approval queue's records: a request awaiting a human and a server-issued ticket.
 
-Plain frozen dataclasses shared by the queue's logic (``shopops.approvals``), its SQLite
-store (``shopops.approval_store``) and its client of a harness-owned approval service
+The records are the contract's (``shopops_contract.approvals.ApprovalRequest``,
+``Ticket``), shared by the queue's logic (``shopops.approvals``), its SQLite store
+(``shopops.approval_store``) and its client of a harness-owned approval service
 (``shopops.approval_client``); ``to_wire``/``from_wire`` are their JSON form on that
 service's socket (field name → value, the dataclass's own field names).
 """
@@ -9,49 +10,14 @@ service's socket (field name → value, the dataclass's own field names).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from shopops_contract.approvals import DEFAULT_GATE, RequestStatus
+from shopops_contract.approvals import ApprovalRequest, RequestStatus, Ticket
+
+__all__ = ["STATUSES", "ApprovalRequest", "Ticket", "from_wire", "iso", "to_wire"]
 
 STATUSES: tuple[str, ...] = tuple(RequestStatus)
-
-
-@dataclass(frozen=True)
-class ApprovalRequest:
-    """A proposed send awaiting a human: ``request_id``, ``case_id``, ``draft_digest`` (hex
-    SHA-256 of the draft), ``requested_at`` (ISO-8601 UTC), ``status`` (pending / approved /
-    rejected), the reviewer's ``feedback`` on a rejection (``None``: a plain rejection,
-    the case ends; a text: the loop drafts again answering it) and the ``gate`` (``GATES``)
-    the request is about; for ``add_order_note`` ``draft_digest`` is the note's digest."""
-
-    request_id: str
-    case_id: str
-    draft_digest: str
-    requested_at: str
-    status: str
-    feedback: str | None = None
-    gate: str = DEFAULT_GATE
-
-
-@dataclass(frozen=True)
-class Ticket:
-    """A server-issued approval: ``ticket_id`` (``"apr-desk-9"``), the ``request_id``,
-    ``case_id`` and ``draft_digest`` it is bound to, ``approver``, ``issued_at`` (ISO-8601
-    UTC) and ``issued_at_epoch`` (seconds), ``consumed_by_key`` (the idempotency key of
-    the send that used it, or ``None``), ``consumed_at`` and the ``gate`` it grants."""
-
-    ticket_id: str
-    request_id: str
-    case_id: str
-    draft_digest: str
-    approver: str
-    issued_at: str
-    issued_at_epoch: float
-    consumed_by_key: str | None
-    consumed_at: str | None
-    gate: str = DEFAULT_GATE
 
 
 R = TypeVar("R", ApprovalRequest, Ticket)

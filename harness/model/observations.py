@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from shopops_contract.approvals import DEFAULT_GATE
+from shopops_contract.approvals import DEFAULT_GATE, ApprovalRequest, Ticket
 from shopops_contract.digests import draft_digest
 from shopops_contract.phases import Phase
 
@@ -178,34 +178,7 @@ class History:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
-class ApprovalRecord:
-    """One approval request as the harness's approval service holds it (its wire fields,
-    ``docs/contract.md``, "The approval protocol"): a pending, approved or rejected ask of
-    a human about one gate of one case and one digest."""
-
-    request_id: str
-    case_id: str
-    draft_digest: str
-    requested_at: str
-    status: str
-    feedback: str | None = None
-    gate: str = DEFAULT_GATE
-
-
-@dataclass(frozen=True)
-class TicketRecord:
-    """One ticket the harness's queue issued when a human approved (its wire fields):
-    bound to a request, case, gate and digest; ``consumed_by_key`` is the idempotency key
-    of the send that used it (``None``: unused) and ``consumed_at`` when."""
-
-    ticket_id: str
-    request_id: str
-    case_id: str
-    draft_digest: str
-    approver: str
-    issued_at: str
-    issued_at_epoch: float
-    consumed_by_key: str | None
-    consumed_at: str | None
-    gate: str = DEFAULT_GATE
+#: A request as the harness's approval service holds it: the contract's record.
+ApprovalRecord = ApprovalRequest
+#: A ticket the harness's queue issued: the contract's record.
+TicketRecord = Ticket
