@@ -4,8 +4,8 @@ Data flows one way — plan → story record → evidence → checks → verdict
 every stage hands the next one of these frozen dataclasses. This package imports nothing
 of the harness outside itself (a test reads the import graph), so any module may use it:
 reports, the explorer and the pytest plugin take their types from here, never from the
-runner. It imports no other package of the harness (only ``shopops``'s labels and records,
-until the contract moves out of the loop under test).
+runner. It imports no other package of the harness and nothing of the loop under test: of
+the project, only ``shopops_contract`` (labels, limits, phases, approval records).
 """
 
 from harness.model.evidence import (
