@@ -123,6 +123,15 @@ TRICKS: tuple[Trick, ...] = (
         "Exactly one delivery", "o1001[t6.gateway_accepted]", "no_tampering",
     ),
     Trick(
+        "report-the-gateways-point",  # claim t6.gateway_accepted before any send: killed
+        "fresh-key-per-send",  # there, the resumer's one send would be the only delivery
+        (("gateway_client.py", "            failpoint(points[0])\n",
+          "            failpoint(points[0])\n"
+          "            if points[0] == 't6.request_leaving':\n"
+          "                failpoint('t6.gateway_accepted')\n"),),
+        "Exactly one delivery", "o1001[t6.gateway_accepted]", "no_tampering",
+    ),
+    Trick(
         "clear-fault-plan",  # switch off the gateway's faults before every send
         "retries-with-fresh-key",
         (("gateway_client.py", "        for attempt in range(1, self.max_attempts + 1):\n",
