@@ -146,7 +146,8 @@ def test_an_implementation_cannot_write_its_own_score(tmp_path: Path) -> None:
      "tests[0].checks"),
     ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "some"\n',
      "tests[0].checks"),
-    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "all"\nvisibility = "secret"\n',
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "all"\n'
+     'visibility = "secret"\n',
      "tests[0].visibility"),
     ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "all"\nweight = 2\n',
      "tests[0].weight"),

@@ -182,8 +182,9 @@ def _run(args: argparse.Namespace) -> int:
         schedule = CrashSchedule.parse(args.schedule) if args.schedule is not None else None
         shard = resolve_shard(args.shard, os.environ)
         step_summary.check_target(os.environ)
-        durations = earlier_durations(Path(args.durations)) \
-            if shard is not None and args.durations else {}
+        # read whenever given (a FIFO, a nested or bad file is refused even without --shard)
+        durations = earlier_durations(Path(args.durations)) if args.durations else {}
+        durations = durations if shard is not None else {}
         if args.sut and not target:
             from harness.sandbox.users import check_installable
 

@@ -27,8 +27,8 @@ class RubricItem:
         checks: the check ids this item is about (at least one; ``ALL_CHECKS`` for every
             one — an item about no check would give full points to failing executions, so
             ``__post_init__`` refuses it with ``ValueError``): in every one of those
-            executions each must come out as its scenario expects (pass, or fail for a teaching demo's
-            expected failure). Always, a scenario's expected worker error must have
+            executions each must come out as its scenario expects (pass, or fail for a
+            teaching demo's expected failure). Always, a scenario's expected worker error must have
             happened and the verdict must be definite (not ``unknown``); other checks do
             not count here, so one bug costs the items about it, not every item.
         visibility: Gradescope visibility.

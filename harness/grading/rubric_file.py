@@ -1,7 +1,8 @@
 """Reading a rubric TOML file into ``harness.grading.rubric.RubricItem``s, refusing a bad one.
 
 A rubric file is ``[[tests]]`` tables with ``name``, ``points``, ``scenarios``, ``checks``
-(check ids, or ``"all"``: every check must hold) and optionally ``visibility`` (Gradescope's values) and ``explain``; it replaces
+(check ids, or ``"all"``: every check must hold) and optionally ``visibility``
+(Gradescope's values) and ``explain``; it replaces
 ``DEFAULT_RUBRIC``. Every field is checked before anything runs: a bad rubric is one clear
 error naming the file and the field (issue 10: non-finite or absurd points, duplicate
 names; issue 24: an item without ``checks`` gave full points to executions that all
@@ -16,6 +17,13 @@ from pathlib import Path
 
 from harness.grading.rubric import ALL_CHECKS, RubricItem
 from harness.model import CheckId
+from harness.model.input_files import (
+    MAX_TOML_BYTES,
+    MAX_TOML_NESTING,
+    InputFileError,
+    check_nesting,
+    read_input,
+)
 from harness.plan.catalogue import CATALOGUE
 from shopops.errors import ShopOpsError
 
@@ -38,8 +46,8 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
 
     Raises:
         RubricError: unreadable, syntax error, unknown field, wrong type, unknown check id,
-            unknown visibility, unknown scenario, no tests, no ``checks`` (or an empty list), points that are not finite or
-            over ``MAX_POINTS``, a duplicate name.
+            unknown visibility, unknown scenario, no tests, no ``checks`` (or an empty
+            list), points that are not finite or over ``MAX_POINTS``, a duplicate name.
     """
     path = Path(path)
 
@@ -47,9 +55,13 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
         return RubricError(f"{path}: field '{fld}': {reason}", path=str(path), field=fld,
                            reason=reason)
 
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    try:  # a regular file, bounded in size and nesting before tomllib sees it
+        text = read_input(path, MAX_TOML_BYTES)
+        check_nesting(text, path, MAX_TOML_NESTING, toml=True)
+        data = tomllib.loads(text)
+    except InputFileError as exc:
+        raise RubricError(str(exc), path=str(path), field=None, reason="unreadable") from None
+    except tomllib.TOMLDecodeError as exc:
         raise RubricError(f"{path}: cannot read the rubric: {exc}", path=str(path),
                           field=None, reason="unreadable") from exc
     tests = data.get("tests")
