@@ -340,3 +340,20 @@ def test_a_sut_folder_that_cannot_be_copied_as_root_is_refused_before_anything_r
     o = call("shopops-chaos", (*RUN, "--sut", "impl"), cwd)
     assert_refused(o, 2, "--sut impl", "'root' is a " + ("symlink" if make == "symlink"
                                                        else "FIFO"))
+
+
+def test_nesting_counts_brackets_outside_strings_and_comments() -> None:
+    """``harness.model.input_files.check_nesting``: brackets in strings (all four TOML
+    forms, JSON with escapes) and TOML comments do not count; real nesting does, and the
+    refusal names the line."""
+    from harness.model.input_files import InputFileError, check_nesting
+
+    toml_ok = ('a = "[[[[\\"[["\nb = \'[[[[\'\nc = """\n[[[[\n"""\nd = \'\'\'[[[[\'\'\'\n'
+               '# [[[[[[\ne = [[1]]\n')
+    check_nesting(toml_ok, "ok.toml", 2, toml=True)
+    with pytest.raises(InputFileError, match="line 8: nested more than 1"):
+        check_nesting(toml_ok, "ok.toml", 1, toml=True)
+    json_ok = '{"a": "[[[[\\"[[[", "b":\n[[1]]}'
+    check_nesting(json_ok, "run.json", 3, toml=False)
+    with pytest.raises(InputFileError, match="line 2: nested more than 2"):
+        check_nesting(json_ok, "run.json", 2, toml=False)

@@ -12,7 +12,9 @@ outside strings and comments) is counted before any parser sees it.
 from __future__ import annotations
 
 import os
+import re
 import stat
+from itertools import accumulate
 from pathlib import Path
 
 __all__ = ["MAX_JSON_BYTES", "MAX_JSON_NESTING", "MAX_TOML_BYTES", "MAX_TOML_NESTING",
@@ -84,6 +86,29 @@ def read_input(path: str | Path, limit_bytes: int) -> str:
                              ) from None
 
 
+#: A JSON string (its brackets do not count).
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # unrolled: 2.5x faster
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _json_nesting(text: str, path: Path, limit: int) -> None:
+    """Strings removed, then everything but brackets, by regular expression; the depth is
+    the running sum's maximum. Only a refusal walks the text again, to name the line."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if max(accumulate(map(_STEP.__getitem__, brackets)), default=0) <= limit:
+        return
+    depth = 0
+    for match in re.finditer(_JSON_STRING.pattern + r"|[\[\]{}]", text):
+        depth += _STEP.get(match.group(), 0)
+        if depth > limit:
+            line = text.count("\n", 0, match.start()) + 1
+            raise InputFileError(path, f"line {line}: nested more than {limit} "
+                                 f"levels deep; allowed: at most {limit}")
+    raise InputFileError(path, f"nested more than {limit} levels deep; allowed: at most "
+                         f"{limit}")
+
+
 def _regular(path: Path, mode: int) -> None:
     if not stat.S_ISREG(mode):
         what = next((name for test, name in _KINDS if test(mode)), "not a regular file")
@@ -101,6 +126,10 @@ def check_nesting(text: str, path: str | Path, limit: int, *, toml: bool) -> Non
     Raises:
         InputFileError: deeper than ``limit``, naming the line.
     """
+    if not toml:  # by regular expressions: the loop below took 4 s on a 10 MB run.json,
+        # this about as long as json.loads
+        _json_nesting(text, Path(path), limit)
+        return
     depth, line, i, n = 0, 1, 0, len(text)
     while i < n:
         c = text[i]
