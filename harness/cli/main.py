@@ -14,11 +14,11 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli.args import DEFAULT_EXPLORE, DEFAULT_SCENARIOS, build_parser
+from harness.cli.interrupts import Progress, interrupted, signal_exit
 from harness.grading.targets import all_on, from_cli
 from harness.model import PythonTarget, Verdict
 from harness.plan.scenario import ScenarioError
@@ -73,21 +73,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     """Exit status of the merged run (0/1/2), or 2 when the folders do not merge or the
-    merge was interrupted (SIGINT/SIGTERM: ``_interrupted``; its folder is left incomplete,
+    merge was interrupted (SIGINT/SIGTERM: ``harness.cli.interrupts``; its folder is left incomplete,
     removed by the next command's ``prune_runs``)."""
     from harness.launch.processes import reaping_on_signals
 
-    at = _Progress()
+    at = Progress()
     try:
         with reaping_on_signals():
             return _merge_command(args, at)
     except (KeyboardInterrupt, SystemExit) as exc:
-        if not _signal_exit(exc):
+        if not signal_exit(exc):
             raise
-        return _interrupted("merge", exc, at)
+        return interrupted("merge", exc, at)
 
 
-def _merge_command(args: argparse.Namespace, at: _Progress) -> int:
+def _merge_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.cli.merge import MergeError, check_junit, load_shards, merge_runs
     from harness.reports.runs import DEFAULT_KEEP_RUNS, prune_runs
     from harness.reports.write import point_latest, write_reports
@@ -185,77 +185,28 @@ def _default_paths() -> list[Path]:
     return [here if here.is_dir() else CATALOGUE]
 
 
-@dataclass
-class _Progress:
-    """How far a ``run`` or ``merge`` got, for ``_interrupted``: its output folder once made,
-    and whether its final reports were being written."""
-
-    out_dir: Path | None = None
-    writing: bool = False
-
-
-def _interrupted(command: str, exc: BaseException, at: _Progress, *,
-                 report: Callable[[Path], None] | None = None) -> int:
-    """What SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit`` from
-    ``reaping_on_signals``) does to ``run`` and ``merge``: one line, exit 2, no traceback
-    (issue 24: ``merge`` died with -15, ``run`` with a traceback and no reports). Before an
-    output folder exists nothing was written; once it does and ``report`` is given (``run``),
-    its reports are written saying "interrupted" (further signals ignored meanwhile); a
-    folder whose final reports were being written, or a merge's, is left without
-    ``summary.json`` — incomplete, so ``latest`` stays where it was and the next command's
-    ``prune_runs`` removes it (its pid is gone)."""
-    import signal
-
-    name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
-    where = ""
-    if at.out_dir is not None and report is not None and not at.writing:
-        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            report(at.out_dir)
-            where = f"; its reports say interrupted: {at.out_dir}"
-        except OSError as error:
-            where = f"; its reports could not be written ({error}): {at.out_dir} is incomplete"
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
-    elif at.out_dir is not None:
-        where = (f"; {at.out_dir} is incomplete (no summary.json): latest was not moved and "
-                 "the next run or merge removes it")
-    print(f"shopops-chaos{'' if command == 'run' else ' ' + command}: interrupted ({name})"
-          f"{where}", file=sys.stderr)
-    return 2
-
-
-def _signal_exit(exc: BaseException) -> bool:
-    """``exc`` is what ``reaping_on_signals`` raises for SIGINT or SIGTERM."""
-    import signal
-
-    return isinstance(exc, KeyboardInterrupt) or (
-        isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM)
-
-
 def _run(args: argparse.Namespace) -> int:
-    """``run``, with SIGINT/SIGTERM handled from the start (``_interrupted``)."""
+    """``run``, with SIGINT/SIGTERM handled from the start (``harness.cli.interrupts``)."""
     from harness.launch.processes import reaping_on_signals
     from harness.model import RunResult
     from harness.reports.write import finish_run
 
-    at = _Progress()
+    at = Progress()
     keep = {"keep_runs": args.keep_runs, "keep_all": args.keep_all}
     try:
         with reaping_on_signals():
             return _run_command(args, at)
     except (KeyboardInterrupt, SystemExit) as exc:
-        if not _signal_exit(exc):
+        if not signal_exit(exc):
             raise
 
         def report(out: Path) -> None:  # what a harness error writes: nothing finished
             finish_run(RunResult(out.name, out, interrupted=True), out, **keep)
 
-        return _interrupted("run", exc, at, report=report)
+        return interrupted("run", exc, at, report=report)
 
 
-def _run_command(args: argparse.Namespace, at: _Progress) -> int:
+def _run_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.launch.processes import reaping_on_signals
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.plan.catalogue import resolve
