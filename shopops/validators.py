@@ -257,13 +257,34 @@ def _failpoints(text: str) -> str:
     return text
 
 
+#: Kernel filesystems no execution's files can live in (``SHOPOPS_SCRATCH``): ``/proc``
+#: passed "an existing folder" and the run then failed after writing its folder (issue 24).
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
 def _scratch(text: str) -> str:
+    """``SHOPOPS_SCRATCH``: ``auto``, ``off``, or an existing folder outside ``/proc``,
+    ``/sys`` and ``/dev`` (``/dev/shm`` is allowed) in which a folder can be created — proven
+    by creating and removing one, so a bad place is refused before any run folder exists."""
+    allowed = ("allowed: auto, off, or an existing folder where files can be written, "
+               "outside /proc, /sys and /dev (except /dev/shm)")
     if text in ("auto", "off"):
         return text
     try:
         existing_folder(text)
     except ValueError as exc:
-        raise ValueError(f"{exc} (allowed: auto, off, or an existing folder)") from None
+        raise ValueError(f"{exc} ({allowed})") from None
+    real = os.path.realpath(text)
+    if (any(real == r or real.startswith(r + "/") for r in _PSEUDO_ROOTS)
+            and not (real == "/dev/shm" or real.startswith("/dev/shm/"))):
+        raise ValueError(f"{_show(text)} is on a kernel filesystem ({real}); {allowed}")
+    probe = os.path.join(real, f".shopops-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe, 0o700)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise ValueError(f"{_show(text)}: cannot create a folder in it "
+                         f"({exc.strerror}); {allowed}") from None
     return text
 
 

@@ -79,6 +79,9 @@ CATALOGUE: tuple[Label, ...] = (
 
 BY_NAME: dict[str, Label] = {label.name: label for label in CATALOGUE}
 
+#: Labels only the harness's own components reach (the gateway's, the queue's): a worker that
+#: reports one is refused and the report recorded as tampering (``harness.story.controller``).
+HARNESS_OWNED = frozenset(lab.name for lab in CATALOGUE if lab.side != "worker")
 #: Labels a worker can be killed at (every side but the human's ``queue``), in order.
 KILLABLE: tuple[str, ...] = tuple(lab.name for lab in CATALOGUE if lab.side != "queue")
 

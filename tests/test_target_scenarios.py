@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,7 +94,11 @@ def test_a_python_target_resolves_its_folder_against_the_scenario_file(tmp_path)
      "required for kind = \"python\""),
     (python_target(start="-"), "target.start", "required for kind"),
     (python_target(resume="loop"), "target.resume", "'loop' must be module:function"),
-    (python_target(folder=Path("/nonexistent/x")), "target.folder", "is not a folder"),
+    (python_target(folder=Path("/nonexistent/x")), "target.folder", "outside the allowed"),
+    (python_target(folder=Path(tempfile.gettempdir()) / "nonexistent-x"), "target.folder",
+     "is not a folder"),
+    (python_target(start="os:system"), "target.start", "no module 'os'"),
+    (python_target(resume="loop:nope"), "target.resume", "defines no 'nope'"),
     ('kind = "reference"\nstart = "a:b"', "target.start", "takes no target fields"),
     ('kind = "reference"\noptions = { x = "y" }', "target.options.x", "takes no options"),
     ('kind = "langgraph"\nstart = "a:b"', "target.start", "give only kind and options"),

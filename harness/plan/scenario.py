@@ -28,6 +28,13 @@ from harness.model import (
     WorkerRole,
     WorkersStep,
 )
+from harness.model.input_files import (
+    MAX_TOML_BYTES,
+    MAX_TOML_NESTING,
+    InputFileError,
+    check_nesting,
+    read_input,
+)
 from harness.plan.story_parse import mistyped, parse_story
 from harness.targets.spec import parse_target, target_limits
 from shopops.errors import ShopOpsError
@@ -101,16 +108,19 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate one scenario file.
 
     Raises:
-        ScenarioError: unreadable file, TOML syntax error (with its line), unknown table or
+        ScenarioError: unreadable file, not a regular file (a FIFO), over
+            ``MAX_TOML_BYTES`` or nested deeper than ``MAX_TOML_NESTING``
+            (``harness.model.input_files``), TOML syntax error (with its line), unknown table or
             field, wrong type, bad name, unknown policy, unknown label, bad schedule, unknown
             check id.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc}", path=str(path), field=None,
-                            line=None, reason="unreadable") from exc
+    try:  # a regular file, bounded in size and nesting before tomllib sees it
+        text = read_input(path, MAX_TOML_BYTES)
+        check_nesting(text, path, MAX_TOML_NESTING, toml=True)
+    except InputFileError as exc:
+        raise ScenarioError(str(exc), path=str(path), field=None, line=None,
+                            reason="unreadable") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -22,7 +22,9 @@ the reference loop has (they reach into its own checkpoint schema or command lin
 
 from __future__ import annotations
 
+import ast
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -36,10 +38,11 @@ from harness.model import (
     TargetRole,
     TicketKind,
 )
-from harness.targets.examples import BY_NAME, OPTIONS
+from harness.model.input_files import InputFileError, read_input
+from harness.targets.examples import BY_NAME, EXAMPLES_DIR, OPTIONS
 from harness.targets.extras import ExtraMissing, require
 
-__all__ = ["FIELDS", "KINDS", "parse_target", "target_limits"]
+__all__ = ["FIELDS", "KINDS", "allowed_roots", "parse_target", "target_limits"]
 
 KINDS = ("reference", "python", *BY_NAME)
 FIELDS = ("kind", "folder", "start", "resume", "decide", "history", "options")
@@ -62,8 +65,10 @@ def parse_target(table: dict[str, Any], path: Path,
 
     Raises:
         whatever ``fail`` makes: an unknown field or kind, a bad ``module:function``, a
-        missing folder, a missing extra (with the install command), an option that is not
-        a string or not one the shipped example accepts.
+        missing folder or one outside ``allowed_roots``, a ``module:function`` whose module
+        is not a file in the folder or does not define the function (``os:system``), a
+        missing extra (with the install command), an option that is not a string or not
+        one the shipped example accepts.
     """
     for key in table:
         if key not in FIELDS:
@@ -104,9 +109,67 @@ def parse_target(table: dict[str, Any], path: Path,
         raise fail("target.folder", "required for kind = \"python\": the folder holding the "
                    "module, relative to the scenario file")
     folder = (path.parent / raw).resolve()
+    roots = allowed_roots(path)
+    if not any(folder == r or folder.is_relative_to(r) for r in roots):
+        raise fail("target.folder", f"{raw!r} resolves to {folder}, outside the allowed "
+                   "places; allowed: a folder inside " + ", ".join(map(str, roots)))
     if not folder.is_dir():
         raise fail("target.folder", f"{folder} is not a folder")
+    for role, ref in functions.items():
+        why = _not_defined(folder, ref)
+        if why is not None:
+            raise fail(f"target.{role.value}", f"{ref!r}: {why}; allowed: module:function "
+                       f"naming a function defined in a .py file inside {folder}")
     return PythonTarget(folder, functions, None, "python", options)
+
+
+def allowed_roots(path: Path) -> tuple[Path, ...]:
+    """Where a ``python`` target's ``folder`` may be (issue 24: ``folder =
+    "../../../../etc"`` was accepted): inside the scenario file's folder, the current
+    folder, the shipped examples (``harness.targets.examples.EXAMPLES_DIR``) or the system's
+    temporary folder (``tempfile.gettempdir``, where tests and graders build targets)."""
+    return tuple(dict.fromkeys(p.resolve() for p in (
+        path.parent, Path.cwd(), EXAMPLES_DIR, Path(tempfile.gettempdir()))))
+
+
+#: The largest module file read to find a target's function, in bytes.
+_MAX_MODULE_BYTES = 4 * 1024 * 1024
+
+
+def _not_defined(folder: Path, ref: str) -> str | None:
+    """Why ``module:function`` is not a function of a module in ``folder``, else ``None``.
+
+    Read, never imported (importing runs the target's code, as root before sealing): the
+    module's file (``a/b.py`` or ``a/b/__init__.py``, resolved inside ``folder``, so
+    ``os:system`` — a module of the standard library — is refused) is parsed and the name
+    must be bound at its top level (``def``, ``async def``, a class, an assignment or an
+    import)."""
+    module, name = ref.split(":")
+    base = folder.joinpath(*module.split("."))
+    candidates = (base.with_name(base.name + ".py"), base / "__init__.py")
+    file = next((c for c in candidates if c.is_file()), None)
+    if file is None:
+        return f"no module {module!r} in the target's folder (looked for " + \
+            " and ".join(str(c.relative_to(folder)) for c in candidates) + ")"
+    if not file.resolve().is_relative_to(folder):
+        return f"{file} leads outside the target's folder"
+    try:
+        text = read_input(file, _MAX_MODULE_BYTES)
+        tree = ast.parse(text, str(file))
+    except (InputFileError, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return f"{file} cannot be read as Python ({type(exc).__name__}: {exc})"
+    bound: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            bound.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+    if name not in bound:
+        return f"{file.relative_to(folder)} defines no {name!r} at its top level"
+    return None
 
 
 def _options(raw: Any, kind: str, fail: Callable[[str, str], Exception]) -> dict[str, str]:
