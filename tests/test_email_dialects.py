@@ -6,9 +6,11 @@ sender)."""
 from __future__ import annotations
 
 import os
+import smtplib
 import subprocess
 import sys
 from collections.abc import Iterator
+from email.message import EmailMessage
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,75 @@ def test_resend_sdk_in_another_process_is_pointed_by_its_environment_alone(
     log = read_log(gateway.db_path)
     assert len(log.deliveries) == 1
     assert {r.worker_pid for r in log.requests} == {proc.pid}
+
+
+# -- SMTP ---------------------------------------------------------------------------------
+pytest.importorskip("aiosmtpd")
+
+
+@pytest.fixture
+def smtp_gateway(tmp_path: Path) -> Iterator[MockGateway]:
+    gw = MockGateway(tmp_path / "gateway.db", smtp=True)
+    gw.case_id = CASE
+    gw.start()
+    try:
+        yield gw
+    finally:
+        gw.stop()
+
+
+def _mail(**headers: str) -> EmailMessage:
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "shop@example.com", "jordan@example.com", "Hi"
+    for name, value in headers.items():
+        msg[name.replace("_", "-")] = value
+    msg.set_content("your refund is on its way")
+    return msg
+
+
+def _send(gw: MockGateway, msg: EmailMessage) -> None:
+    with smtplib.SMTP("127.0.0.1", gw.smtp_port, timeout=30) as smtp:
+        smtp.send_message(msg)
+
+
+def test_smtp_replay_with_resends_key_header_is_one_delivery(smtp_gateway: MockGateway
+                                                             ) -> None:
+    for _ in range(2):
+        _send(smtp_gateway, _mail(Resend_Idempotency_Key="welcome/O-1001"))
+    log = smtp_gateway.log()
+    assert len(log.deliveries) == 1
+    assert [(r.status, r.duplicate) for r in log.requests] == [(201, False), (200, True)]
+    d = log.deliveries[0]
+    assert (d.case_id, d.to, d.subject, d.idempotency_key) == (
+        CASE, "jordan@example.com", "Hi", "welcome/O-1001")
+    assert d.body.strip() == "your refund is on its way"
+    assert d.body_sha256 == sha256({"case_id": CASE, "to": d.to, "subject": d.subject,
+                                    "body": d.body})
+    assert {r.worker_pid for r in log.requests} == {os.getpid()}
+
+
+def test_smtp_message_id_is_the_key_and_another_is_another_delivery(
+        smtp_gateway: MockGateway) -> None:
+    _send(smtp_gateway, _mail(Message_ID="<a@example.com>"))
+    _send(smtp_gateway, _mail(Message_ID="<a@example.com>"))
+    _send(smtp_gateway, _mail(Message_ID="<b@example.com>"))
+    log = smtp_gateway.log()
+    assert [d.idempotency_key for d in log.deliveries] == ["<a@example.com>",
+                                                           "<b@example.com>"]
+    with pytest.raises(smtplib.SMTPDataError) as reused:  # same key, another message
+        msg = _mail(Message_ID="<a@example.com>")
+        msg.replace_header("Subject", "changed")
+        _send(smtp_gateway, msg)
+    assert reused.value.smtp_code == 554
+    assert len(smtp_gateway.log().deliveries) == 2
+
+
+def test_smtp_injected_error_delivers_nothing(smtp_gateway: MockGateway) -> None:
+    smtp_gateway.set_faults([{"kind": "error", "status": 503}])
+    with pytest.raises(smtplib.SMTPDataError) as refused:
+        _send(smtp_gateway, _mail(Message_ID="<c@example.com>"))
+    assert refused.value.smtp_code == 451
+    _send(smtp_gateway, _mail(Message_ID="<c@example.com>"))  # the retry is delivered
+    log = smtp_gateway.log()
+    assert [r.status for r in log.requests] == [503, 201]
+    assert len(log.deliveries) == 1

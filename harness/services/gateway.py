@@ -72,6 +72,7 @@ from harness.services import ledger as ledgers
 from harness.services.ledger import EMAIL, Ledger, read_log
 from harness.services import dialects
 from harness.services.peers import Peer, tcp_peer
+from harness.services.smtp import SmtpFront
 from harness.services.serving import ServerThread
 from shopops.checkpoint_file import OurSchema, inspect
 
@@ -147,6 +148,11 @@ class MockGateway:
         candidates: pids that may own a connection, looked at first (default: this
             process); then every process of the connection's uid when ``allowed_uid`` is
             set, else every process. Keeps the kernel look-up cheap.
+        smtp: also serve SMTP on an ephemeral loopback port (``smtp_port``;
+            ``harness.services.smtp``, needs ``aiosmtpd``).
+
+    Resend's ``POST /emails`` is always served beside the native API
+    (``harness.services.dialects``); a Resend or SMTP message belongs to ``case_id``.
     """
 
     def __init__(self, db_path: str | Path, *, host: str = "127.0.0.1", port: int = 0,
@@ -155,7 +161,8 @@ class MockGateway:
                  on_note_accepted: Callable[[NoteDelivery], None] | None = None,
                  on_note_request: Callable[[RequestRecord], None] | None = None,
                  control: bool = False, allowed_uid: int | None = None,
-                 candidates: Callable[[], Iterable[int]] | None = None) -> None:
+                 candidates: Callable[[], Iterable[int]] | None = None,
+                 smtp: bool = False) -> None:
         self.db_path = Path(db_path)
         self.host, self.port = host, port
         self.on_accepted = on_accepted
@@ -180,6 +187,8 @@ class MockGateway:
         self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
         self._server: BaseWSGIServer | None = None
         self._serving: ServerThread | None = None
+        self._smtp_wanted = smtp
+        self._smtp: SmtpFront | None = None
         inspect(self.db_path, GATEWAY_LOG, create=True)  # fail closed: adopt no file
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -200,7 +209,21 @@ class MockGateway:
                                   0, self._control_wsgi, threaded=True,
                                   request_handler=_QuietHandler)
             self._control_serving = ServerThread(control, "mock-gateway-control")
+        if self._smtp_wanted:
+            self._smtp = SmtpFront(self, self.host).start()
         return self
+
+    @property
+    def smtp_port(self) -> int:
+        """The SMTP port (``smtp=True``, started)."""
+        if self._smtp is None:
+            raise RuntimeError("MockGateway serves no SMTP (smtp=False, or not started)")
+        return self._smtp.port
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once ``stop`` is called (wakes a reply held by ``delay_after_accept``)."""
+        return self._stopping
 
     def _others(self) -> Iterable[int] | None:
         """Where else a connection's owner may be: the allowed uid's processes, or all."""
@@ -230,6 +253,9 @@ class MockGateway:
         self._stopping.set()
         if serving is not None:
             serving.stop()
+        smtp, self._smtp = self._smtp, None
+        if smtp is not None:
+            smtp.stop()
         control, self._control_serving = self._control_serving, None
         if control is not None:
             control.stop()
