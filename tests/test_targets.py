@@ -238,3 +238,19 @@ def test_a_task_is_a_point_of_its_own_and_node_numbers_stay(tmp_path: Path) -> N
     assert json.loads(done.stdout) == [
         "b.langgraph.node_start", "b.langgraph.task_start", "b.langgraph.task_end",
         "b.langgraph.node_end", "b.langgraph.node_start", "b.langgraph.node_end"]
+
+
+def test_a_forked_target_worker_prints_no_runpy_warning(tmp_path: Path) -> None:
+    """The fork server imported ``harness.targets.worker``; a worker run from it with
+    ``-m`` printed runpy's "found in sys.modules" ``RuntimeWarning`` on every start
+    (issue 25). It runs as a fresh interpreter's ``python -m`` would: silent."""
+    with ForkLauncher(modules=("harness.targets.worker",), fallback=None,
+                      preload=("harness.targets.worker", "harness.targets.boundaries")
+                      ) as launcher:
+        case = TargetCase(STARTER, tmp_path, launcher=launcher)  # type: ignore[arg-type]
+        try:
+            done = case.run(Role.START)
+        finally:
+            case.close()
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
