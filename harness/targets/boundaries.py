@@ -144,7 +144,7 @@ def _install_langgraph(context: Any) -> None:
                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
             node = (metadata or {}).get("langgraph_node")
             if node is not None and kwargs.get("name") == node:
-                path = (metadata or {}).get("langgraph_path") or ()
+                path: tuple[Any, ...] = tuple((metadata or {}).get("langgraph_path") or ())
                 kind = ("task" if len(path) >= 4 and path[0] == "__pregel_push"
                         and isinstance(path[1], tuple) else "node")
                 self._nodes[run_id] = kind
