@@ -6,6 +6,7 @@ sender)."""
 from __future__ import annotations
 
 import os
+import signal
 import smtplib
 import subprocess
 import sys
@@ -198,3 +199,29 @@ def test_smtp_injected_error_delivers_nothing(smtp_gateway: MockGateway) -> None
     log = smtp_gateway.log()
     assert [r.status for r in log.requests] == [503, 201]
     assert len(log.deliveries) == 1
+
+
+def test_serve_with_smtp_prints_both_addresses(tmp_path: Path) -> None:
+    """``shopops-chaos gateway serve --smtp``: the SMTP address on a second line; a message
+    names its case with ``X-ShopOps-Case`` (the served gateway has no one case)."""
+    db = tmp_path / "gateway.db"
+    argv = [sys.executable, "-m", "harness", "gateway", "serve", "--db", str(db), "--smtp"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("gateway listening on http://")
+            line = proc.stdout.readline()
+            assert line.startswith("smtp listening on 127.0.0.1:"), line
+            port = int(line.rsplit(":", 1)[1])
+            with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+                smtp.send_message(_mail(X_ShopOps_Case="case-S", Message_ID="<s@x>"))
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [(d.case_id, d.idempotency_key) for d in read_log(db).deliveries] == [
+        ("case-S", "<s@x>")]
