@@ -225,3 +225,18 @@ def test_serve_with_smtp_prints_both_addresses(tmp_path: Path) -> None:
                 proc.wait()
     assert [(d.case_id, d.idempotency_key) for d in read_log(db).deliveries] == [
         ("case-S", "<s@x>")]
+
+
+def test_smtp_drop_after_accept_delivers_and_loses_the_answer(smtp_gateway: MockGateway
+                                                              ) -> None:
+    """The window the harness's own API has too: delivered, the answer lost; a retry with
+    the same key is the same delivery."""
+    smtp_gateway.set_faults([{"kind": "drop_after_accept"}])
+    with pytest.raises(smtplib.SMTPServerDisconnected):
+        _send(smtp_gateway, _mail(Resend_Idempotency_Key="k-drop"))
+    assert len(smtp_gateway.log().deliveries) == 1
+    _send(smtp_gateway, _mail(Resend_Idempotency_Key="k-drop"))
+    log = smtp_gateway.log()
+    assert len(log.deliveries) == 1
+    assert [(r.status, r.fault) for r in log.requests] == [(201, "drop_after_accept"),
+                                                           (200, None)]
