@@ -240,3 +240,12 @@ def test_smtp_drop_after_accept_delivers_and_loses_the_answer(smtp_gateway: Mock
     assert len(log.deliveries) == 1
     assert [(r.status, r.fault) for r in log.requests] == [(201, "drop_after_accept"),
                                                            (200, None)]
+
+
+def test_no_fork_server_preloads_the_resend_sdk() -> None:
+    """``resend`` reads ``RESEND_API_URL`` at its first import: a preloaded copy would keep
+    the fork server's (unset) base URL in every worker (docs/contract.md, "Email APIs")."""
+    from harness.forkserver.worker import FRAMEWORKS, PRELOAD, TARGET_PRELOAD
+
+    preloaded = [*PRELOAD, *TARGET_PRELOAD, *(m for ms in FRAMEWORKS.values() for m in ms)]
+    assert not [m for m in preloaded if m.split(".")[0] == "resend"]
