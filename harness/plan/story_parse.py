@@ -48,7 +48,7 @@ STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
     StepKind.HUMAN: {"action": str, "gate": str, "twice": bool, "feedback": str,
                      "ticket": str, "delay_hours": _NUM, "at": str},
     StepKind.HOLD: {"at": str, "ms": int},
-    StepKind.RELEASE: {"at": str},
+    StepKind.RELEASE: {"at": str, "on": str},
     StepKind.CLOCK: {"advance_s": (str, int, float)},
     StepKind.STORAGE: {"fault": str, "at": str, "ms": int},
 }
@@ -142,7 +142,8 @@ def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail,
     if kind is StepKind.HOLD:
         return HoldStep(point("at", True), ms("ms", 0), when)  # type: ignore[arg-type]
     if kind is StepKind.RELEASE:
-        return ReleaseStep(point("at", True), when)  # type: ignore[arg-type]
+        return ReleaseStep(point("at", True), when,  # type: ignore[arg-type]
+                           on=point("on", False))
     if kind is StepKind.CLOCK:
         advance = table.get("advance_s", PAST_LEASE)
         if isinstance(advance, str):
@@ -191,13 +192,15 @@ def _workers(table: dict[str, Any], when: When, leases: bool,
                   "one {index} (the worker's launch index)")
     if together and count < 2:
         raise bad("together", "needs count >= 2")
-    if together and role not in _LOADING:
-        raise bad("together", "workers overlap where they load the checkpoint: roles "
-                  + ", ".join(_LOADING))
+    if together and role not in (*_LOADING, WorkerRole.MIGRATE):
+        raise bad("together", "workers overlap where they load the checkpoint, or migrate: "
+                  "roles " + ", ".join((*_LOADING, WorkerRole.MIGRATE)))
     if together and recover is not None:
         raise bad("recover", "workers started together recover in a later step (when = "
                   "\"killed\")")
-    if (together or role is WorkerRole.TAKEOVER or owner != DEFAULT_OWNER) and not leases:
+    # migrators take no lease: they overlap on the database's write lock
+    lease_together = together and role is not WorkerRole.MIGRATE
+    if (lease_together or role is WorkerRole.TAKEOVER or owner != DEFAULT_OWNER) and not leases:
         raise bad("together" if together else "role" if role is WorkerRole.TAKEOVER
                   else "owner", "needs concurrency.leases = true")
     if wait is Wait.HELD and (count != 1 or together or recover is not None):
@@ -267,6 +270,13 @@ def _order(steps: list[Step], text: str, fail: Fail) -> None:
             hold = held.pop(step.at, None)
             if hold is None or hold.ms:
                 raise bad("at", f"no earlier hold (without ms) at {step.at} to release")
+            if step.on is not None and step.on.label in labels.AFTER_APPROVAL and not any(
+                    isinstance(s, HumanStep) for s in steps[:i]):
+                raise bad("on", f"{step.on.label} is only reached after an approval")
+            if step.on is not None and not any(isinstance(s, WorkersStep)
+                                               for s in steps[i + 1:]):
+                raise bad("on", "a release when a worker reaches a point needs a later step "
+                          "= \"workers\" to get there")
         elif isinstance(step, WorkersStep):
             if step.wait is Wait.HELD and not any(not h.ms for h in held.values()):
                 raise bad("wait", "\"held\" needs an earlier hold step (without ms) not yet "

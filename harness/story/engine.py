@@ -137,6 +137,7 @@ class _Engine:
         self.checkpoint_seq_at_approval: int | None = None
         self.history_at_approval: HistoryMark | None = None
         self.v1_rows = 0
+        self._migrated_asked = False  # the migrated case's request is in the queue
         self.unrecovered = False  # the latest workers step left a harness kill behind
         self.holds: dict[KillPoint, Hold] = {}
         self.background: list[Started] = []
@@ -159,8 +160,11 @@ class _Engine:
         finally:
             for hold in self.holds.values():
                 hold.release.set()
+            migrators = any(st.role is WorkerRole.MIGRATE for st in self.background)
             while self.background:
                 self.w.finish(self.background.pop(0))
+            if migrators:  # a held migrator committed only now: the queue as it was
+                self._request_migrated()
 
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
@@ -186,7 +190,10 @@ class _Engine:
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
         assert isinstance(step, WorkersStep)
-        if step.together:
+        if step.together and step.role is WorkerRole.MIGRATE:
+            runs = self._migrators_together(step)
+            self.unrecovered = any(r.killed_by_harness for r in runs)
+        elif step.together:
             runs = self._together(step)
             self.unrecovered = any(r.killed_by_harness for r in runs)
         elif step.wait is Wait.HELD:
@@ -200,8 +207,48 @@ class _Engine:
                 while self._again(run) and step.recover and self._may_start(step.recover):
                     run = self.w.run(step.recover, step.owner)
                 self.unrecovered = self.unrecovered or run.killed_by_harness
-        if step.role is WorkerRole.MIGRATE:
+        self._reap_released()
+        if step.role is WorkerRole.MIGRATE and not self._migration_pending():
             self._request_migrated()
+
+    def _reap_released(self) -> None:
+        """Reap the held workers a ``release`` with ``on`` let go during this step: they
+        went on meanwhile (a held migrator commits while the next one waits for its lock)."""
+        going = {id(h.worker) for h in self.holds.values()
+                 if h.release.is_set() and h.worker is not None}
+        for started in [st for st in self.background if id(st.worker) in going]:
+            self.background.remove(started)
+            self.w.finish(started)
+
+    def _migration_pending(self) -> bool:
+        """A migrator is still held: the case's request is made once one has committed."""
+        return any(st.role is WorkerRole.MIGRATE for st in self.background)
+
+    def _migrators_together(self, step: WorkersStep) -> list[WorkerRun]:
+        """Start ``count`` migrators at once. The first inside its migration (it holds the
+        database's write lock, ``ckpt.migration_before_commit``) is held there until every
+        other one has reached ``ckpt.migration_started`` — about to wait for that lock — or
+        exited, then released while they wait: they truly overlap, and none waits past its
+        busy timeout for a migrator the harness holds."""
+        inside, waiting = labels.MIGRATION_BEFORE_COMMIT, labels.MIGRATION_STARTED
+        # not required: a kill scheduled at that very hit comes first (the others then
+        # migrate unheld); a migrator that never got there at all is the story's error
+        hold = self.controller.add_hold(KillPoint(inside, self.controller.totals.seen(inside)
+                                                  + 1), required=False)
+        arrived = self.controller.totals.seen(waiting) + step.count
+        started = [self.w.start(step.role, step.owner) for _ in range(step.count)]
+        held = self._held_or_gone(hold, started)
+        others = [st for st in started if st.worker is not hold.worker]
+        deadline = time.monotonic() + self.w.timeout
+        while (held and self.controller.totals.seen(waiting) < arrived
+               and not all(st.worker.exited() for st in others)
+               and time.monotonic() < deadline):
+            time.sleep(_HOLD_POLL_S)
+        hold.release.set()
+        runs = [self.w.finish(st) for st in started]
+        if not held and not any(r.killed_by_harness for r in runs):
+            self.w.errors.append(f"no concurrent migrator reached {inside}")
+        return runs
 
     def _may_start(self, role: WorkerRole) -> bool:
         """A recheck is a resume before any approval: never once the human approved."""
@@ -259,9 +306,16 @@ class _Engine:
 
     def _release(self, step: Step) -> None:
         assert isinstance(step, ReleaseStep)
+        if step.on is not None:  # in the middle of a later step, when a worker gets there
+            release = self.holds[step.at].release
+            self.controller.add_hook(step.on, lambda worker: release.set())
+            return
         self.holds[step.at].release.set()
+        migrators = any(st.role is WorkerRole.MIGRATE for st in self.background)
         while self.background:
             self.w.finish(self.background.pop(0))
+        if migrators:  # a held migrator committed only now
+            self._request_migrated()
 
     def _clock(self, step: Step) -> None:
         assert isinstance(step, ClockStep)
@@ -411,6 +465,8 @@ class _Engine:
         along before the upgrade: under the request id the migrated state names (the v1
         state's ``approval_request_id``), so a loop that finds its request by that id finds
         it (found by the implementation written from the contract alone)."""
+        if self._migrated_asked:  # once: a second migrator migrates nothing
+            return
         latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
         write = store.write_of(latest) if latest is not None else None
         if write is not None and write.problem is not None:
@@ -418,6 +474,7 @@ class _Engine:
             return
         if write is not None and write.draft is not None:
             asked = write.email.request_id  # under the id the loop gave it (its v1 state's)
+            self._migrated_asked = True
             if asked is None:
                 with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
                     queue.request(self.s.case_id, write.draft.digest)

@@ -1,0 +1,174 @@
+"""Stories the format could not tell before issue 26, told and run on the reference:
+overlapping migrators (one held inside its migration, released while the next waits for its
+lock; or started together), up to eight kills in one schedule, and the bounds of both
+(``harness.story.engine``, ``harness.plan.story_parse``, ``harness.model.plan``).
+
+Real workers, forked from one server for the module; no test sleeps: the order of events is
+read from the harness's own trace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from scenario_helpers import ROOT, assert_names, refused
+
+from harness.launch.launcher import Launcher, make_launcher
+from harness.model import CrashSchedule, KillPoint, ReleaseStep, WorkerRole
+from harness.plan.scenario import load_scenario
+from harness.run.execution import ExecutionPlan, ExecutionResult, execute
+from shopops_contract.limits import MAX_DIRNAME, MAX_KILLS
+
+SCEN = ROOT / "scenarios"
+EIGHT = ("t1.get_customer>t1.draft_email>t3.checkpoint_saved>t4.parked>"
+         "t6.checkpoint_loaded>t6.send_key_persisted>t6.gateway_accepted>t7.completed_saved")
+
+
+@pytest.fixture(scope="module")
+def launcher(request: pytest.FixtureRequest) -> Launcher:
+    made = make_launcher("fork")
+    request.addfinalizer(made.close)
+    return made
+
+
+def run(launcher: Launcher, name: str, workdir: Path, schedule: str = "no-kill"
+        ) -> ExecutionResult:
+    plan = ExecutionPlan(load_scenario(SCEN / name), CrashSchedule.parse(schedule))
+    return execute(plan, workdir, launcher=launcher)
+
+
+def explain(result: ExecutionResult) -> str:
+    ev = result.evidence
+    return "\n".join([f"{result.plan.id}: {result.verdict} {result.reasons}"]
+                     + [f"  {e.seq} {e.kind} {e.label or ''} w{e.worker} {e.detail}"
+                        for e in ev.events]
+                     + [f"  worker {w.index} {w.role} rc={w.returncode} "
+                        f"stderr={w.stderr_tail[-200:]!r}" for w in ev.workers])
+
+
+def seq(result: ExecutionResult, kind: str, worker: int, label: str | None = None) -> int:
+    """The trace seq of the first event of ``kind`` (at ``label``) of ``worker``."""
+    return next(e.seq for e in result.evidence.events if e.kind == kind
+                and e.worker == worker and (label is None or e.label == label))
+
+
+def migrated_rows(workdir: Path, index: int) -> int:
+    """What migrator ``index`` printed (``{"migrated_rows": N}``)."""
+    return int(json.loads((workdir / f"worker-{index}.out").read_text())["migrated_rows"])
+
+
+# --------------------------------------------------------------------------- migrators
+
+
+def test_a_held_migrator_released_while_the_next_waits_migrates_once_and_passes(
+        launcher: Launcher, tmp_path: Path) -> None:
+    """The overlapping-migrators story: A held inside its migration (it holds the write
+    lock), B started, A released when B reached ``ckpt.migration_started``. Before issue 26
+    the engine queued the parked case's request at the end of A's step, before A
+    committed: it read an unmigrated row, the story was cut short and
+    ``parked_until_approval`` failed the reference ("parked for approval but never asked").
+    The request is now made once a migrator has committed."""
+    result = run(launcher, "overlapping-migrators.toml", tmp_path)
+    assert result.verdict == "pass", explain(result)
+    held = seq(result, "hold", 0, "ckpt.migration_before_commit")
+    b_started = seq(result, "worker_start", 1)
+    b_waiting = seq(result, "hit", 1, "ckpt.migration_started")
+    released = seq(result, "release", 0)
+    assert held < b_started < b_waiting < released < seq(result, "worker_exit", 1)
+    assert (migrated_rows(tmp_path, 0), migrated_rows(tmp_path, 1)) == (3, 0)
+    assert [r.gate for r in result.evidence.approval_requests] == ["send_email"]
+    assert all(r.schema_version == 2 for r in result.evidence.checkpoints)
+
+
+@pytest.mark.parametrize("schedule", ["no-kill", "ckpt.migration_before_commit"])
+def test_migrators_started_together_overlap_and_pass(launcher: Launcher, tmp_path: Path,
+                                                     schedule: str) -> None:
+    result = run(launcher, "migrators-together.toml", tmp_path, schedule)
+    assert result.verdict == "pass", explain(result)
+    migrators = [w for w in result.evidence.workers if w.role == WorkerRole.MIGRATE]
+    assert len(migrators) >= 2
+    if schedule == "no-kill":  # the first held inside, released once the other got there
+        (held,) = [e.worker for e in result.evidence.events if e.kind == "hold"]
+        other = 1 - held
+        released = seq(result, "release", held)
+        assert seq(result, "hold", held) < released < seq(result, "worker_exit", other)
+        assert seq(result, "hit", other, "ckpt.migration_started") < released
+        assert sorted(migrated_rows(tmp_path, w.index) for w in migrators) == [0, 3]
+    else:
+        assert any(w.killed_by_harness for w in migrators[:2])
+
+
+def test_a_release_on_a_point_is_a_step_field(tmp_path: Path) -> None:
+    s = load_scenario(SCEN / "overlapping-migrators.toml")
+    (release,) = [st for st in s.story if isinstance(st, ReleaseStep)]
+    assert release == ReleaseStep(KillPoint("ckpt.migration_before_commit"),
+                                  on=KillPoint("ckpt.migration_started", 2))
+
+
+HEAD = 'name = "s"\n[[story]]\nstep = "storage"\nfault = "v1_checkpoint"\n'
+HOLD = '[[story]]\nstep = "hold"\nat = "ckpt.migration_before_commit"\n'
+
+
+@pytest.mark.parametrize(("steps", "field", "line", "words"), [
+    (HOLD + '[[story]]\nstep = "workers"\nrole = "migrate"\nwait = "held"\n'
+     '[[story]]\nstep = "release"\nat = "ckpt.migration_before_commit"\n'
+     'on = "ckpt.migration_started#2"\n', "story[3].on", 15, "needs a later step"),
+    (HOLD + '[[story]]\nstep = "workers"\nrole = "migrate"\nwait = "held"\n'
+     '[[story]]\nstep = "release"\nat = "ckpt.migration_before_commit"\n'
+     'on = "t6.nowhere"\n', "story[3].on", 15, "unknown label"),
+    (HOLD + '[[story]]\nstep = "workers"\nrole = "migrate"\nwait = "held"\n'
+     '[[story]]\nstep = "release"\nat = "ckpt.migration_before_commit"\n'
+     'on = "t7.completed_saved"\n[[story]]\nstep = "workers"\nrole = "resume"\n',
+     "story[3].on", 15, "only reached after an approval"),
+    ('[[story]]\nstep = "workers"\nrole = "start"\ncount = 2\ntogether = true\n',
+     "story[1].together", 9, "roles recheck, resume, takeover, migrate"),
+])
+def test_a_bad_release_or_group_is_refused_naming_the_field(
+        tmp_path: Path, steps: str, field: str, line: int, words: str) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(HEAD + steps, encoding="utf-8")
+    err = refused(path)
+    assert_names(err, path, field, line)
+    assert words in str(err)
+
+
+def test_migrators_together_need_no_leases(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(HEAD + '[[story]]\nstep = "workers"\nrole = "migrate"\ncount = 2\n'
+                    'together = true\n', encoding="utf-8")
+    assert load_scenario(path).story[1].together
+
+
+# --------------------------------------------------------------------------- kills
+
+
+def test_eight_kills_in_one_schedule_pass_on_the_reference(launcher: Launcher,
+                                                           tmp_path: Path) -> None:
+    (schedule,) = load_scenario(SCEN / "eight-kills.toml").schedules
+    assert str(schedule) == EIGHT and len(schedule.kills) == MAX_KILLS == 8
+    result = run(launcher, "eight-kills.toml", tmp_path, EIGHT)
+    assert result.verdict == "pass", explain(result)
+    assert len(result.evidence.kills) == 8 and not result.evidence.unreached
+    assert len(result.evidence.gateway.deliveries) == 1
+
+
+def test_more_than_eight_kills_are_refused_naming_the_bound(tmp_path: Path) -> None:
+    nine = ">".join(["t6.request_leaving"] * 9)
+    with pytest.raises(ValueError, match="9 kills; at most 8"):
+        CrashSchedule.parse(nine)
+    path = tmp_path / "s.toml"
+    path.write_text(f'name = "s"\n[crash]\nschedules = ["{nine}"]\n', encoding="utf-8")
+    err = refused(path)
+    assert_names(err, path, "crash.schedules", 3)
+    assert "at most 8" in str(err)
+
+
+def test_a_long_schedule_gets_a_bounded_distinct_folder_name() -> None:
+    s = load_scenario(SCEN / "o1001.toml")
+    longest = ">".join(["ckpt.migration_before_commit#1000"] * 8)
+    other = ">".join(["ckpt.migration_before_commit#1000"] * 7 + ["ckpt.before_commit#1000"])
+    names = [ExecutionPlan(s, CrashSchedule.parse(t)).dirname for t in (longest, other)]
+    assert all(len(n) <= MAX_DIRNAME for n in names) and names[0] != names[1]
+    assert ExecutionPlan(s, CrashSchedule.parse("t4.parked")).dirname == "o1001--t4.parked"
