@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from harness.judge.evidence import EventLog, history_at, latest_checkpoint
-from harness.judge.observers import store, target
+from harness.judge.observers import target
 from harness.launch.launcher import Launcher
 from harness.launch.processes import HarnessStopping
 from harness.model import (
@@ -40,7 +39,6 @@ from harness.model import (
     Step,
     StorageFault,
     StorageStep,
-    StoredRow,
     StoryRecord,
     TicketKind,
     Wait,
@@ -52,15 +50,14 @@ from harness.model import (
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
+from harness.story.queue_acts import draft_not_durable as _draft_not_durable
+from harness.story.queue_acts import request_migrated
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
-from shopops.approval_records import ApprovalRequest, iso
-from shopops.approval_store import SqliteStore
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
 from shopops_contract import labels
-from shopops_contract.approvals import RequestStatus
 
 __all__ = ["APPROVER", "drive"]
 
@@ -461,47 +458,12 @@ class _Engine:
                         f"exclusive lock on checkpoints.db for {ms} ms")
 
     def _request_migrated(self) -> None:
-        """After a migration, the queue holds the parked case's request, as it did all
-        along before the upgrade: under the request id the migrated state names (the v1
-        state's ``approval_request_id``), so a loop that finds its request by that id finds
-        it (found by the implementation written from the contract alone)."""
+        """After a migration, the queue holds the parked case's request, once
+        (``queue_acts.request_migrated``); an unreadable migrated checkpoint is an error of
+        the story."""
         if self._migrated_asked:  # once: a second migrator migrates nothing
             return
-        latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
-        write = store.write_of(latest) if latest is not None else None
-        if write is not None and write.problem is not None:
-            self.w.errors.append(f"the migrated checkpoint cannot be read: {write.problem}")
-            return
-        if write is not None and write.draft is not None:
-            asked = write.email.request_id  # under the id the loop gave it (its v1 state's)
-            self._migrated_asked = True
-            if asked is None:
-                with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
-                    queue.request(self.s.case_id, write.draft.digest)
-                return
-            records = SqliteStore(self.w.appr_db, kind=SERVICE_QUEUE)
-            try:
-                records.add_request(ApprovalRequest(asked, self.s.case_id, write.draft.digest,
-                                                    iso(time.time()), RequestStatus.PENDING))
-            finally:
-                records.close()
-
-
-def _draft_not_durable(mark: HistoryMark, rows: tuple[StoredRow, ...],
-                       approved: str) -> HistoryMark:
-    """``mark`` (read as the human approved a request the loop made for the draft digest
-    ``approved``) with ``unreadable`` set when none of its ``rows`` holds that draft: a loop
-    makes its draft durable before it asks for approval (Chapter 8; the reference saves it
-    at ``t1.draft_email``), so a history without it then was hidden or swapped (found by
-    attacks: an empty decoy database at the approval, or the rows after the first moved
-    away and back, passed with rows rewritten meanwhile). Rows that do not parse are
-    skipped: the checks over the history judge them."""
-    if mark.unreadable is not None:
-        return mark
-    for row in rows:
-        draft = store.write_of(row).draft  # a row that cannot be read holds no draft
-        if draft is not None and draft.digest == approved:
-            return mark
-    return replace(mark, unreadable=(
-        f"no checkpoint of the case holds the approved draft ({approved[:12]}), although "
-        "the loop had asked for this approval (the queue held its request)"))
+        self._migrated_asked, error = request_migrated(self.w.ckpt_db, self.w.appr_db,
+                                                       self.s.case_id)
+        if error is not None:
+            self.w.errors.append(error)
