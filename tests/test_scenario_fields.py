@@ -529,6 +529,7 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "overlapping-migrators": {"leases": False, "expect_worker_error": None},
     "migrators-together": {"leases": False, "expect_worker_error": None, "baseline": True},
     "eight-kills": {"max_attempts": 10, "expect_worker_error": None},
+    "resume-from-earlier": {"baseline": True, "expect_worker_error": None},
     "db-lock-before-send": {"storage_fault": "lock", "lock_at": KillPoint("t6.approval_granted"),
                             "lock_ms": 300},
     "db-lock-after-reply": {"storage_fault": "lock", "lock_at": KillPoint("t6.reply_received"),

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
+from mutants import Mutant
 from scenario_helpers import ROOT, assert_names, refused
 
 from harness.launch.launcher import Launcher, make_launcher
@@ -172,3 +173,94 @@ def test_a_long_schedule_gets_a_bounded_distinct_folder_name() -> None:
     names = [ExecutionPlan(s, CrashSchedule.parse(t)).dirname for t in (longest, other)]
     assert all(len(n) <= MAX_DIRNAME for n in names) and names[0] != names[1]
     assert ExecutionPlan(s, CrashSchedule.parse("t4.parked")).dirname == "o1001--t4.parked"
+
+
+# --------------------------------------------------------------------------- time travel
+
+#: A loop that honours ``--from-seq`` naively: it loads the chosen row and goes on from it,
+#: behind the progress recorded after it (what a LangGraph fork from a past checkpoint does).
+NAIVE_TIME_TRAVEL = Mutant(
+    "naive-time-travel",
+    (("cli.py", "            _chosen_checkpoint(store, args.case, args.run_id, args.from_seq)\n",
+      "            _chosen_checkpoint(store, args.case, args.run_id, args.from_seq)\n"
+      "            _row = next(r for r in store.history(args.case, args.run_id)\n"
+      "                        if r.seq == args.from_seq)\n"
+      "            store.find = store.load = lambda *a, _s=_row.state(): _s\n"),),
+    breaks=(), shown_by="resume-from-earlier[t6.send_key_persisted]")
+
+
+@pytest.mark.parametrize("schedule", ["no-kill", "t6.send_key_persisted",
+                                      "t6.gateway_accepted"])
+def test_a_resume_from_the_parked_checkpoint_redoes_nothing(launcher: Launcher, tmp_path: Path,
+                                                            schedule: str) -> None:
+    result = run(launcher, "resume-from-earlier.toml", tmp_path, schedule)
+    assert result.verdict == "pass", explain(result)
+    ev = result.evidence
+    parked = max(w.seq for w in ev.loop_writes if w.phase == "awaiting_approval")
+    (travel,) = [e for e in ev.events if e.kind == "worker_start" and "--from-seq" in e.detail]
+    assert travel.detail.endswith(f"--from-seq {parked}")
+    assert len(ev.gateway.deliveries) == 1
+    out = json.loads((tmp_path / f"worker-{travel.worker}.out").read_text())
+    assert (out["from_seq"], out["phase"]) == (parked, "completed")
+
+
+def test_a_loop_that_goes_back_to_the_chosen_checkpoint_fails(tmp_path: Path) -> None:
+    """Killed once its send key was committed, the case is resumed from the parked row: the
+    mutant goes back to it and writes ``approved`` after ``sending``, behind the progress
+    recorded after the chosen row: ``phase_path`` names it (``fail``, not ``unknown``).
+    (After a completed case it would only park again and write nothing: harmless.)"""
+    from harness.launch.fork import ForkLauncher
+    from harness.model import Sut
+
+    sut = Sut(path=NAIVE_TIME_TRAVEL.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(load_scenario(SCEN / "resume-from-earlier.toml"),
+                         CrashSchedule.parse("t6.send_key_persisted"), sut)
+    assert sut.path is not None
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as forked:
+        result = execute(plan, tmp_path / "exe", launcher=forked)
+    assert result.verdict == "fail", explain(result)
+    failed = {c.check_id for c in result.checks if c.status == "fail"}
+    assert "phase_path" in failed, explain(result)
+    assert any("sending -> approved" in r for r in result.reasons)
+
+
+@pytest.mark.parametrize(("fields", "field", "words"), [
+    ('from_seq = 0\n', "from_seq", "an integer from 1 to 10000"),
+    ('from_phase = "napping"\n', "from_phase", "allowed: intake, drafting"),
+    ('from_seq = 3\nfrom_phase = "completed"\n', "from_seq", "not both"),
+])
+def test_a_bad_chosen_checkpoint_is_refused(tmp_path: Path, fields: str, field: str,
+                                            words: str) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[[story]]\nstep = "workers"\nrole = "start"\n'
+                    '[[story]]\nstep = "workers"\nrole = "resume"\n' + fields,
+                    encoding="utf-8")
+    err = refused(path)
+    assert err.field == f"story[1].{field}" and words in str(err)
+
+
+def test_from_seq_is_refused_on_a_start(tmp_path: Path) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('name = "s"\n[[story]]\nstep = "workers"\nrole = "start"\nfrom_seq = 2\n',
+                    encoding="utf-8")
+    assert "a resume from a chosen checkpoint" in str(refused(path))
+
+
+def test_the_reference_refuses_a_checkpoint_it_does_not_have(tmp_path: Path) -> None:
+    """``shopops resume --from-seq N`` on a case without row N: a typed refusal, exit 1."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "c.db"
+    from harness.story.storage_faults import install_v1_fixture
+
+    install_v1_fixture(db)
+    done = subprocess.run([sys.executable, "-m", "shopops", "migrate", str(db)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    refused_run = subprocess.run(
+        [sys.executable, "-m", "shopops", "resume", "--db", str(db), "--approvals",
+         str(tmp_path / "a.db"), "--from-seq", "99"], capture_output=True, text=True,
+        check=False, cwd=tmp_path)
+    assert refused_run.returncode == 1
+    assert "CheckpointNotFound" in refused_run.stderr and "seq=99" in refused_run.stderr

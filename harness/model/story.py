@@ -80,6 +80,11 @@ class WorkersStep:
             fixed id reuses one identity across restarts. Only with leases.
         wait: ``exit`` or ``held`` (see ``Wait``).
         when: see ``When``.
+        from_seq: resume from the checkpoint with this ``seq`` instead of the latest (the
+            contract's ``resume --from-seq N``; a LangGraph target: that checkpoint's
+            ``checkpoint_id``), or ``None``.
+        from_phase: resume from the newest checkpoint of the loop in this phase when the
+            worker starts (resolved by the harness to its ``seq``), or ``None``.
     """
 
     role: WorkerRole = WorkerRole.RESUME
@@ -90,6 +95,8 @@ class WorkersStep:
     wait: Wait = Wait.EXIT
     when: When = When.ALWAYS
     kind: StepKind = StepKind.WORKERS
+    from_seq: int | None = None
+    from_phase: str | None = None
 
 
 @dataclass(frozen=True)

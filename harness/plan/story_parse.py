@@ -35,6 +35,8 @@ from harness.model import (
 )
 from shopops.validators import DELAY_HOURS, FREE_TEXT, LOCK_MS, Number
 from shopops_contract import labels
+from shopops_contract.limits import MAX_HISTORY_ROWS
+from shopops_contract.phases import Phase
 
 __all__ = ["GATES", "STEP_FIELDS", "parse_story"]
 
@@ -44,7 +46,7 @@ GATES = (DEFAULT_GATE, NOTE_GATE)
 _NUM = (int, float)
 STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
     StepKind.WORKERS: {"role": str, "count": int, "together": bool, "recover": str,
-                       "owner": str, "wait": str},
+                       "owner": str, "wait": str, "from_seq": int, "from_phase": str},
     StepKind.HUMAN: {"action": str, "gate": str, "twice": bool, "feedback": str,
                      "ticket": str, "delay_hours": _NUM, "at": str},
     StepKind.HOLD: {"at": str, "ms": int},
@@ -56,10 +58,13 @@ STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
 #: (the delay of a decision, a lock's ms and feedback text use ``shopops.validators``).
 MAX_COUNT, MAX_MS, MAX_CLOCK_S = 4, 600_000, 10 * 365 * 86400.0
 _COUNT = Number(1, MAX_COUNT, "workers", integer=True)
+#: ``from_seq``: a checkpoint's ``seq`` (a history longer than the harness reads is a gap).
+_FROM_SEQ = Number(1, MAX_HISTORY_ROWS, "(a checkpoint's seq)", integer=True)
 _HOLD_MS = Number(0, MAX_MS, "milliseconds", integer=True)
 #: The range of each numeric step field (``mistyped`` names it when the type is wrong too).
 _RANGES: dict[tuple[StepKind, str], Number] = {
-    (StepKind.WORKERS, "count"): _COUNT, (StepKind.HOLD, "ms"): _HOLD_MS,
+    (StepKind.WORKERS, "count"): _COUNT, (StepKind.WORKERS, "from_seq"): _FROM_SEQ,
+    (StepKind.HOLD, "ms"): _HOLD_MS,
     (StepKind.STORAGE, "ms"): LOCK_MS, (StepKind.HUMAN, "delay_hours"): DELAY_HOURS}
 #: Roles that start by loading a checkpoint (where workers started together are made to
 #: overlap: ``labels.CHECKPOINT_LOADED``).
@@ -208,7 +213,24 @@ def _workers(table: dict[str, Any], when: When, leases: bool,
                   "\"none\")")
     if role is WorkerRole.MIGRATE and recover not in (None, WorkerRole.MIGRATE):
         raise bad("recover", "a migration is recovered by another migration")
-    return WorkersStep(role, count, together, recover, owner, wait, when)
+    from_seq, from_phase = table.get("from_seq"), table.get("from_phase")
+    for key, value in (("from_seq", from_seq), ("from_phase", from_phase)):
+        if value is None:
+            continue
+        if role not in _LOADING or together:
+            raise bad(key, "a resume from a chosen checkpoint: roles "
+                      + ", ".join(_LOADING) + ", not together")
+        if from_seq is not None and from_phase is not None:
+            raise bad(key, "from_seq or from_phase, not both")
+    if from_seq is not None:
+        try:
+            from_seq = int(_FROM_SEQ.check(from_seq))
+        except ValueError as exc:
+            raise bad("from_seq", str(exc)) from None
+    if from_phase is not None and from_phase not in tuple(Phase):
+        raise bad("from_phase", f"{from_phase!r}; allowed: {', '.join(Phase)}")
+    return WorkersStep(role, count, together, recover, owner, wait, when,
+                       from_seq=from_seq, from_phase=from_phase)
 
 
 def _human(table: dict[str, Any], when: When, at: KillPoint | None,

@@ -18,8 +18,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.judge.evidence import EventLog, history_at, latest_checkpoint
-from harness.judge.observers import target
+from harness.judge.evidence import EventLog, history_at, latest_checkpoint, read_checkpoints
+from harness.judge.observers import store, target
 from harness.launch.launcher import Launcher
 from harness.launch.processes import HarnessStopping
 from harness.model import (
@@ -200,7 +200,7 @@ class _Engine:
             for _ in range(step.count):
                 if not self._may_start(step.role):
                     break
-                run = self.w.run(step.role, step.owner)
+                run = self.w.run(step.role, step.owner, self._from_seq(step))
                 while self._again(run) and step.recover and self._may_start(step.recover):
                     run = self.w.run(step.recover, step.owner)
                 self.unrecovered = self.unrecovered or run.killed_by_harness
@@ -247,6 +247,27 @@ class _Engine:
             self.w.errors.append(f"no concurrent migrator reached {inside}")
         return runs
 
+    def _from_seq(self, step: WorkersStep) -> int | None:
+        """The checkpoint a worker of ``step`` resumes from (``--from-seq``): the step's
+        ``from_seq``, or the ``seq`` of the loop's newest checkpoint in ``from_phase`` now
+        (the harness's injected rows left out; a target's history is its own: the step's
+        ``from_seq`` only). Raises ``_CutShort`` when no checkpoint is in that phase."""
+        if step.from_phase is None:
+            return step.from_seq
+        if self.w.target is not None:
+            self.w.errors.append("from_phase: a target's history is read only once the story "
+                                 "ends; choose its checkpoint with from_seq")
+            raise _CutShort
+        injected = {r.seq for r in self.w.injected}
+        rows = read_checkpoints(self.w.ckpt_db, self.s.case_id)[0]
+        seqs = [r.seq for r in rows if r.seq not in injected
+                and store.write_of(r).phase == step.from_phase]
+        if not seqs:
+            self.w.errors.append(f"no checkpoint of the case in phase {step.from_phase} to "
+                                 "resume from")
+            raise _CutShort
+        return seqs[-1]
+
     def _may_start(self, role: WorkerRole) -> bool:
         """A recheck is a resume before any approval: never once the human approved."""
         return role is not WorkerRole.RECHECK or self.approval_event is None
@@ -286,7 +307,7 @@ class _Engine:
     def _until_held(self, step: WorkersStep) -> None:
         """Start one worker in the background and wait until a pending hold holds it."""
         hold = next(h for h in reversed(self.holds.values()) if not h.release.is_set())
-        started = self.w.start(step.role, step.owner)
+        started = self.w.start(step.role, step.owner, self._from_seq(step))
         self.unrecovered = False
         if not self._held_or_gone(hold, [started]):
             self.w.errors.append(f"no worker reached {hold.point} to be held")
