@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-attempts", default=None, metavar="N", type=v.MAX_ATTEMPTS,
                        help="recovery attempts before the case is dead-lettered "
                             f"($SHOPOPS_MAX_ATTEMPTS, default 5; {v.MAX_ATTEMPTS.allowed})")
+        p.add_argument("--note-ticket", default=None, type=_ID,
+                       help="ticket to grant on the order note's gate (default: the queue's)")
         p.add_argument("--from-seq", default=None, metavar="N", type=v.FROM_SEQ,
                        help="resume from the case's checkpoint with seq N instead of the "
                             "latest (time travel): it must exist and load; work recorded "
@@ -219,6 +221,7 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
         set_default_services(services)
         result = work(args.case, order, store=store, services=services, run_id=args.run_id,
                       owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,
+                      note_ticket=args.note_ticket,
                       require_checkpoint=args.command == "resume", max_attempts=max_attempts,
                       order_note=args.order_note)
     s = result.state

@@ -530,6 +530,8 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "migrators-together": {"leases": False, "expect_worker_error": None, "baseline": True},
     "eight-kills": {"max_attempts": 10, "expect_worker_error": None},
     "resume-from-earlier": {"baseline": True, "expect_worker_error": None},
+    "note-ticket-other-case": {"order_note": True, "expect_worker_error": "ApprovalRefused",
+                               "expect_deliveries": 0},
     "db-lock-before-send": {"storage_fault": "lock", "lock_at": KillPoint("t6.approval_granted"),
                             "lock_ms": 300},
     "db-lock-after-reply": {"storage_fault": "lock", "lock_at": KillPoint("t6.reply_received"),

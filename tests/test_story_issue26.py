@@ -264,3 +264,58 @@ def test_the_reference_refuses_a_checkpoint_it_does_not_have(tmp_path: Path) -> 
         check=False, cwd=tmp_path)
     assert refused_run.returncode == 1
     assert "CheckpointNotFound" in refused_run.stderr and "seq=99" in refused_run.stderr
+
+
+# --------------------------------------------------------------------------- note tickets
+
+#: A loop that takes the note's ticket without asking the queue about it.
+NOTE_UNVERIFIED = Mutant(
+    "note-ticket-unverified",
+    (("grant.py", "    queue.verify(ticket_id, state.case_id, note_digest(state.order_id, "
+      "state.note_text),\n                 gate=NOTE_GATE)\n", "    pass\n"),),
+    breaks=(), shown_by="note-ticket-other-case[no-kill]")
+
+
+def note_story(tmp_path: Path, kind: str) -> Path:
+    """``note-ticket-other-case.toml`` with another bad ticket on the note's gate."""
+    text = (SCEN / "note-ticket-other-case.toml").read_text(encoding="utf-8")
+    path = tmp_path / "note.toml"
+    path.write_text(text.replace('ticket = "other_case"', f'ticket = "{kind}"'),
+                    encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("kind", ["forged", "other_case", "stale_draft", "consumed"])
+def test_a_bad_note_ticket_is_refused_and_nothing_sent(launcher: Launcher, tmp_path: Path,
+                                                       kind: str) -> None:
+    plan = ExecutionPlan(load_scenario(note_story(tmp_path, kind)), CrashSchedule())
+    result = execute(plan, tmp_path / "exe", launcher=launcher)
+    assert result.verdict == "pass", explain(result)
+    (offer,) = [e for e in result.evidence.events if "ticket offered" in e.detail]
+    assert offer.detail.startswith(f"{kind} ticket offered") and "add_order_note" in offer.detail
+    last = result.evidence.workers[-1]
+    assert last.returncode == 1 and "ApprovalRefused" in last.stderr_tail
+    assert not result.evidence.gateway.deliveries
+
+
+def test_a_loop_that_takes_a_bad_note_ticket_fails(tmp_path: Path) -> None:
+    """Before issue 26 no story could offer a bad ticket on the note's gate; the mutant that
+    never verifies the note's ticket sends the note on another case's approval: ``fail``."""
+    from harness.launch.fork import ForkLauncher
+    from harness.model import Sut
+
+    sut = Sut(path=NOTE_UNVERIFIED.build(tmp_path / "sut"), trusted=True)
+    plan = ExecutionPlan(load_scenario(SCEN / "note-ticket-other-case.toml"), CrashSchedule(),
+                         sut)
+    assert sut.path is not None
+    with ForkLauncher(code_path=str(sut.path.resolve()), fallback=None) as forked:
+        result = execute(plan, tmp_path / "exe", launcher=forked)
+    assert result.verdict == "fail", explain(result)
+    failed = {c.check_id for c in result.checks if c.status == "fail"}
+    assert "ticket_server_issued" in failed, explain(result)  # the note's ticket is named
+
+
+def test_a_ticket_forged_into_the_state_is_the_emails_only(tmp_path: Path) -> None:
+    path = note_story(tmp_path, "forged_in_state")
+    err = refused(path)
+    assert err.field == "story[3].ticket" and "is the email's" in str(err)

@@ -363,7 +363,7 @@ class _Engine:
                 self._as_queue(lambda q: q.approve(case, approver=APPROVER, gate=step.gate),
                                "second approval")
         else:
-            self._bad_ticket(step.ticket)
+            self._bad_ticket(step.ticket, step.gate)
 
     def _approve(self, hours: float, gate: str = DEFAULT_GATE) -> None:
         """The human approves the case's pending request on ``gate``: the queue issues the
@@ -399,7 +399,10 @@ class _Engine:
                                     f"refused: {exc}")
             self.w.errors.append(f"the human could not approve: {exc}")
         self.w.clock_offset_s += hours * 3600
-        self.w.offered_ticket = None  # the approval withdraws a bad ticket offered earlier
+        if gate == DEFAULT_GATE:  # the approval withdraws a bad ticket offered on its gate
+            self.w.offered_ticket = None
+        else:
+            self.w.offered_note_ticket = None
         if first:
             self.approval_event = event.seq
             self.checkpoint_seq_at_approval = seq_now
@@ -415,29 +418,34 @@ class _Engine:
         except TypeError as exc:  # the queue does not know a field the story gave it
             self.w.errors.append(f"the human could not act ({what}): {exc}")
 
-    def _bad_ticket(self, kind: TicketKind) -> None:
-        """Hand the next workers a ticket the queue must refuse."""
+    def _bad_ticket(self, kind: TicketKind, gate: str = DEFAULT_GATE) -> None:
+        """Hand the next workers a ticket the queue must refuse, on ``gate`` (the email's,
+        ``--ticket``, or the order note's, ``--note-ticket``)."""
         case = self.s.case_id
         with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
-            elif kind is TicketKind.FORGED_IN_STATE:
+            elif kind is TicketKind.FORGED_IN_STATE:  # the email's only (story_parse)
                 self._forge_into_state()
                 ticket = None
             elif kind is TicketKind.OTHER_CASE:
-                queue.request(OTHER_CASE[0], "0" * 64)
-                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
+                queue.request(OTHER_CASE[0], "0" * 64, gate=gate)
+                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER, gate=gate).ticket_id
             elif kind is TicketKind.STALE_DRAFT:
-                queue.request(case, "f" * 64)  # an older draft's digest
-                ticket = queue.approve(case, approver=APPROVER).ticket_id
+                queue.request(case, "f" * 64, gate=gate)  # an older draft's digest
+                ticket = queue.approve(case, approver=APPROVER, gate=gate).ticket_id
             else:  # consumed: approved, then used by another send
-                approved = queue.approve(case, approver=APPROVER)
+                approved = queue.approve(case, approver=APPROVER, gate=gate)
                 queue.consume(approved.ticket_id, case, approved.draft_digest,
-                              f"{case}:send_email:another-send")
+                              f"{case}:{gate}:another-send", gate=gate)
                 ticket = approved.ticket_id
-        self.w.offered_ticket = ticket
-        self.events.add(EventKind.HUMAN, None, None, None, f"{kind} ticket offered: {ticket}",
-                        ref=ticket)
+        if gate == DEFAULT_GATE:
+            self.w.offered_ticket = ticket
+        else:
+            self.w.offered_note_ticket = ticket
+        self.events.add(EventKind.HUMAN, None, None, None,
+                        f"{kind} ticket offered: {ticket}"
+                        + (f" on gate {gate}" if gate != DEFAULT_GATE else ""), ref=ticket)
 
     def _forge_into_state(self) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval

@@ -45,6 +45,7 @@ class Workers:
     Attributes:
         clock_offset_s: seconds later workers' clocks run ahead (``SHOPOPS_CLOCK_OFFSET_S``).
         offered_ticket: a ticket the human handed over, passed to later workers.
+        offered_note_ticket: likewise on the order note's gate (``--note-ticket``).
         runs: every reaped worker, in launch order.
         errors: deadlines that passed (they cut the story short).
         injected: checkpoint rows the harness appended (not the loop's: ignored when the
@@ -78,6 +79,7 @@ class Workers:
         self.gw_db = workdir / "gateway.db"
         self.clock_offset_s = 0.0
         self.offered_ticket: str | None = None
+        self.offered_note_ticket: str | None = None
         self.runs: list[WorkerRun] = []
         self.errors: list[str] = []
         self.injected: list[StoredRow] = []
@@ -116,6 +118,8 @@ class Workers:
             argv += ["--owner", owner.format(index=index), "--lease-ttl", f"{s.lease_ttl_s:g}"]
         if self.offered_ticket is not None:
             argv += ["--ticket", self.offered_ticket]
+        if self.offered_note_ticket is not None:
+            argv += ["--note-ticket", self.offered_note_ticket]
         if from_seq is not None:
             argv += ["--from-seq", str(from_seq)]
         return argv
