@@ -319,3 +319,68 @@ def test_a_ticket_forged_into_the_state_is_the_emails_only(tmp_path: Path) -> No
     path = note_story(tmp_path, "forged_in_state")
     err = refused(path)
     assert err.field == "story[3].ticket" and "is the email's" in str(err)
+
+
+# --------------------------------------------------------------------------- LangGraph
+
+LANGGRAPH = ROOT / "examples" / "langgraph_o1001"
+#: The example's validation replaced by LangGraph's time travel as its documentation shows
+#: it: invoke with the past checkpoint's config (its ``checkpoint_id``), forking the thread.
+NAIVE_FORK = ('''        if getattr(ctx, "from_seq", None) is not None:
+            _chosen_checkpoint(app, config, ctx.from_seq)
+''', '''        if getattr(ctx, "from_seq", None) is not None:  # fork from the chosen checkpoint
+            past = list(reversed(list(app.get_state_history(config))))[ctx.from_seq - 1]
+            app.invoke(None, past.config, durability=durability)
+            return
+''')
+
+
+def langgraph_story(folder: Path | None = None) -> ExecutionPlan:
+    from dataclasses import replace
+
+    s = load_scenario(SCEN / "targets" / "langgraph-from-earlier.toml")
+    assert s.target is not None
+    if folder is not None:
+        s = replace(s, target=replace(s.target, folder=folder))
+    return ExecutionPlan(s, CrashSchedule())
+
+
+@pytest.mark.processes
+def test_langgraph_resumes_from_a_checkpoint_id_and_redoes_nothing(launcher: Launcher,
+                                                                   tmp_path: Path) -> None:
+    result = execute(langgraph_story(), tmp_path, launcher=launcher)
+    assert result.verdict == "pass", explain(result)
+    context = json.loads((tmp_path / "worker-2.context.json").read_text())
+    assert context["from_seq"] == 1
+    assert len(result.evidence.gateway.deliveries) == 1
+
+
+@pytest.mark.processes
+def test_langgraph_forking_from_the_chosen_checkpoint_fails(launcher: Launcher,
+                                                            tmp_path: Path) -> None:
+    """A resume that replays from the chosen checkpoint (LangGraph's fork) starts the case
+    over after it completed: ``fail`` on ``phase_path`` (the history goes back to intake)."""
+    folder = tmp_path / "naive"
+    folder.mkdir()
+    for name in ("o1001_graph.py", "target.toml"):
+        text = (LANGGRAPH / name).read_text(encoding="utf-8")
+        if name.endswith(".py"):
+            assert text.count(NAIVE_FORK[0]) == 1
+            text = text.replace(*NAIVE_FORK)
+        (folder / name).write_text(text, encoding="utf-8")
+    result = execute(langgraph_story(folder), tmp_path / "exe", launcher=launcher)
+    assert result.verdict == "fail", explain(result)
+    failed = {c.check_id for c in result.checks if c.status == "fail"}
+    assert "phase_path" in failed, explain(result)
+
+
+def test_a_target_story_may_only_start_resume_and_approve(tmp_path: Path) -> None:
+    from harness.targets.spec import target_limits
+
+    assert target_limits(load_scenario(SCEN / "targets" / "langgraph-from-earlier.toml")) == []
+    text = (SCEN / "targets" / "langgraph-from-earlier.toml").read_text(encoding="utf-8")
+    path = tmp_path / "t.toml"
+    path.write_text(text.replace("from_seq = 1", 'from_phase = "awaiting_approval"'),
+                    encoding="utf-8")
+    err = refused(path)
+    assert err.field == "story" and "not supported for target kind" in str(err)

@@ -173,6 +173,8 @@ def _run(ctx: Any, *, resume_value: Any | None) -> None:
     with closing(sqlite3.connect(Path(ctx.workdir) / "langgraph.db",
                                  check_same_thread=False)) as conn:
         app = build(ctx).compile(checkpointer=SqliteSaver(conn))
+        if getattr(ctx, "from_seq", None) is not None:
+            _chosen_checkpoint(app, config, ctx.from_seq)
         snapshot = app.get_state(config)
         if not snapshot.values:  # never checkpointed: start the case afresh
             app.invoke({"case_id": ctx.case_id, "order_id": ctx.order_id, "step": 0},
@@ -183,6 +185,29 @@ def _run(ctx: Any, *, resume_value: Any | None) -> None:
         elif snapshot.tasks if resume_on == "tasks" else snapshot.next:
             # killed mid-run: continue from the last checkpoint and its saved writes
             app.invoke(None, config, durability=durability)
+
+
+def _chosen_checkpoint(app: Any, config: dict[str, Any], from_seq: int) -> None:
+    """A resume from a chosen earlier checkpoint (``ctx.from_seq``, the contract's
+    ``--from-seq``): the ``from_seq``-th checkpoint of the thread, oldest first (as
+    ``history`` lists them), read back through LangGraph with its own config — its
+    ``checkpoint_id`` — as time travel would invoke it. Invoking the graph with that config
+    would fork the thread and run every node after it again (the send included); the nodes
+    after it already ran and recorded their writes, so the thread goes on from its latest
+    checkpoint instead: nothing recorded after the chosen one is done again.
+
+    Raises:
+        LookupError: the thread has no such checkpoint, or it cannot be read back.
+    """
+    snapshots = list(reversed(list(app.get_state_history(config))))
+    if not 1 <= from_seq <= len(snapshots):
+        raise LookupError(f"thread {config['configurable']['thread_id']!r} has "
+                          f"{len(snapshots)} checkpoint(s), not {from_seq}")
+    chosen = snapshots[from_seq - 1].config
+    if app.get_state(chosen).config["configurable"].get("checkpoint_id") != chosen[
+            "configurable"]["checkpoint_id"]:
+        raise LookupError(f"checkpoint {chosen['configurable']['checkpoint_id']} cannot be "
+                          "read back")
 
 
 def start(ctx: Any) -> None:
