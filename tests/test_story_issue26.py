@@ -384,3 +384,20 @@ def test_a_target_story_may_only_start_resume_and_approve(tmp_path: Path) -> Non
                     encoding="utf-8")
     err = refused(path)
     assert err.field == "story" and "not supported for target kind" in str(err)
+
+
+@pytest.mark.processes
+def test_langgraph_fanout_branches_run_in_one_superstep_and_pass(launcher: Launcher,
+                                                                 tmp_path: Path) -> None:
+    """``options.intake = "fanout"``: both branches start before either ends (the two
+    ``Send`` branches of one superstep; the graph's input node starts and ends first), and
+    the story passes."""
+    plan = ExecutionPlan(load_scenario(SCEN / "targets" / "langgraph-fanout.toml"),
+                         CrashSchedule.parse("b.langgraph.node_end#2"))
+    result = execute(plan, tmp_path, launcher=launcher)
+    assert result.verdict == "pass", explain(result)
+    first = [e.label for e in result.evidence.events if e.kind == "hit"
+             and e.label in ("b.langgraph.node_start", "b.langgraph.node_end")][2:5]
+    assert first == ["b.langgraph.node_start", "b.langgraph.node_start",
+                     "b.langgraph.node_end"]
+    assert len(result.evidence.gateway.deliveries) == 1

@@ -322,6 +322,7 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-exit": Verdict.PASS, "langgraph-exit-keys-off": Verdict.FAIL,
     "langgraph-double": Verdict.PASS, "dbos": Verdict.PASS, "dbos-keys-off": Verdict.FAIL,
     "langgraph-reask": Verdict.FAIL, "langgraph-from-earlier": Verdict.PASS,
+    "langgraph-fanout": Verdict.PASS,
 }
 
 
