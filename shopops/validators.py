@@ -48,7 +48,13 @@ from shopops.path_checks import output_file as output_file
 from shopops.path_checks import show as _show
 from shopops.path_checks import socket_path as socket_path
 from shopops.path_checks import url as url
-from shopops_contract.limits import DAY_S, MAX_OCCURRENCE, MAX_SHARDS, MAX_SLEEP_MS
+from shopops_contract.limits import (
+    DAY_S,
+    MAX_HISTORY_ROWS,
+    MAX_OCCURRENCE,
+    MAX_SHARDS,
+    MAX_SLEEP_MS,
+)
 
 #: Simulated clock offsets (SHOPOPS_CLOCK_OFFSET_S) up to ten years either way.
 MAX_CLOCK_OFFSET_S = 10 * 366 * DAY_S
@@ -189,6 +195,8 @@ LEASE_TTL_S = Number(0.001, DAY_S, "seconds")
 READ_TIMEOUT_S = Number(0.001, 3600, "seconds")
 #: Recovery attempts before the loop dead-letters a case (``--max-attempts``).
 MAX_ATTEMPTS = Number(1, 1000, "attempts", integer=True)
+#: ``resume --from-seq N``: a checkpoint's ``seq`` (the contract's bound on a history).
+FROM_SEQ = Number(1, MAX_HISTORY_ROWS, "(a checkpoint's seq)", integer=True)
 PORT = Number(0, 65535, integer=True)
 REPEAT = Number(1, 10_000, integer=True)
 EXAMPLES = Number(1, 100_000, integer=True)

@@ -74,6 +74,11 @@ CATALOGUE: tuple[Label, ...] = (
     Label("b.dbos.step_start", "target: a DBOS step is about to run"),
     Label("b.dbos.step_end", "target: a DBOS step returned; its output not yet recorded"),
     Label(
+        "ckpt.migration_started",
+        "the v1->v2 migration: rows checked, about to take the write lock (a second migrator "
+        "waits there for the first)",
+    ),
+    Label(
         "ckpt.migration_before_commit",
         "inside the v1->v2 migration: every row rewritten, the transaction not committed",
     ),
@@ -110,6 +115,11 @@ AFTER_A_CHECKPOINT = frozenset({"t3.checkpoint_saved", "t6.checkpoint_loaded",
                                 "t7.completed_saved"})
 #: The point every resuming worker passes first (concurrent resumers are held there).
 CHECKPOINT_LOADED = "t6.checkpoint_loaded"
+#: The point every migrator passes before it takes the write lock (overlapping migrators:
+#: the held one is released once the others got there, ``harness.story.engine``).
+MIGRATION_STARTED = "ckpt.migration_started"
+#: The point inside the migration's transaction (a migrator held there holds the lock).
+MIGRATION_BEFORE_COMMIT = "ckpt.migration_before_commit"
 #: The point a fresh case start passes (a case started over after a fault passes it again).
 CASE_STARTED = "t0.case_started"
 #: Every checkpoint save passes it once, in row order.

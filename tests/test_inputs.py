@@ -53,7 +53,7 @@ CHAOS_OPTIONS = [
     ((*RUN, "--schedule", "t4.nope"), ("--schedule", "unknown label")),
     ((*RUN, "--schedule", "  "), ("--schedule", "empty")),
     ((*RUN, "--schedule", ">".join(["ckpt.migration_before_commit#1000"] * 12)),
-     ("--schedule", "at most 4")),
+     ("--schedule", "at most 8")),
     ((*RUN, "--repeat", "0"), ("--repeat", "'0'")),
     ((*RUN, "--repeat", "99999999"), ("--repeat", "1 to 10000")),
     (("run", "ok.toml", "--report-dir", "ok.toml"), ("--report-dir", "is a file")),

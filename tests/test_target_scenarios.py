@@ -127,7 +127,7 @@ def test_a_bad_target_table_is_refused(tmp_path, target, field, says) -> None:
     ("[human]\naction = \"reject\"\n", "human.action"),
     ("[storage]\nfault = \"corrupt_json\"\n", "storage.fault"),
     ("[sut]\nmax_attempts = 3\n", "sut.max_attempts"),
-    ('[[story]]\nstep = "workers"\nrole = "start"\n', "story"),
+    ('[[story]]\nstep = "workers"\nrole = "start"\n[[story]]\nstep = "clock"\n', "story"),
 ])
 def test_reference_only_features_are_refused_for_a_target(tmp_path, extra, field) -> None:
     err = refused(write(tmp_path, python_target(), extra))
@@ -326,7 +326,8 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-async": Verdict.PASS, "langgraph-async-keys-off": Verdict.FAIL,
     "langgraph-exit": Verdict.PASS, "langgraph-exit-keys-off": Verdict.FAIL,
     "langgraph-double": Verdict.PASS, "dbos": Verdict.PASS, "dbos-keys-off": Verdict.FAIL,
-    "langgraph-reask": Verdict.FAIL,
+    "langgraph-reask": Verdict.FAIL, "langgraph-from-earlier": Verdict.PASS,
+    "langgraph-fanout": Verdict.PASS,
 }
 
 

@@ -8,6 +8,7 @@ validated.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -28,6 +29,7 @@ from harness.model.kinds import (
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
 from harness.model.story import Step
 from harness.model.target import PythonTarget
+from shopops_contract.limits import MAX_DIRNAME
 
 __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "NO_KILL", "REFERENCE", "SRC", "CrashSchedule",
            "ExecutionPlan", "FaultSpec", "KillPoint", "Scenario", "Sut"]
@@ -275,8 +277,15 @@ class ExecutionPlan:
 
     @property
     def dirname(self) -> str:
-        """A filesystem-safe folder name (``o1001--t6.gateway_accepted``)."""
-        return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario.name}--{self.schedule.id}")
+        """A filesystem-safe folder name (``o1001--t6.gateway_accepted``). A name longer
+        than ``MAX_DIRNAME`` (eight long kill points) is cut and ends with 16 hex digits of
+        the SHA-256 of the full name instead, so that two schedules that share a long prefix
+        still get two folders (the reports keep the schedule itself)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario.name}--{self.schedule.id}")
+        if len(name) <= MAX_DIRNAME:
+            return name
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        return f"{name[:MAX_DIRNAME - 18]}--{digest}"
 
     @property
     def expected_failing(self) -> frozenset[CheckId]:

@@ -9,17 +9,15 @@ schedules apply across the whole story: the kill controller counts every worker'
 
 ``drive`` plays the story and returns a frozen ``StoryRecord``. The harness plays the
 human and the approval queue's operator; it never writes the loop's state except for an
-injected fault, which it records.
-"""
+injected fault, which it records."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
-from harness.judge.evidence import EventLog, history_at, latest_checkpoint
+from harness.judge.evidence import EventLog, history_at, latest_checkpoint, read_checkpoints
 from harness.judge.observers import store, target
 from harness.launch.launcher import Launcher
 from harness.launch.processes import HarnessStopping
@@ -40,7 +38,6 @@ from harness.model import (
     Step,
     StorageFault,
     StorageStep,
-    StoredRow,
     StoryRecord,
     TicketKind,
     Wait,
@@ -52,15 +49,14 @@ from harness.model import (
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
+from harness.story.queue_acts import draft_not_durable as _draft_not_durable
+from harness.story.queue_acts import request_migrated
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
-from shopops.approval_records import ApprovalRequest, iso
-from shopops.approval_store import SqliteStore
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
 from shopops_contract import labels
-from shopops_contract.approvals import RequestStatus
 
 __all__ = ["APPROVER", "drive"]
 
@@ -78,8 +74,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     execution's sandbox. ``approvals``: the address of the harness's approval service
     (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
     ``None``: the workers open that file themselves. ``email_env``: what points an app's
-    own email client at the gateway (``MockGateway.worker_env``), in every worker's
-    environment.
+    own email client at the gateway (``MockGateway.worker_env``), for every worker.
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -141,6 +136,7 @@ class _Engine:
         self.checkpoint_seq_at_approval: int | None = None
         self.history_at_approval: HistoryMark | None = None
         self.v1_rows = 0
+        self._migrated_asked = False  # the migrated case's request is in the queue
         self.unrecovered = False  # the latest workers step left a harness kill behind
         self.holds: dict[KillPoint, Hold] = {}
         self.background: list[Started] = []
@@ -163,8 +159,11 @@ class _Engine:
         finally:
             for hold in self.holds.values():
                 hold.release.set()
+            migrators = any(st.role is WorkerRole.MIGRATE for st in self.background)
             while self.background:
                 self.w.finish(self.background.pop(0))
+            if migrators:  # a held migrator committed only now: the queue as it was
+                self._request_migrated()
 
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
@@ -190,7 +189,10 @@ class _Engine:
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
         assert isinstance(step, WorkersStep)
-        if step.together:
+        if step.together and step.role is WorkerRole.MIGRATE:
+            runs = self._migrators_together(step)
+            self.unrecovered = any(r.killed_by_harness for r in runs)
+        elif step.together:
             runs = self._together(step)
             self.unrecovered = any(r.killed_by_harness for r in runs)
         elif step.wait is Wait.HELD:
@@ -200,12 +202,73 @@ class _Engine:
             for _ in range(step.count):
                 if not self._may_start(step.role):
                     break
-                run = self.w.run(step.role, step.owner)
+                run = self.w.run(step.role, step.owner, self._from_seq(step))
                 while self._again(run) and step.recover and self._may_start(step.recover):
                     run = self.w.run(step.recover, step.owner)
                 self.unrecovered = self.unrecovered or run.killed_by_harness
-        if step.role is WorkerRole.MIGRATE:
+        self._reap_released()
+        if step.role is WorkerRole.MIGRATE and not self._migration_pending():
             self._request_migrated()
+
+    def _reap_released(self) -> None:
+        """Reap the held workers a ``release`` with ``on`` let go during this step: they
+        went on meanwhile (a held migrator commits while the next one waits for its lock)."""
+        going = {id(h.worker) for h in self.holds.values()
+                 if h.release.is_set() and h.worker is not None}
+        for started in [st for st in self.background if id(st.worker) in going]:
+            self.background.remove(started)
+            self.w.finish(started)
+
+    def _migration_pending(self) -> bool:
+        """A migrator is still held: the case's request is made once one has committed."""
+        return any(st.role is WorkerRole.MIGRATE for st in self.background)
+
+    def _migrators_together(self, step: WorkersStep) -> list[WorkerRun]:
+        """Start ``count`` migrators at once. The first inside its migration (it holds the
+        database's write lock, ``ckpt.migration_before_commit``) is held there until every
+        other one has reached ``ckpt.migration_started`` — about to wait for that lock — or
+        exited, then released while they wait: they truly overlap, and none waits past its
+        busy timeout for a migrator the harness holds."""
+        inside, waiting = labels.MIGRATION_BEFORE_COMMIT, labels.MIGRATION_STARTED
+        # not required: a kill scheduled at that very hit comes first (the others then
+        # migrate unheld); a migrator that never got there at all is the story's error
+        hold = self.controller.add_hold(KillPoint(inside, self.controller.totals.seen(inside)
+                                                  + 1), required=False)
+        arrived = self.controller.totals.seen(waiting) + step.count
+        started = [self.w.start(step.role, step.owner) for _ in range(step.count)]
+        held = self._held_or_gone(hold, started)
+        others = [st for st in started if st.worker is not hold.worker]
+        deadline = time.monotonic() + self.w.timeout
+        while (held and self.controller.totals.seen(waiting) < arrived
+               and not all(st.worker.exited() for st in others)
+               and time.monotonic() < deadline):
+            time.sleep(_HOLD_POLL_S)
+        hold.release.set()
+        runs = [self.w.finish(st) for st in started]
+        if not held and not any(r.killed_by_harness for r in runs):
+            self.w.errors.append(f"no concurrent migrator reached {inside}")
+        return runs
+
+    def _from_seq(self, step: WorkersStep) -> int | None:
+        """The checkpoint a worker of ``step`` resumes from (``--from-seq``): the step's
+        ``from_seq``, or the ``seq`` of the loop's newest checkpoint in ``from_phase`` now
+        (the harness's injected rows left out; a target's history is its own: the step's
+        ``from_seq`` only). Raises ``_CutShort`` when no checkpoint is in that phase."""
+        if step.from_phase is None:
+            return step.from_seq
+        if self.w.target is not None:
+            self.w.errors.append("from_phase: a target's history is read only once the story "
+                                 "ends; choose its checkpoint with from_seq")
+            raise _CutShort
+        injected = {r.seq for r in self.w.injected}
+        rows = read_checkpoints(self.w.ckpt_db, self.s.case_id)[0]
+        seqs = [r.seq for r in rows if r.seq not in injected
+                and store.write_of(r).phase == step.from_phase]
+        if not seqs:
+            self.w.errors.append(f"no checkpoint of the case in phase {step.from_phase} to "
+                                 "resume from")
+            raise _CutShort
+        return seqs[-1]
 
     def _may_start(self, role: WorkerRole) -> bool:
         """A recheck is a resume before any approval: never once the human approved."""
@@ -246,7 +309,7 @@ class _Engine:
     def _until_held(self, step: WorkersStep) -> None:
         """Start one worker in the background and wait until a pending hold holds it."""
         hold = next(h for h in reversed(self.holds.values()) if not h.release.is_set())
-        started = self.w.start(step.role, step.owner)
+        started = self.w.start(step.role, step.owner, self._from_seq(step))
         self.unrecovered = False
         if not self._held_or_gone(hold, [started]):
             self.w.errors.append(f"no worker reached {hold.point} to be held")
@@ -263,9 +326,16 @@ class _Engine:
 
     def _release(self, step: Step) -> None:
         assert isinstance(step, ReleaseStep)
+        if step.on is not None:  # in the middle of a later step, when a worker gets there
+            release = self.holds[step.at].release
+            self.controller.add_hook(step.on, lambda worker: release.set())
+            return
         self.holds[step.at].release.set()
+        migrators = any(st.role is WorkerRole.MIGRATE for st in self.background)
         while self.background:
             self.w.finish(self.background.pop(0))
+        if migrators:  # a held migrator committed only now
+            self._request_migrated()
 
     def _clock(self, step: Step) -> None:
         assert isinstance(step, ClockStep)
@@ -295,7 +365,7 @@ class _Engine:
                 self._as_queue(lambda q: q.approve(case, approver=APPROVER, gate=step.gate),
                                "second approval")
         else:
-            self._bad_ticket(step.ticket)
+            self._bad_ticket(step.ticket, step.gate)
 
     def _approve(self, hours: float, gate: str = DEFAULT_GATE) -> None:
         """The human approves the case's pending request on ``gate``: the queue issues the
@@ -331,7 +401,10 @@ class _Engine:
                                     f"refused: {exc}")
             self.w.errors.append(f"the human could not approve: {exc}")
         self.w.clock_offset_s += hours * 3600
-        self.w.offered_ticket = None  # the approval withdraws a bad ticket offered earlier
+        if gate == DEFAULT_GATE:  # the approval withdraws a bad ticket offered on its gate
+            self.w.offered_ticket = None
+        else:
+            self.w.offered_note_ticket = None
         if first:
             self.approval_event = event.seq
             self.checkpoint_seq_at_approval = seq_now
@@ -347,29 +420,34 @@ class _Engine:
         except TypeError as exc:  # the queue does not know a field the story gave it
             self.w.errors.append(f"the human could not act ({what}): {exc}")
 
-    def _bad_ticket(self, kind: TicketKind) -> None:
-        """Hand the next workers a ticket the queue must refuse."""
+    def _bad_ticket(self, kind: TicketKind, gate: str = DEFAULT_GATE) -> None:
+        """Hand the next workers a ticket the queue must refuse, on ``gate`` (the email's,
+        ``--ticket``, or the order note's, ``--note-ticket``)."""
         case = self.s.case_id
         with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
-            elif kind is TicketKind.FORGED_IN_STATE:
+            elif kind is TicketKind.FORGED_IN_STATE:  # the email's only (story_parse)
                 self._forge_into_state()
                 ticket = None
             elif kind is TicketKind.OTHER_CASE:
-                queue.request(OTHER_CASE[0], "0" * 64)
-                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
+                queue.request(OTHER_CASE[0], "0" * 64, gate=gate)
+                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER, gate=gate).ticket_id
             elif kind is TicketKind.STALE_DRAFT:
-                queue.request(case, "f" * 64)  # an older draft's digest
-                ticket = queue.approve(case, approver=APPROVER).ticket_id
+                queue.request(case, "f" * 64, gate=gate)  # an older draft's digest
+                ticket = queue.approve(case, approver=APPROVER, gate=gate).ticket_id
             else:  # consumed: approved, then used by another send
-                approved = queue.approve(case, approver=APPROVER)
+                approved = queue.approve(case, approver=APPROVER, gate=gate)
                 queue.consume(approved.ticket_id, case, approved.draft_digest,
-                              f"{case}:send_email:another-send")
+                              f"{case}:{gate}:another-send", gate=gate)
                 ticket = approved.ticket_id
-        self.w.offered_ticket = ticket
-        self.events.add(EventKind.HUMAN, None, None, None, f"{kind} ticket offered: {ticket}",
-                        ref=ticket)
+        if gate == DEFAULT_GATE:
+            self.w.offered_ticket = ticket
+        else:
+            self.w.offered_note_ticket = ticket
+        self.events.add(EventKind.HUMAN, None, None, None,
+                        f"{kind} ticket offered: {ticket}"
+                        + (f" on gate {gate}" if gate != DEFAULT_GATE else ""), ref=ticket)
 
     def _forge_into_state(self) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval
@@ -411,44 +489,12 @@ class _Engine:
                         f"exclusive lock on checkpoints.db for {ms} ms")
 
     def _request_migrated(self) -> None:
-        """After a migration, the queue holds the parked case's request, as it did all
-        along before the upgrade: under the request id the migrated state names (the v1
-        state's ``approval_request_id``), so a loop that finds its request by that id finds
-        it (found by the implementation written from the contract alone)."""
-        latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
-        write = store.write_of(latest) if latest is not None else None
-        if write is not None and write.problem is not None:
-            self.w.errors.append(f"the migrated checkpoint cannot be read: {write.problem}")
+        """After a migration, the queue holds the parked case's request, once
+        (``queue_acts.request_migrated``); an unreadable migrated checkpoint is an error of
+        the story."""
+        if self._migrated_asked:  # once: a second migrator migrates nothing
             return
-        if write is not None and write.draft is not None:
-            asked = write.email.request_id  # under the id the loop gave it (its v1 state's)
-            if asked is None:
-                with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
-                    queue.request(self.s.case_id, write.draft.digest)
-                return
-            records = SqliteStore(self.w.appr_db, kind=SERVICE_QUEUE)
-            try:
-                records.add_request(ApprovalRequest(asked, self.s.case_id, write.draft.digest,
-                                                    iso(time.time()), RequestStatus.PENDING))
-            finally:
-                records.close()
-
-
-def _draft_not_durable(mark: HistoryMark, rows: tuple[StoredRow, ...],
-                       approved: str) -> HistoryMark:
-    """``mark`` (read as the human approved a request the loop made for the draft digest
-    ``approved``) with ``unreadable`` set when none of its ``rows`` holds that draft: a loop
-    makes its draft durable before it asks for approval (Chapter 8; the reference saves it
-    at ``t1.draft_email``), so a history without it then was hidden or swapped (found by
-    attacks: an empty decoy database at the approval, or the rows after the first moved
-    away and back, passed with rows rewritten meanwhile). Rows that do not parse are
-    skipped: the checks over the history judge them."""
-    if mark.unreadable is not None:
-        return mark
-    for row in rows:
-        draft = store.write_of(row).draft  # a row that cannot be read holds no draft
-        if draft is not None and draft.digest == approved:
-            return mark
-    return replace(mark, unreadable=(
-        f"no checkpoint of the case holds the approved draft ({approved[:12]}), although "
-        "the loop had asked for this approval (the queue held its request)"))
+        self._migrated_asked, error = request_migrated(self.w.ckpt_db, self.w.appr_db,
+                                                       self.s.case_id)
+        if error is not None:
+            self.w.errors.append(error)

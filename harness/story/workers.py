@@ -46,6 +46,7 @@ class Workers:
     Attributes:
         clock_offset_s: seconds later workers' clocks run ahead (``SHOPOPS_CLOCK_OFFSET_S``).
         offered_ticket: a ticket the human handed over, passed to later workers.
+        offered_note_ticket: likewise on the order note's gate (``--note-ticket``).
         runs: every reaped worker, in launch order.
         errors: deadlines that passed (they cut the story short).
         injected: checkpoint rows the harness appended (not the loop's: ignored when the
@@ -81,6 +82,7 @@ class Workers:
         self.gw_db = workdir / "gateway.db"
         self.clock_offset_s = 0.0
         self.offered_ticket: str | None = None
+        self.offered_note_ticket: str | None = None
         self.runs: list[WorkerRun] = []
         self.errors: list[str] = []
         self.injected: list[StoredRow] = []
@@ -95,11 +97,13 @@ class Workers:
         """Workers started so far."""
         return self._started
 
-    def argv(self, role: WorkerRole, index: int, owner: str) -> list[str]:
-        """The command line of worker ``index`` (a target's: ``TargetDriver.argv``)."""
+    def argv(self, role: WorkerRole, index: int, owner: str,
+             from_seq: int | None = None) -> list[str]:
+        """The command line of worker ``index`` (a target's: ``TargetDriver.argv``);
+        ``from_seq``: resume from that checkpoint (``--from-seq N``, the contract's)."""
         s = self.s
         if self.target is not None:
-            return self.target.argv(role, index)
+            return self.target.argv(role, index, from_seq)
         if role is WorkerRole.MIGRATE:
             return self.sut.argv("migrate", str(self.ckpt_db))
         argv = self.sut.argv(
@@ -117,6 +121,10 @@ class Workers:
             argv += ["--owner", owner.format(index=index), "--lease-ttl", f"{s.lease_ttl_s:g}"]
         if self.offered_ticket is not None:
             argv += ["--ticket", self.offered_ticket]
+        if self.offered_note_ticket is not None:
+            argv += ["--note-ticket", self.offered_note_ticket]
+        if from_seq is not None:
+            argv += ["--from-seq", str(from_seq)]
         return argv
 
     def env(self) -> dict[str, str]:
@@ -143,12 +151,15 @@ class Workers:
             env[FRAMEWORKS_ENV] = ",".join(frameworks_of(target.folder, target.extra))
         return env
 
-    def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> WorkerRun:
+    def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER,
+            from_seq: int | None = None) -> WorkerRun:
         """Start one worker and wait for it."""
-        return self.finish(self.start(role, owner))
+        return self.finish(self.start(role, owner, from_seq))
 
-    def start(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> Started:
-        """Start one worker (index = launch order) without waiting for it.
+    def start(self, role: WorkerRole, owner: str = DEFAULT_OWNER,
+              from_seq: int | None = None) -> Started:
+        """Start one worker (index = launch order) without waiting for it; ``from_seq``:
+        it resumes from that checkpoint instead of the latest.
 
         Raises:
             OSError: the launcher could not start it.
@@ -162,11 +173,12 @@ class Workers:
         env = self.env()
         # ps names the worker by role and execution folder (opaque for sealed executions)
         env[TITLE_ENV] = f"shopops-worker {WorkerRole(role).value} {self.workdir.name}"
-        worker = self.launcher.start(self.argv(role, index, owner), env=env,
+        worker = self.launcher.start(self.argv(role, index, owner, from_seq), env=env,
                                      cwd=str(self.data_dir), stdout=str(out), stderr=str(err),
                                      index=index)
         self.controller.attach(worker)
-        self.events.add(EventKind.WORKER_START, None, worker.pid, index, role)
+        self.events.add(EventKind.WORKER_START, None, worker.pid, index,
+                        role if from_seq is None else f"{role} --from-seq {from_seq}")
         release = getattr(worker, "release", None)
         if release is not None:  # a fork-server child held at its start gate until attached
             release()

@@ -31,12 +31,19 @@ from pathlib import Path
 from typing import Any
 
 from harness.model import (
+    DEFAULT_GATE,
+    DEFAULT_OWNER,
     HumanAction,
+    HumanStep,
     PythonTarget,
     Scenario,
+    Step,
     StorageFault,
     TargetRole,
     TicketKind,
+    Wait,
+    WorkerRole,
+    WorkersStep,
 )
 from harness.model.input_files import InputFileError, read_input
 from harness.targets.examples import BY_NAME, EXAMPLES_DIR, OPTIONS
@@ -215,7 +222,29 @@ def target_limits(s: Scenario) -> list[tuple[str, str]]:
             ("sut.read_timeout_s", s.read_timeout_s is not None),
             ("sut.max_attempts", s.max_attempts is not None),
             ("expect.worker_error", s.expect_worker_error is not None),
-            ("story", bool(s.story))]
+            ("story", bool(s.story) and not all(_target_step(st) for st in s.story))]
     return [(name, f"not supported for target kind {s.target.name!r} (only the reference "
              "loop has it; a target may use [case], sut.idempotency_keys, [crash], "
-             "[gateway] and [expect])") for name, on in used if on]
+             "[gateway], [expect] and a [[story]] of workers steps — start, recheck, "
+             "resume, from_seq —, one after another, and approvals of the email now)")
+            for name, on in used if on]
+
+
+#: The roles a target's story may start (``_target_step``).
+_TARGET_ROLES = (WorkerRole.START, WorkerRole.RECHECK, WorkerRole.RESUME)
+
+
+def _target_step(step: Step) -> bool:
+    """Whether a target can play ``step``: workers of its own roles, one after another
+    (``from_seq``: a resume from its history's N-th checkpoint, ``TargetContext.from_seq``),
+    or the human approving the email now. Holds, storage faults, bad tickets and the
+    rest reach into the reference loop's own storage or command line."""
+    if isinstance(step, WorkersStep):
+        return (step.role in _TARGET_ROLES and not step.together and step.wait is Wait.EXIT
+                and step.owner == DEFAULT_OWNER and step.from_phase is None
+                and step.recover in (None, *_TARGET_ROLES))
+    if isinstance(step, HumanStep):
+        return (step.action is HumanAction.APPROVE and step.gate == DEFAULT_GATE
+                and step.ticket is TicketKind.ISSUED and not step.twice
+                and not step.delay_hours and step.at is None)
+    return False
