@@ -26,6 +26,7 @@ from harness.model.hits import HIT_KINDS, HitCounter, number_trace
 from harness.model.kinds import (
     CheckId,
     CheckStatus,
+    CrashMode,
     EventKind,
     EvidenceSource,
     FaultKind,
@@ -88,7 +89,7 @@ __all__ = [
     "HistoryMark", "HistorySource", "HitCounter", "HoldStep", "HumanAction", "HumanStep",
     "key_text", "KillPoint", "NoteDelivery", "number_trace", "Observable", "PythonTarget",
     "ReleaseStep", "RequestRecord", "roll_up", "rows_digest", "RunResult", "Scenario", "Shard",
-    "ShardError", "ShardPlan", "Step", "StepKind", "StorageFault", "StorageStep", "StoredRow",
+    "ShardError", "ShardPlan", "Step", "StepKind", "StorageFault", "StorageStep", "CrashMode", "StoredRow",
     "StoryRecord", "Sut", "TargetRole", "TicketKind", "TicketRecord", "Unit", "Verdict", "Wait",
     "When", "WorkerRole", "WorkerRun", "WorkersStep",
 ]

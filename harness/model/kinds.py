@@ -89,7 +89,8 @@ class EventKind(StrEnum):
     STEP = "step"  # a story step began
     ERROR = "error"  # a harness-side problem seen while the story ran
     TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox.users)
-    LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
+    LEFTOVER = "leftover"
+    POWER_CUT = "power_cut"  # after a kill, the state folder went back to its last sync  # a process of a sealed execution's uid found after its workers
 
 
 class EvidenceSource(StrEnum):
@@ -128,6 +129,16 @@ class TicketKind(StrEnum):
     OTHER_CASE = "other_case"
     STALE_DRAFT = "stale_draft"
     CONSUMED = "consumed"
+
+
+class CrashMode(StrEnum):
+    """How a scheduled kill crashes the worker (``[crash] mode``): ``kill`` is a SIGKILL
+    (the page cache survives: every write the worker made stays); ``power`` is a SIGKILL and
+    then a power cut — the execution's state folder goes back to what was last synced
+    (``harness.launch.power``)."""
+
+    KILL = "kill"
+    POWER = "power"
 
 
 class StorageFault(StrEnum):

@@ -375,6 +375,7 @@ class _Engine:
         checkpoint to forge from: the story cannot go on."""
         row = forge_ticket(self.w.ckpt_db, self.s.case_id, FORGED_TICKET)
         self.w.injected.append(row)
+        self.w.synced()
         self.events.add(EventKind.INJECT, None, None, None,
                         f"forged ticket written at seq {row.seq}", ref=str(row.seq))
 
@@ -383,6 +384,7 @@ class _Engine:
         assert isinstance(step, StorageStep)
         if step.fault is StorageFault.V1_CHECKPOINT:
             self.v1_rows = install_v1_fixture(self.w.ckpt_db)
+            self.w.synced()
             self.w.reset_phase()
         elif step.fault is StorageFault.LOCK:
             assert step.at is not None
@@ -396,6 +398,7 @@ class _Engine:
             self.w.errors.append(f"storage fault {kind}: no checkpoint to corrupt")
             return
         self.w.injected.append(row)
+        self.w.synced()
         self.events.add(EventKind.INJECT, None, None, None, f"{kind} row at seq {row.seq}",
                         ref=str(row.seq))
 

@@ -11,10 +11,20 @@ from pathlib import Path
 
 from harness.judge.evidence import EventLog, latest_checkpoint
 from harness.judge.observers import store
+from harness.launch import power
 from harness.launch.launcher import Launcher
 from harness.launch.processes import Worker, output_tail, trim_output
 from harness.launch.target_servers import FRAMEWORKS_ENV, frameworks_of
-from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
+from harness.model import (
+    DEFAULT_OWNER,
+    CrashMode,
+    EventKind,
+    KillPoint,
+    Scenario,
+    Sut,
+    WorkerRole,
+    WorkerRun,
+)
 from harness.model.observations import DurableWrite, StoredRow
 from harness.sandbox.boot import TITLE_ENV
 from harness.story.controller import KillController
@@ -68,8 +78,12 @@ class Workers:
         self.approvals = approvals
         self.timeout = timeout_s
         self.extra_wait_s = extra_wait_s
-        # the databases the workers write, and their cwd: the sandbox of a sealed execution
-        self.data_dir = data_dir or workdir
+        # the databases the workers write, and their cwd: the sandbox of a sealed execution;
+        # for power cuts a folder of its own, so that a cut touches only the loop's state
+        if data_dir is None and scenario.crash_mode is CrashMode.POWER:
+            (workdir / "state").mkdir(exist_ok=True)
+        self.data_dir = data_dir or (workdir / "state" if scenario.crash_mode is CrashMode.POWER
+                                     else workdir)
         self.ckpt_db = self.data_dir / "checkpoints.db"
         # the approval records are the harness's (its approval service serves them to the
         # workers); the path a worker is given is only used by one that keeps its own
@@ -86,6 +100,22 @@ class Workers:
         self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
                                     approvals)
                        if scenario.target is not None else None)
+        #: power cuts (``harness.launch.power``): the harness-owned shadow of what the
+        #: workers synced (``None``: every kill is a plain SIGKILL), and a cut due once
+        #: every worker running when it was decided has been reaped
+        self.shadow: Path | None = None
+        self._cut_due: KillPoint | None = None
+        if scenario.crash_mode is CrashMode.POWER:
+            # beside the state folder, or inside a sealed sandbox (its worker's uid writes it)
+            self.shadow = (workdir / "power-shadow" if data_dir is None
+                           else self.data_dir / ".shopops-power")
+            self.synced()
+
+    def synced(self) -> None:
+        """In power mode, everything in the state folder is durable now: the harness's own
+        writes (before the first worker, a storage fault) count as ``sync()``."""
+        if self.shadow is not None:
+            power.baseline(self.data_dir, self.shadow)
 
     @property
     def started(self) -> int:
@@ -137,6 +167,8 @@ class Workers:
         if self.target is not None:  # the fork server to start it from (target_servers)
             target = self.target.target
             env[FRAMEWORKS_ENV] = ",".join(frameworks_of(target.folder, target.extra))
+        if self.shadow is not None:  # the shim records what the worker syncs
+            env = power.env_for(self.data_dir, self.shadow, env)
         return env
 
     def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> WorkerRun:
@@ -179,6 +211,7 @@ class Workers:
             self.errors.append(f"worker {index} ({started.role}) passed its {self.timeout:g} s "
                                "deadline")
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
+        self._power_cut(worker, index)
         self._latest = self.latest_write()
         for stream in (out, err):  # bounded on disk; its end is kept: the same tails below
             trim_output(stream)
@@ -190,6 +223,21 @@ class Workers:
         self.runs.append(run)
         self.runs.sort(key=lambda r: r.index)
         return run
+
+    def _power_cut(self, worker: Worker, index: int) -> None:
+        """After reaping worker ``index``: if it was killed at a point that is a power cut
+        (``Scenario.is_power_cut``), the state folder goes back to its last sync — once no
+        other worker still runs (a real cut stops them all; theirs are then reaped first)."""
+        point = self.controller.killed_at.get(index)
+        if self.shadow is not None and point is not None and self.s.is_power_cut(point):
+            self._cut_due = point
+        if self._cut_due is None or self._started > len(self.runs) + 1:
+            return
+        assert self.shadow is not None
+        point, self._cut_due = self._cut_due, None
+        done = power.cut(self.data_dir, self.shadow)
+        self.events.add(EventKind.POWER_CUT, point.label, worker.pid, index, done.line(),
+                        ref=str(point))
 
     def reset_phase(self) -> None:
         """Read the latest write afresh (after the harness itself wrote the database)."""
