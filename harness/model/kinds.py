@@ -68,6 +68,7 @@ class CheckId(StrEnum):
     HISTORY_NOT_REPLACED = "history_not_replaced"
     PER_ACTION = "per_action"
     ASKED_ONCE = "asked_once"
+    COMMITS_DURABLE = "commits_durable"
 
 
 class EventKind(StrEnum):

@@ -181,7 +181,8 @@ class _Engine:
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
-                           self.target_error, self.history_at_approval)
+                           self.target_error, self.history_at_approval,
+                           tuple(w.power_cuts))
 
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:

@@ -6,6 +6,7 @@ checkpoint database before and after each one.
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from harness.model import (
     CrashMode,
     EventKind,
     KillPoint,
+    PowerCut,
     Scenario,
     Sut,
     WorkerRole,
@@ -105,6 +107,7 @@ class Workers:
         #: every worker running when it was decided has been reaped
         self.shadow: Path | None = None
         self._cut_due: KillPoint | None = None
+        self.power_cuts: list[PowerCut] = []
         if scenario.crash_mode is CrashMode.POWER:
             # beside the state folder, or inside a sealed sandbox (its worker's uid writes it)
             self.shadow = (workdir / "power-shadow" if data_dir is None
@@ -235,9 +238,32 @@ class Workers:
             return
         assert self.shadow is not None
         point, self._cut_due = self._cut_due, None
+        before, why = self._committed()
         done = power.cut(self.data_dir, self.shadow)
-        self.events.add(EventKind.POWER_CUT, point.label, worker.pid, index, done.line(),
+        after, why_after = self._committed()
+        unread = why or why_after
+        lost = () if unread else tuple(seq for seq, blob in before.items()
+                                       if after.get(seq) != blob)
+        self.power_cuts.append(PowerCut(point, index, tuple(before), lost, done.lost, unread))
+        self.events.add(EventKind.POWER_CUT, point.label, worker.pid, index,
+                        done.line() + (f"; committed checkpoint(s) lost: seq "
+                                       f"{', '.join(map(str, lost))}" if lost else ""),
                         ref=str(point))
+
+    def _committed(self) -> tuple[dict[int, bytes | None], str | None]:
+        """The case's checkpoint rows as the harness reads them now (``seq`` -> state), the
+        harness's injected rows left out, or why they could not be read (a target's own
+        storage is not read: ``"a target"``). No file yet: no rows."""
+        if self.target is not None:
+            return {}, "a target keeps its own storage"
+        if not self.ckpt_db.exists():
+            return {}, None
+        skip = {r.seq for r in self.injected}
+        try:
+            rows = store.read_rows(self.ckpt_db, self.s.case_id)
+        except (store.NotAContractStore, store.HistoryTooLong, sqlite3.Error, OSError) as exc:
+            return {}, f"{type(exc).__name__}: {exc}"
+        return {r.seq: r.state_json for r in rows if r.seq not in skip}, None
 
     def reset_phase(self) -> None:
         """Read the latest write afresh (after the harness itself wrote the database)."""
