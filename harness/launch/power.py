@@ -150,6 +150,18 @@ def baseline(state: Path, shadow: Path) -> None:
         shutil.copyfile(path, shadow / "data" / _key(st))
         rel = str(path.relative_to(state)).encode()
         (names / rel.hex()).write_text(_key(st))
+    _owned_like(state, shadow)
+
+
+def _owned_like(state: Path, shadow: Path) -> None:
+    """The shadow belongs to whoever owns the state folder (a sealed execution's uid: its
+    worker's shim writes the shadow), when we may give it away (root)."""
+    if os.geteuid() != 0:
+        return
+    owner = state.stat()
+    for root, dirs, names in os.walk(shadow):
+        for p in [root, *(os.path.join(root, n) for n in dirs + names)]:
+            os.chown(p, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
 
 def cut(state: Path, shadow: Path) -> Cut:
@@ -186,4 +198,7 @@ def cut(state: Path, shadow: Path) -> Cut:
         if not target.exists():  # a durable name removed since: back as it was durable
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
+            if os.geteuid() == 0:  # the worker's, as it was (a sealed execution's uid)
+                owner = state.stat()
+                os.chown(target, owner.st_uid, owner.st_gid)
     return Cut(tuple(sorted(durable)), tuple(sorted(lost)))
