@@ -130,9 +130,10 @@ class PowerCut:
     """A power cut after the kill at ``point`` (of worker ``worker``): the state folder went
     back to its last sync (``harness.launch.power``). ``committed``: the case's checkpoint
     ``seq`` numbers readable just before the cut (what the loop had committed); ``lost``:
-    those the cut took away or changed (committed but never made durable); ``files_lost``:
-    the folder's files removed or rolled back; ``unread``: why the rows could not be read
-    before or after (``None``: they were; a target's own storage is not read)."""
+    those the cut took away or changed (committed but never made durable; all of them when
+    the store cannot be read after the cut); ``files_lost``: the folder's files removed or
+    rolled back; ``unread``: why the rows could not be read before the cut (``None``: they
+    were; a target's own storage is not read)."""
 
     point: KillPoint
     worker: int

@@ -238,10 +238,9 @@ class Workers:
             return
         assert self.shadow is not None
         point, self._cut_due = self._cut_due, None
-        before, why = self._committed()
+        before, unread = self._committed()
         done = power.cut(self.data_dir, self.shadow)
-        after, why_after = self._committed()
-        unread = why or why_after
+        after, _ = self._committed()  # unreadable after the cut: every committed row is lost
         lost = () if unread else tuple(seq for seq, blob in before.items()
                                        if after.get(seq) != blob)
         self.power_cuts.append(PowerCut(point, index, tuple(before), lost, done.lost, unread))

@@ -324,8 +324,9 @@ def commits_durable(ev: Evidence) -> CheckResult:
     what was fsynced survives). A loop that commits without syncing — SQLite with
     ``synchronous=OFF``, WAL with ``NORMAL`` — loses them, and after the cut re-does work
     it had promised was done (re-asks the human, re-sends with a key it never kept).
-    Rows that could not be read before or after a cut fail it: a durable store is readable
-    after any power cut."""
+    A store that cannot be read after the cut lost every row it had; one that could not be
+    read before it (a target's own storage, or damaged by the loop) leaves nothing to
+    compare: the check says so and fails, as no loss can be ruled out."""
     if not ev.power_cuts:
         return CheckResult(CheckId.COMMITS_DURABLE, True, "no power cut in this execution", ())
     lines: list[str] = []
