@@ -84,13 +84,15 @@ from harness.model.target import PythonTarget, TargetRole
 __all__ = [
     "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KEY",
     "NO_KILL", "NO_RECOVERY", "NOTE_GATE", "PAST_LEASE", "REFERENCE", "SRC", "ApprovalRecord",
-    "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashSchedule", "Delivery",
+    "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashMode", "CrashSchedule",
+    "Delivery",
     "Draft", "DurableWrite", "Event", "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan",
     "ExecutionResult", "FaultKind", "FaultSpec", "Gap", "GateState", "GatewayLog", "History",
     "HistoryMark", "HistorySource", "HitCounter", "HoldStep", "HumanAction", "HumanStep",
-    "key_text", "KillPoint", "NoteDelivery", "PowerCut", "number_trace", "Observable", "PythonTarget",
+    "key_text", "KillPoint", "NoteDelivery", "PowerCut", "number_trace", "Observable",
+    "PythonTarget",
     "ReleaseStep", "RequestRecord", "roll_up", "rows_digest", "RunResult", "Scenario", "Shard",
-    "ShardError", "ShardPlan", "Step", "StepKind", "StorageFault", "StorageStep", "CrashMode", "StoredRow",
+    "ShardError", "ShardPlan", "Step", "StepKind", "StorageFault", "StorageStep", "StoredRow",
     "StoryRecord", "Sut", "TargetRole", "TicketKind", "TicketRecord", "Unit", "Verdict", "Wait",
     "When", "WorkerRole", "WorkerRun", "WorkersStep",
 ]

@@ -22,7 +22,8 @@ from harness.model.observations import (
 from harness.model.points import KillPoint
 
 __all__ = ["NO_KEY", "OWN_FAULT_SIGNALS", "Delivery", "Event", "Evidence", "Gap", "GatewayLog",
-           "HistoryMark", "NoteDelivery", "PowerCut", "RequestRecord", "WorkerRun", "key_text", "rows_digest"]
+           "HistoryMark", "NoteDelivery", "PowerCut", "RequestRecord", "WorkerRun", "key_text",
+           "rows_digest"]
 
 #: How a request or delivery without an idempotency key is written, in check evidence and
 #: in every report (one spelling: ``key_text``).

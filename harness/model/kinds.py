@@ -90,8 +90,8 @@ class EventKind(StrEnum):
     STEP = "step"  # a story step began
     ERROR = "error"  # a harness-side problem seen while the story ran
     TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox.users)
-    LEFTOVER = "leftover"
-    POWER_CUT = "power_cut"  # after a kill, the state folder went back to its last sync  # a process of a sealed execution's uid found after its workers
+    LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
+    POWER_CUT = "power_cut"  # after a kill, the state folder went back to its last sync
 
 
 class EvidenceSource(StrEnum):

@@ -31,8 +31,9 @@ from shopops_contract.labels import (
 )
 from shopops_contract.phases import ALLOWED, TERMINAL, Phase
 
-__all__ = ["EDGES", "LIVE", "PARKED", "REDRAFT", "attempts_bounded", "commits_durable", "history_not_replaced",
-           "lease_exclusive", "no_request_after_done", "phase_path", "rejection_respected"]
+__all__ = ["EDGES", "LIVE", "PARKED", "REDRAFT", "attempts_bounded", "commits_durable",
+           "history_not_replaced", "lease_exclusive", "no_request_after_done", "phase_path",
+           "rejection_respected"]
 
 #: Chapter 8's phase FSM (``docs/design.md``), with the production loop's edges: a
 #: rejection with feedback goes back to drafting; any live phase may be dead-lettered.
