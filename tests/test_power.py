@@ -206,3 +206,24 @@ def test_each_power_mutant_fails_on_commits_durable_and_only_under_a_power_cut(
     # the same kill without the power cut: the page cache keeps every commit
     killed = _execute(sut, "o1001", schedule, tmp_path / "kill")
     assert killed.verdict == "pass", killed.reasons
+
+
+def test_a_cut_follows_nothing_planted_in_the_shadow_or_the_folder(tmp_path: Path) -> None:
+    """The shadow and the folder are the worker's (sealed: its uid writes them) and the
+    harness cuts as root: a "../" name, a key that is a path, a symlink to a file outside
+    are skipped, never followed — nothing outside the folder is read or written."""
+    state, shadow, outside = tmp_path / "state", tmp_path / "shadow", tmp_path / "outside"
+    state.mkdir()
+    outside.write_bytes(b"secret")
+    power.baseline(state, shadow)
+    (shadow / "names" / "../escape".encode().hex()).write_text("1-2")
+    (shadow / "names" / "leak".encode().hex()).write_text("../../outside")
+    (shadow / "data" / "7-7").symlink_to(outside)
+    (shadow / "names" / "linked".encode().hex()).write_text("7-7")
+    (state / "ln").symlink_to(outside)
+    cut = power.cut(state, shadow)
+    assert outside.read_bytes() == b"secret"
+    assert not (tmp_path / "escape").exists()
+    assert sorted(p.name for p in state.iterdir()) == ["linked"]
+    assert (state / "linked").read_bytes() == b""  # a name without durable content
+    assert "ln" in cut.lost

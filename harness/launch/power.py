@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import secrets
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -77,11 +80,20 @@ def shim_path() -> Path:
     ``~/.cache/shopops-chaos``), built with ``cc``/``gcc`` at first use and reused after.
 
     Raises:
-        PowerUnavailable: no compiler on ``PATH``, or the build failed (its stderr).
+        PowerUnavailable: no compiler on ``PATH``, the cache folder cannot be written, or the
+            build failed (its stderr).
     """
     global _built
     if _built is not None and _built.exists():
         return _built
+    try:
+        _built = _build()
+    except OSError as exc:
+        raise PowerUnavailable(f"building {SHIM_SOURCE.name}: {exc}") from None
+    return _built
+
+
+def _build() -> Path:
     source = SHIM_SOURCE.read_bytes()
     digest = hashlib.sha256(source).hexdigest()[:16]
     cache = _cache_dir()
@@ -101,7 +113,6 @@ def shim_path() -> Path:
             raise PowerUnavailable(f"building {SHIM_SOURCE.name} failed: "
                                    f"{done.stderr.strip()[:500]}")
         os.replace(tmp, target)  # atomic: a parallel build wins or loses whole
-    _built = target
     return target
 
 
@@ -122,34 +133,142 @@ def _key(st: os.stat_result) -> str:
     return f"{st.st_dev}-{st.st_ino}"
 
 
-def _files(state: Path, shadow: Path) -> list[Path]:
-    """Every regular file and symlink under ``state``, the shadow excluded."""
-    out: list[Path] = []
-    skip = shadow.resolve()
-    for root, dirs, names in os.walk(state):
-        dirs[:] = [d for d in dirs if (Path(root) / d).resolve() != skip]
-        for name in names:
-            p = Path(root) / name
-            if p.is_symlink() or p.is_file():
-                out.append(p)
+# -- the folder, through descriptors ---------------------------------------------------------
+# A sealed worker owns the state folder and the shadow, and the harness that cuts is root:
+# every path is walked one component at a time from a directory descriptor, never following
+# a symlink (O_NOFOLLOW), and a name read from the shadow must be a plain relative path. A
+# planted symlink or a "../" name is skipped, never followed (docs/security.md).
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_KEY = re.compile(r"^[0-9]+-[0-9]+$")
+
+
+def _parts(rel: str) -> list[str] | None:
+    """``rel``'s components, or ``None`` unless it is a plain relative path."""
+    parts = rel.split("/")
+    if not rel or "\0" in rel or any(p in ("", ".", "..") for p in parts):
+        return None
+    return parts
+
+
+def _open_dir(base: int, parts: list[str], *, create: bool = False) -> int:
+    """A descriptor on ``base``/``parts`` (made with ``create``), never through a symlink.
+
+    Raises:
+        OSError: a component is missing (without ``create``), a symlink, or not a folder.
+    """
+    fd = os.dup(base)
+    try:
+        for part in parts:
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                    if os.geteuid() == 0:  # owned like the folder it is made in
+                        above = os.fstat(fd)
+                        os.chown(part, above.st_uid, above.st_gid, dir_fd=fd,
+                                 follow_symlinks=False)
+                except FileExistsError:
+                    pass
+            nxt = os.open(part, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _read(dir_fd: int, name: str) -> tuple[bytes, os.stat_result] | None:
+    """A regular file's content and stat, or ``None`` (missing, a symlink, not a file)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        return (f.read(), st) if stat.S_ISREG(st.st_mode) else None
+
+
+def _replace(dir_fd: int, name: str, data: bytes) -> None:
+    """Write ``name`` in ``dir_fd`` whole: a fresh temporary (``O_EXCL``, no follow), then
+    renamed over it (a symlink there is replaced, not followed)."""
+    tmp = f".{name}.harness.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def _walk(dir_fd: int, prefix: str, skip: tuple[int, int] | None
+          ) -> list[tuple[str, int, str, bool]]:
+    """Every entry under ``dir_fd`` that is not a folder: ``(rel, parent fd, name, regular)``
+    (parent fds stay open: the caller closes them, ``_close``); the shadow (``skip``: its
+    dev and inode) and symlinked folders are not entered."""
+    out: list[tuple[str, int, str, bool]] = []
+    with os.scandir(dir_fd) as entries:
+        listed = list(entries)
+    for e in listed:
+        rel = f"{prefix}{e.name}"
+        if e.is_dir(follow_symlinks=False):
+            st = e.stat(follow_symlinks=False)
+            if skip is not None and (st.st_dev, st.st_ino) == skip:
+                continue
+            try:
+                sub = os.open(e.name, _DIR, dir_fd=dir_fd)
+            except OSError:
+                continue
+            out += _walk(sub, f"{rel}/", skip)
+            out.append(("", sub, "", False))  # only to be closed
+        else:
+            out.append((rel, dir_fd, e.name, e.is_file(follow_symlinks=False)))
     return out
+
+
+def _close(entries: list[tuple[str, int, str, bool]]) -> None:
+    for rel, fd, _, _ in entries:
+        if not rel:
+            os.close(fd)
+
+
+def _id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def baseline(state: Path, shadow: Path) -> None:
     """Make everything under ``state`` durable now, as ``sync()`` would (the harness calls it
     before the first worker and after it writes the folder itself)."""
-    (shadow / "data").mkdir(parents=True, exist_ok=True)
-    names = shadow / "names"
-    names.mkdir(exist_ok=True)
-    for stale in names.iterdir():
-        stale.unlink()
-    for path in _files(state, shadow):
-        if path.is_symlink():
-            continue
-        st = path.stat()
-        shutil.copyfile(path, shadow / "data" / _key(st))
-        rel = str(path.relative_to(state)).encode()
-        (names / rel.hex()).write_text(_key(st))
+    shadow.mkdir(mode=0o700, exist_ok=True)
+    root = os.open(shadow, _DIR)
+    top = os.open(state, _DIR)
+    try:
+        data = _open_dir(root, ["data"], create=True)
+        names = _open_dir(root, ["names"], create=True)
+        try:
+            for stale in os.listdir(names):
+                os.unlink(stale, dir_fd=names)
+            entries = _walk(top, "", _id(shadow))
+            try:
+                for rel, parent, name, regular in entries:
+                    got = _read(parent, name) if rel and regular else None
+                    if got is None:
+                        continue
+                    content, st = got
+                    _replace(data, _key(st), content)
+                    _replace(names, rel.encode().hex(), _key(st).encode())
+            finally:
+                _close(entries)
+        finally:
+            os.close(data)
+            os.close(names)
+    finally:
+        os.close(top)
+        os.close(root)
     _owned_like(state, shadow)
 
 
@@ -158,47 +277,101 @@ def _owned_like(state: Path, shadow: Path) -> None:
     worker's shim writes the shadow), when we may give it away (root)."""
     if os.geteuid() != 0:
         return
-    owner = state.stat()
+    owner = os.stat(state, follow_symlinks=False)
     for root, dirs, names in os.walk(shadow):
         for p in [root, *(os.path.join(root, n) for n in dirs + names)]:
             os.chown(p, owner.st_uid, owner.st_gid, follow_symlinks=False)
 
 
+def _durable(shadow: Path) -> dict[str, bytes]:
+    """Every durable name (a plain relative path) and its durable content, from the shadow;
+    anything else there (a symlink, a bad name or key) is skipped."""
+    durable: dict[str, bytes] = {}
+    try:
+        root = os.open(shadow, _DIR)
+    except OSError:
+        return durable
+    try:
+        try:
+            names = _open_dir(root, ["names"])
+        except OSError:
+            return durable
+        try:
+            data = _open_dir(root, ["data"])
+        except OSError:
+            data = None
+        try:
+            for entry in os.listdir(names):
+                got = _read(names, entry)
+                try:
+                    rel = bytes.fromhex(entry).decode()
+                except ValueError:
+                    continue
+                key = got[0].decode("ascii", "replace").strip() if got else ""
+                if _parts(rel) is None or not _KEY.match(key):
+                    continue
+                content = _read(data, key) if data is not None else None
+                durable[rel] = content[0] if content is not None else b""
+        finally:
+            os.close(names)
+            if data is not None:
+                os.close(data)
+    finally:
+        os.close(root)
+    return durable
+
+
 def cut(state: Path, shadow: Path) -> Cut:
     """Put ``state`` back to what was durable (module docstring) and say what changed.
     Call it only when no process has the folder's files open (the worker was killed and
-    reaped)."""
-    durable: dict[str, bytes] = {}
-    names = shadow / "names"
-    if names.is_dir():
-        for entry in names.iterdir():
-            if ".tmp." in entry.name:
+    reaped).
+
+    Raises:
+        OSError: ``state`` is not a folder (or a symlink to one).
+    """
+    durable = _durable(shadow)
+    owner = os.stat(state, follow_symlinks=False)
+    top = os.open(state, _DIR)
+    lost: list[str] = []
+    try:
+        entries = _walk(top, "", _id(shadow))
+        try:
+            for rel, parent, name, regular in entries:
+                if not rel:
+                    continue
+                want = durable.get(rel) if regular else None
+                if want is None:
+                    lost.append(rel)
+                    os.unlink(name, dir_fd=parent)
+                    continue
+                fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=parent)
+                with os.fdopen(fd, "r+b") as f:  # in place: it keeps its inode, as on disk
+                    if f.read() != want:
+                        lost.append(rel)
+                        f.seek(0)
+                        f.write(want)
+                        f.truncate()
+        finally:
+            _close(entries)
+        for rel, content in sorted(durable.items()):
+            *folders, name = rel.split("/")
+            try:
+                parent = _open_dir(top, folders, create=True)
+            except OSError:  # a symlink or a file where its folder was: not followed
                 continue
             try:
-                rel = bytes.fromhex(entry.name).decode()
-                key = entry.read_text().strip()
-            except (ValueError, OSError):
-                continue
-            data = shadow / "data" / key
-            durable[rel] = data.read_bytes() if data.is_file() else b""
-    lost: list[str] = []
-    for path in _files(state, shadow):
-        rel = str(path.relative_to(state))
-        if rel in durable and not path.is_symlink():
-            if path.read_bytes() != durable[rel]:
-                lost.append(rel)
-                with open(path, "r+b") as f:  # in place: the file keeps its inode, as on disk
-                    f.write(durable[rel])
-                    f.truncate()
-            continue
-        lost.append(rel)
-        path.unlink()
-    for rel, content in sorted(durable.items()):
-        target = state / rel
-        if not target.exists():  # a durable name removed since: back as it was durable
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-            if os.geteuid() == 0:  # the worker's, as it was (a sealed execution's uid)
-                owner = state.stat()
-                os.chown(target, owner.st_uid, owner.st_gid)
+                try:
+                    os.stat(name, dir_fd=parent, follow_symlinks=False)
+                    continue  # there (rewritten above)
+                except FileNotFoundError:
+                    pass
+                _replace(parent, name, content)  # a durable name removed since: back
+                if os.geteuid() == 0:  # the worker's, as it was (a sealed execution's uid)
+                    os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent,
+                             follow_symlinks=False)
+            finally:
+                os.close(parent)
+    finally:
+        os.close(top)
     return Cut(tuple(sorted(durable)), tuple(sorted(lost)))
