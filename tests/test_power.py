@@ -216,10 +216,10 @@ def test_a_cut_follows_nothing_planted_in_the_shadow_or_the_folder(tmp_path: Pat
     state.mkdir()
     outside.write_bytes(b"secret")
     power.baseline(state, shadow)
-    (shadow / "names" / "../escape".encode().hex()).write_text("1-2")
-    (shadow / "names" / "leak".encode().hex()).write_text("../../outside")
+    (shadow / "names" / b"../escape".hex()).write_text("1-2")
+    (shadow / "names" / b"leak".hex()).write_text("../../outside")
     (shadow / "data" / "7-7").symlink_to(outside)
-    (shadow / "names" / "linked".encode().hex()).write_text("7-7")
+    (shadow / "names" / b"linked".hex()).write_text("7-7")
     (state / "ln").symlink_to(outside)
     cut = power.cut(state, shadow)
     assert outside.read_bytes() == b"secret"
