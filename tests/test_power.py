@@ -5,6 +5,7 @@ real process syncs, a cut puts the folder back to exactly that, the reference su
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -227,3 +228,32 @@ def test_a_cut_follows_nothing_planted_in_the_shadow_or_the_folder(tmp_path: Pat
     assert sorted(p.name for p in state.iterdir()) == ["linked"]
     assert (state / "linked").read_bytes() == b""  # a name without durable content
     assert "ln" in cut.lost
+
+
+def test_the_reports_say_which_crashes_were_power_cuts(tmp_path: Path) -> None:
+    """Two kills, a plain SIGKILL then a power cut (``power_points``): the console line,
+    summary.json, report.md and report.html name the power cut, and only it."""
+    exe = "power-after-approval[t3.checkpoint_saved>t6.send_key_persisted]"
+    done = subprocess.run(
+        [sys.executable, "-m", "harness", "run", str(SCENARIOS / "power-after-approval.toml"),
+         "--schedule", "t3.checkpoint_saved>t6.send_key_persisted",
+         "--report-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if exe in ln]
+    assert line.endswith("deliveries=1 power cut at t6.send_key_persisted"), line
+    out = tmp_path / "latest"
+    (entry,) = json.loads((out / "summary.json").read_text())["executions"]
+    assert (entry["id"], entry["power_cuts"]) == (exe, ["t6.send_key_persisted"])
+    assert "(power cut at t6.send_key_persisted)" in (out / "report.md").read_text()
+    assert "power cut at t6.send_key_persisted" in (out / "report.html").read_text()
+    for text in ((out / "report.md").read_text(), (out / "report.html").read_text()):
+        assert "power cut at t3" not in text
+
+
+def test_without_a_compiler_power_cuts_say_so(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(power, "_built", None)
+    monkeypatch.setenv("SHOPOPS_POWER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    with pytest.raises(power.PowerUnavailable, match="need a C compiler"):
+        power.shim_path()

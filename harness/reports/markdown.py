@@ -101,7 +101,8 @@ def _matrix(run: RunResult) -> list[str]:
         marks = {c.check_id: "n/a" if c.status is CheckStatus.NOT_APPLICABLE else "✓" if c.passed
                  else "?" if c.undecided else "✗*" if is_expected(r, c.check_id)
                  else "✗" for c in r.checks}
-        cells = [_code(r.plan.id, True), *(marks.get(c, "–") for c in CHECK_IDS),
+        power = f" ({power_note(r).strip()})" if power_note(r) else ""
+        cells = [_code(r.plan.id, True) + power, *(marks.get(c, "–") for c in CHECK_IDS),
                  str(r.evidence.deliveries), f"**{r.verdict}**" if r.verdict != PASS
                  else r.verdict]
         lines.append("| " + " | ".join(cells) + " |")
