@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["ENV_DIR", "ENV_SHADOW", "SHIM_SOURCE", "Cut", "PowerUnavailable", "baseline",
-           "cut", "env_for", "shim_path"]
+           "cut", "env_for", "shim_path", "synced"]
 
 #: The state folder the shim watches, and the harness-owned shadow it writes.
 ENV_DIR = "SHOPOPS_POWER_DIR"
@@ -51,17 +51,24 @@ class PowerUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Cut:
-    """What a power cut did to the state folder: ``restored`` files written back from their
-    last sync (names), ``lost`` files removed or rolled back (changed since their sync)."""
+    """What a power cut did to the state folder: ``restored`` the durable names (written
+    back from their last sync), ``lost`` files removed or rolled back (changed since their
+    sync), ``back`` durable names that had been removed or renamed away without a directory
+    sync and come back (a SQLite rollback journal deleted at commit: a hot journal)."""
 
     restored: tuple[str, ...]
     lost: tuple[str, ...]
+    back: tuple[str, ...] = ()
 
     def line(self) -> str:
         """One line for the trace."""
-        lost = ", ".join(self.lost[:6]) + (" …" if len(self.lost) > 6 else "")
+        def few(names: tuple[str, ...]) -> str:
+            return ", ".join(names[:6]) + (" …" if len(names) > 6 else "")
         return (f"power cut: {len(self.restored)} file(s) back to their last sync"
-                + (f"; lost unsynced: {lost}" if self.lost else "; nothing unsynced lost"))
+                + (f"; lost unsynced: {few(self.lost)}" if self.lost
+                   else "; nothing unsynced lost")
+                + (f"; back, their removal never synced: {few(self.back)}" if self.back
+                   else ""))
 
 
 def _cache_dir() -> Path:
@@ -272,6 +279,44 @@ def baseline(state: Path, shadow: Path) -> None:
     _owned_like(state, shadow)
 
 
+def synced(state: Path, shadow: Path, paths: list[Path]) -> None:
+    """Make ``paths`` (files under ``state`` the harness itself wrote) durable now, names and
+    content, as if the harness had fsynced them and their folder; the rest of the folder
+    stays as it was last synced. Paths outside ``state`` or not regular files are skipped."""
+    root = os.open(shadow, _DIR)
+    top = os.open(state, _DIR)
+    try:
+        data = _open_dir(root, ["data"], create=True)
+        names = _open_dir(root, ["names"], create=True)
+        try:
+            for path in paths:
+                try:
+                    rel = str(path.relative_to(state))
+                except ValueError:
+                    continue
+                parts = _parts(rel)
+                if parts is None:
+                    continue
+                try:
+                    parent = _open_dir(top, parts[:-1])
+                except OSError:
+                    continue
+                try:
+                    got = _read(parent, parts[-1])
+                finally:
+                    os.close(parent)
+                if got is not None:
+                    _replace(data, _key(got[1]), got[0])
+                    _replace(names, rel.encode().hex(), _key(got[1]).encode())
+        finally:
+            os.close(data)
+            os.close(names)
+    finally:
+        os.close(top)
+        os.close(root)
+    _owned_like(state, shadow)
+
+
 def _owned_like(state: Path, shadow: Path) -> None:
     """The shadow belongs to whoever owns the state folder (a sealed execution's uid: its
     worker's shim writes the shadow), when we may give it away (root)."""
@@ -333,6 +378,7 @@ def cut(state: Path, shadow: Path) -> Cut:
     owner = os.stat(state, follow_symlinks=False)
     top = os.open(state, _DIR)
     lost: list[str] = []
+    back: list[str] = []
     try:
         entries = _walk(top, "", _id(shadow))
         try:
@@ -367,6 +413,7 @@ def cut(state: Path, shadow: Path) -> Cut:
                 except FileNotFoundError:
                     pass
                 _replace(parent, name, content)  # a durable name removed since: back
+                back.append(rel)
                 if os.geteuid() == 0:  # the worker's, as it was (a sealed execution's uid)
                     os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent,
                              follow_symlinks=False)
@@ -374,4 +421,4 @@ def cut(state: Path, shadow: Path) -> Cut:
                 os.close(parent)
     finally:
         os.close(top)
-    return Cut(tuple(sorted(durable)), tuple(sorted(lost)))
+    return Cut(tuple(sorted(durable)), tuple(sorted(lost)), tuple(back))

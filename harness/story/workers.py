@@ -193,7 +193,11 @@ class Workers:
         env = self.env()
         # ps names the worker by role and execution folder (opaque for sealed executions)
         env[TITLE_ENV] = f"shopops-worker {WorkerRole(role).value} {self.workdir.name}"
-        worker = self.launcher.start(self.argv(role, index, owner), env=env,
+        argv = self.argv(role, index, owner)
+        if self.shadow is not None and self.target is not None:  # the contexts it wrote
+            power.synced(self.data_dir, self.shadow, self.target.written)
+            self.target.written.clear()
+        worker = self.launcher.start(argv, env=env,
                                      cwd=str(self.data_dir), stdout=str(out), stderr=str(err),
                                      index=index)
         self.controller.attach(worker)
