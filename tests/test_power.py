@@ -257,3 +257,18 @@ def test_without_a_compiler_power_cuts_say_so(tmp_path: Path,
     monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
     with pytest.raises(power.PowerUnavailable, match="need a C compiler"):
         power.shim_path()
+
+
+def test_sync_makes_everything_durable_and_an_unlinked_file_leaves_no_name(
+        tmp_path: Path) -> None:
+    state, _, _ = _run_then_cut(tmp_path, """
+        import os
+        with open("a", "wb") as f:
+            f.write(b"by sync()")
+        os.sync()
+        with open("gone", "wb") as f:
+            os.unlink("gone")
+            f.write(b"x"); f.flush(); os.fsync(f.fileno())
+    """)
+    assert sorted(p.name for p in state.iterdir()) == ["a"]
+    assert (state / "a").read_bytes() == b"by sync()"

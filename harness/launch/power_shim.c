@@ -206,7 +206,9 @@ static void after_sync(int fd) {
         const char *rel = relative(dir, path);
         if (rel && !relative(shadow, path)) {
             ensure_dirs(shadow);
-            if (S_ISREG(st.st_mode) && *rel) snapshot_file(fd, shadow, rel, &st);
+            /* a file unlinked while open has no name left to make durable */
+            if (S_ISREG(st.st_mode) && *rel && st.st_nlink > 0)
+                snapshot_file(fd, shadow, rel, &st);
             else if (S_ISDIR(st.st_mode)) snapshot_dir(path, shadow, rel);
         }
     }
