@@ -24,6 +24,7 @@ from harness.model import CheckId, CrashMode, CrashSchedule, ExecutionPlan, Kill
 from harness.model.plan import Sut
 from harness.plan.scenario import ScenarioError, load_scenario
 from harness.run.execution import ExecutionResult, execute
+from harness.sandbox import users as sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
@@ -272,3 +273,17 @@ def test_sync_makes_everything_durable_and_an_unlinked_file_leaves_no_name(
     """)
     assert sorted(p.name for p in state.iterdir()) == ["a"]
     assert (state / "a").read_bytes() == b"by sync()"
+
+
+@pytest.mark.skipif(not sandbox.available(), reason="sealed workers need root")
+def test_a_sealed_execution_keeps_its_syncs_and_loses_the_rest(tmp_path: Path) -> None:
+    """Untrusted code runs as its own uid in a sandbox: its shim must be able to write the
+    shadow (found: every sync was lost), and a cut must leave its files its own."""
+    ref = Mutant("reference", (), (), "").build(tmp_path / "ref")
+    off = next(m for m in POWER_MUTANTS if m.name == "synchronous-off").build(tmp_path / "off")
+    scenario = load_scenario(SCENARIOS / "o1001-power.toml")
+    for folder, verdict in ((ref, "pass"), (off, "fail")):
+        plan = ExecutionPlan(scenario, CrashSchedule.parse("t4.parked"), Sut(path=folder))
+        result = execute(plan, tmp_path / f"exe-{folder.name}", worker_timeout_s=DEADLINE_S)
+        assert result.verdict == verdict, result.reasons
+        assert [str(c.point) for c in result.evidence.power_cuts] == ["t4.parked"]
