@@ -256,7 +256,8 @@ class Workers:
     def _committed(self) -> tuple[dict[int, bytes | None], str | None]:
         """The case's checkpoint rows as the harness reads them now (``seq`` -> state), the
         harness's injected rows left out, or why they could not be read (a target's own
-        storage is not read: ``"a target"``). No file yet: no rows."""
+        storage is not read). No file yet, or no checkpoint table in it yet (a worker killed
+        before its schema was committed): no rows."""
         if self.target is not None:
             return {}, "a target keeps its own storage"
         if not self.ckpt_db.exists():
@@ -264,7 +265,9 @@ class Workers:
         skip = {r.seq for r in self.injected}
         try:
             rows = store.read_rows(self.ckpt_db, self.s.case_id)
-        except (store.NotAContractStore, store.HistoryTooLong, sqlite3.Error, OSError) as exc:
+        except store.NotAContractStore:
+            return {}, None
+        except (store.HistoryTooLong, sqlite3.Error, OSError) as exc:
             return {}, f"{type(exc).__name__}: {exc}"
         return {r.seq: r.state_json for r in rows if r.seq not in skip}, None
 
