@@ -316,6 +316,9 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
     "SHOPOPS_SHARD": shard_spec,  # shopops-chaos run: harness.plan.shard
     "SHOPOPS_MAX_ATTEMPTS": MAX_ATTEMPTS.parse,
     "SHOPOPS_SCRATCH": _scratch,  # the harness: harness.sandbox.scratch
+    # the power-cut shim (harness.launch.power): the state folder it watches, its shadow
+    "SHOPOPS_POWER_DIR": existing_folder,
+    "SHOPOPS_POWER_SHADOW": str,
 }
 
 

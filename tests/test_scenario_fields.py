@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from scenario_helpers import ROOT, SHIPPED, assert_names, refused
 
-from harness.model import CrashSchedule, KillPoint
+from harness.model import CrashMode, CrashSchedule, KillPoint
 from harness.plan.scenario import (
     HUMAN_ACTIONS,
     STORAGE_FAULTS,
@@ -547,6 +547,11 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "rechecks-together": {"leases": True, "expect_worker_error": "LeaseHeld"},
     "corrupt-after-approval": {"expect_worker_error": "CheckpointCorrupt",
                                "expect_deliveries": 0},
+    "o1001-power": {"crash_mode": CrashMode.POWER, "power_points": None},
+    "power-after-approval": {"crash_mode": CrashMode.POWER,
+                             "power_points": frozenset({"t6.send_key_persisted",
+                                                        "t6.gateway_accepted",
+                                                        "t7.completed_saved"})},
 }
 
 

@@ -22,6 +22,7 @@ from harness.cli.interrupts import Progress, interrupted, signal_exit
 from harness.grading.targets import all_on, from_cli
 from harness.model import PythonTarget, Verdict
 from harness.plan.scenario import ScenarioError
+from harness.reports.base import power_note
 from harness.reports.console import ProgressLine, console, quiet_closed_stdout
 from shopops import validators as v
 from shopops.errors import ShopOpsError
@@ -257,7 +258,7 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
         notes = (f" notes={len(ev.gateway.notes_for(ev.case_id))}"
                  if len(ev.gates) > 1 else "")  # the order note is the second gated action
         say(f"{line.prefix(done, total, final)} {mark:<7} {res.plan.id:<55} "
-            f"{res.elapsed_s:6.2f}s  deliveries={ev.deliveries}{notes}")
+            f"{res.elapsed_s:6.2f}s  deliveries={ev.deliveries}{notes}{power_note(res)}")
 
     def on_repeat(rep: int) -> None:
         line.started = time.monotonic()

@@ -68,6 +68,7 @@ class CheckId(StrEnum):
     HISTORY_NOT_REPLACED = "history_not_replaced"
     PER_ACTION = "per_action"
     ASKED_ONCE = "asked_once"
+    COMMITS_DURABLE = "commits_durable"
 
 
 class EventKind(StrEnum):
@@ -90,6 +91,7 @@ class EventKind(StrEnum):
     ERROR = "error"  # a harness-side problem seen while the story ran
     TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox.users)
     LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
+    POWER_CUT = "power_cut"  # after a kill, the state folder went back to its last sync
 
 
 class EvidenceSource(StrEnum):
@@ -128,6 +130,16 @@ class TicketKind(StrEnum):
     OTHER_CASE = "other_case"
     STALE_DRAFT = "stale_draft"
     CONSUMED = "consumed"
+
+
+class CrashMode(StrEnum):
+    """How a scheduled kill crashes the worker (``[crash] mode``): ``kill`` is a SIGKILL
+    (the page cache survives: every write the worker made stays); ``power`` is a SIGKILL and
+    then a power cut — the execution's state folder goes back to what was last synced
+    (``harness.launch.power``)."""
+
+    KILL = "kill"
+    POWER = "power"
 
 
 class StorageFault(StrEnum):

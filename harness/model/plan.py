@@ -20,6 +20,7 @@ from typing import Any, TypeGuard
 
 from harness.model.kinds import (
     CheckId,
+    CrashMode,
     FaultKind,
     GatewayDialect,
     HumanAction,
@@ -116,6 +117,10 @@ class Scenario:
         points: kill points for single-kill executions; ``None``: every point the trace
             run reaches.
         schedules: extra multi-kill schedules.
+        crash_mode: ``kill`` (SIGKILL) or ``power`` (SIGKILL, then a power cut:
+            ``harness.launch.power``).
+        power_points: with ``power``, the kill labels that are power cuts (their every
+            occurrence); ``None``: every kill is one.
         baseline: also run the no-kill execution.
         double: also run every ordered pair (first kill, second kill reached during the
             recovery from the first), learned from the single-kill executions.
@@ -154,6 +159,8 @@ class Scenario:
     order_note: bool = False
     points: tuple[KillPoint, ...] | None = None
     schedules: tuple[CrashSchedule, ...] = ()
+    crash_mode: CrashMode = CrashMode.KILL
+    power_points: frozenset[str] | None = None
     baseline: bool = True
     double: bool = False
     human_action: HumanAction = HumanAction.APPROVE
@@ -181,8 +188,15 @@ class Scenario:
     def __post_init__(self) -> None:
         # a scenario built in code may spell a closed set as its string: hold the enum
         for name, enum in (("human_action", HumanAction), ("ticket", TicketKind),
+                           ("crash_mode", CrashMode),
                            ("storage_fault", StorageFault)):
             object.__setattr__(self, name, enum(getattr(self, name)))
+
+    def is_power_cut(self, point: KillPoint) -> bool:
+        """Whether the kill at ``point`` is a power cut (``crash_mode`` and
+        ``power_points``: the one rule; the story engine and the reports read it here)."""
+        return self.crash_mode is CrashMode.POWER and (self.power_points is None
+                                                        or point.label in self.power_points)
 
 
 def _origin(package: str) -> str:
@@ -286,6 +300,11 @@ class ExecutionPlan:
             return name
         digest = hashlib.sha256(name.encode()).hexdigest()[:16]
         return f"{name[:MAX_DIRNAME - 18]}--{digest}"
+
+    @property
+    def power_cuts(self) -> tuple[KillPoint, ...]:
+        """The kills of this execution's schedule that are power cuts, in order."""
+        return tuple(k for k in self.schedule.kills if self.scenario.is_power_cut(k))
 
     @property
     def expected_failing(self) -> frozenset[CheckId]:

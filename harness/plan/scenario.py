@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from harness.model import (
     CheckId,
+    CrashMode,
     CrashSchedule,
     FaultKind,
     FaultSpec,
@@ -92,7 +93,8 @@ _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "case": {"case_id": str, "order_id": str},
     "sut": {"policy": str, "idempotency_keys": bool, "read_timeout_s": _NUM,
             "max_attempts": int, "order_note": bool},
-    "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool},
+    "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool,
+              "mode": str, "power_points": list},
     "human": {"action": str, "approve_at": str, "delay_hours": _NUM, "twice": bool,
               "ticket": str, "feedback": str},
     "gateway": {"faults": list, "dialect": str},
@@ -103,6 +105,28 @@ _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "target": {"kind": str, "folder": str, "start": str, "resume": str, "decide": str,
                "history": str, "options": dict},
 }
+
+
+def _crash_mode(crash: dict[str, Any], fail: Callable[[str, str], Exception]
+                ) -> tuple[CrashMode, frozenset[str] | None]:
+    """``[crash] mode`` (``kill``, ``power``) and ``power_points`` (labels whose kills are
+    power cuts; only with ``mode = "power"``; absent: every kill)."""
+    raw = crash.get("mode", CrashMode.KILL.value)
+    try:
+        mode = CrashMode(raw)
+    except ValueError:
+        raise fail("crash.mode", f"{raw!r}; allowed: "
+                   + ", ".join(repr(m.value) for m in CrashMode)) from None
+    if "power_points" not in crash:
+        return mode, None
+    if mode is not CrashMode.POWER:
+        raise fail("crash.power_points", 'only with crash.mode = "power"')
+    known = set(labels.KILLABLE)
+    for label in crash["power_points"]:
+        if not isinstance(label, str) or label not in known:
+            raise fail("crash.power_points", f"{label!r}; allowed: labels of "
+                       "`shopops-chaos points` (without #N: every occurrence)")
+    return mode, frozenset(crash["power_points"])
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -233,6 +257,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         raise fail("crash.schedules", str(exc)) from None
     if any(not s.kills for s in schedules):
         raise fail("crash.schedules", "'no-kill' is the baseline: set crash.baseline = true")
+    crash_mode, power_points = _crash_mode(crash, fail)
     failing = expect.get("failing_checks", [])
     for check in failing:
         if check not in set(CheckId):
@@ -306,7 +331,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         order_id=case.get("order_id", "O-1001"), policy=policy,
         idempotency_keys=sut.get("idempotency_keys", True), read_timeout_s=read_timeout,
         max_attempts=max_attempts, order_note=sut.get("order_note", False), points=points,
-        schedules=schedules, baseline=crash.get("baseline", True),
+        schedules=schedules, crash_mode=crash_mode, power_points=power_points,
+        baseline=crash.get("baseline", True),
         double=crash.get("double", False), human_action=action, reject_feedback=feedback,
         approve_at=point(human, "human.approve_at"),
         approve_delay_h=positive(human, "human.delay_hours", 0),

@@ -52,7 +52,11 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
               "[crash]",
               f"points = {_list(s.points) if s.points is not None else _q('all')}",
               f"schedules = {_list(x.id for x in s.schedules)}",
-              f"baseline = {_b(s.baseline)}", f"double = {_b(s.double)}", ""]
+              f"baseline = {_b(s.baseline)}", f"double = {_b(s.double)}",
+              f"mode = {_q(s.crash_mode)}"]
+    if s.power_points is not None:
+        lines.append(f"power_points = {_list(sorted(s.power_points))}")
+    lines.append("")
     if not s.story:
         lines += ["[human]", f"action = {_q(s.human_action)}"]
         if s.reject_feedback is not None:

@@ -228,6 +228,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
         checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
         history_at_approval=record.history_at_approval,  # none for a target
+        power_cuts=record.power_cuts,
         checkpoints_file=identity,
         unreached=tuple(controller.pending) + _unreached_points(controller),
         errors=tuple(at_home(e) for e in record.errors),

@@ -69,6 +69,8 @@ class KillController:
         self.since_kill = HitCounter()
         #: hits since the start (what hooks and holds count)
         self.totals = HitCounter()
+        #: the kill point each killed worker (by launch index) was killed at
+        self.killed_at: dict[int, KillPoint] = {}
         self.hooks: dict[KillPoint, Callable[[Worker], None]] = {}
         self.holds: dict[KillPoint, Hold] = {}
         self.current: Worker | None = None
@@ -211,6 +213,7 @@ class KillController:
             return False
         self.pending.pop(0)
         self.since_kill.clear()
+        self.killed_at[worker.index] = point
         worker.kill()
         self.events.add(EventKind.KILL, label, worker.pid, worker.index, f"SIGKILL at {point}",
                         ref=str(point))

@@ -38,6 +38,7 @@ from harness.model import (
     Step,
     StorageFault,
     StorageStep,
+    StoredRow,
     StoryRecord,
     TicketKind,
     Wait,
@@ -49,8 +50,7 @@ from harness.model import (
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.story.queue_acts import draft_not_durable as _draft_not_durable
-from harness.story.queue_acts import request_migrated
+from harness.story.queue_acts import draft_not_durable as _draft_not_durable, request_migrated
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
 from shopops.approvals import ApprovalQueue
@@ -184,7 +184,7 @@ class _Engine:
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
-                           self.target_error, self.history_at_approval)
+                           self.target_error, self.history_at_approval, tuple(w.power_cuts))
 
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
@@ -343,7 +343,6 @@ class _Engine:
         self.w.clock_offset_s += by
         self.events.add(EventKind.CLOCK, None, None, None, f"clock +{by:g} s")
 
-    # -- the human and the queue --------------------------------------------------------
     def _human(self, step: Step) -> None:
         assert isinstance(step, HumanStep)
         if step.at is not None:  # mid-story: when a worker gets there
@@ -456,15 +455,13 @@ class _Engine:
         in the contract's terms). Raises ``ShopOpsError`` if the loop left no readable
         checkpoint to forge from: the story cannot go on."""
         row = forge_ticket(self.w.ckpt_db, self.s.case_id, FORGED_TICKET)
-        self.w.injected.append(row)
-        self.events.add(EventKind.INJECT, None, None, None,
-                        f"forged ticket written at seq {row.seq}", ref=str(row.seq))
+        self._injected(row, f"forged ticket written at seq {row.seq}")
 
-    # -- storage -------------------------------------------------------------------------
     def _storage(self, step: Step) -> None:
         assert isinstance(step, StorageStep)
         if step.fault is StorageFault.V1_CHECKPOINT:
             self.v1_rows = install_v1_fixture(self.w.ckpt_db)
+            self.w.synced()
             self.w.reset_phase()
         elif step.fault is StorageFault.LOCK:
             assert step.at is not None
@@ -477,9 +474,13 @@ class _Engine:
         if row is None:
             self.w.errors.append(f"storage fault {kind}: no checkpoint to corrupt")
             return
+        self._injected(row, f"{kind} row at seq {row.seq}")
+
+    def _injected(self, row: StoredRow, text: str) -> None:
+        """Record a row the harness wrote into the store: kept by a power cut, in the trace."""
         self.w.injected.append(row)
-        self.events.add(EventKind.INJECT, None, None, None, f"{kind} row at seq {row.seq}",
-                        ref=str(row.seq))
+        self.w.synced()
+        self.events.add(EventKind.INJECT, None, None, None, text, ref=str(row.seq))
 
     def _take_lock(self, ms: int) -> None:
         if self._lock_holder is None:
@@ -489,9 +490,8 @@ class _Engine:
                         f"exclusive lock on checkpoints.db for {ms} ms")
 
     def _request_migrated(self) -> None:
-        """After a migration, the queue holds the parked case's request, once
-        (``queue_acts.request_migrated``); an unreadable migrated checkpoint is an error of
-        the story."""
+        """After a migration the queue holds the parked case's request once; an unreadable
+        migrated checkpoint is an error of the story (``queue_acts.request_migrated``)."""
         if self._migrated_asked:  # once: a second migrator migrates nothing
             return
         self._migrated_asked, error = request_migrated(self.w.ckpt_db, self.w.appr_db,

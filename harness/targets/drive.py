@@ -73,6 +73,9 @@ class TargetDriver:
             approvals_db=str(approvals_db), keys=scenario.idempotency_keys,
             options=dict(self.target.options), approvals_service=approvals_service)
         self.ticket: str | None = None
+        #: the files the harness wrote into the workdir (contexts), oldest first: a power
+        #: cut keeps them (``harness.story.workers``: written as if synced)
+        self.written: list[Path] = []
 
     def has(self, role: TargetRole) -> bool:
         """Whether the target implements ``role``."""
@@ -83,6 +86,7 @@ class TargetDriver:
         path = self.workdir / f"{name}.context.json"
         path.write_text(replace(self.base, ticket=ticket, from_seq=from_seq).to_json(),
                         encoding="utf-8")
+        self.written.append(path)
         return path
 
     def argv(self, role: WorkerRole, index: int, from_seq: int | None = None) -> list[str]:

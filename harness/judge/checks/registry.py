@@ -30,6 +30,7 @@ from harness.judge.checks.checklist import (
 )
 from harness.judge.checks.history import (
     attempts_bounded,
+    commits_durable,
     history_not_replaced,
     lease_exclusive,
     no_request_after_done,
@@ -113,6 +114,7 @@ CHECKS: tuple[Check, ...] = (
     _check(CheckId.HISTORY_NOT_REPLACED, history_not_replaced, (_C,), _O.ROWS),
     _check(CheckId.PER_ACTION, per_action, (*_H, _A, _G)),
     _check(CheckId.ASKED_ONCE, asked_once, (_A,)),
+    _check(CheckId.COMMITS_DURABLE, commits_durable, (_C,), _O.ROWS),
 )
 CHECK_IDS: tuple[CheckId, ...] = tuple(c.id for c in CHECKS)
 _BY_ID: dict[CheckId, Check] = {c.id: c for c in CHECKS}
