@@ -36,13 +36,14 @@ from harness.model import (
     TargetRole,
     TicketKind,
 )
+from harness.targets.apps import APP_FIELDS, app_target
 from harness.targets.examples import BY_NAME, OPTIONS
 from harness.targets.extras import ExtraMissing, require
 
 __all__ = ["FIELDS", "KINDS", "parse_target", "target_limits"]
 
 KINDS = ("reference", "python", *BY_NAME)
-FIELDS = ("kind", "folder", "start", "resume", "decide", "history", "options")
+FIELDS = ("kind", "folder", "start", "resume", "decide", "history", "options", *APP_FIELDS)
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _OPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _MAX_OPTION = 200
@@ -84,6 +85,12 @@ def parse_target(table: dict[str, Any], path: Path,
             raise fail(f"target.{extra[0]}", "the reference loop takes no target fields; it "
                        "is configured by [sut]")
         return None
+    if kind != "python" and "folder" in table:  # an app of that framework, no glue
+        try:
+            require(BY_NAME[kind].extra or "", f"target.kind = {kind!r}")
+        except ExtraMissing as exc:
+            raise fail("target.kind", str(exc)) from None
+        return app_target(kind, table, _folder(table, path, kind, fail), fail)
     if kind != "python":
         given = sorted(set(table) - {"kind", "options"})
         if given:
@@ -95,18 +102,27 @@ def parse_target(table: dict[str, Any], path: Path,
         except ExtraMissing as exc:
             raise fail("target.kind", str(exc)) from None
         return replace(target, options=options)
+    for name in APP_FIELDS:
+        if name in table:
+            raise fail(f"target.{name}", "a field of a framework app (kind = \"langgraph\" "
+                       "or \"dbos\" with a folder), not of kind = \"python\"")
     for role in (TargetRole.START, TargetRole.RESUME):
         if role not in functions:
             raise fail(f"target.{role.value}", "required for kind = \"python\" "
                        "(module:function)")
+    return PythonTarget(_folder(table, path, kind, fail), functions, None, "python", options)
+
+
+def _folder(table: dict[str, Any], path: Path, kind: str,
+            fail: Callable[[str, str], Exception]) -> Path:
     raw = table.get("folder")
     if not isinstance(raw, str) or not raw.strip():
-        raise fail("target.folder", "required for kind = \"python\": the folder holding the "
+        raise fail("target.folder", f"required for kind = {kind!r}: the folder holding the "
                    "module, relative to the scenario file")
     folder = (path.parent / raw).resolve()
     if not folder.is_dir():
         raise fail("target.folder", f"{folder} is not a folder")
-    return PythonTarget(folder, functions, None, "python", options)
+    return folder
 
 
 def _options(raw: Any, kind: str, fail: Callable[[str, str], Exception]) -> dict[str, str]:
