@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["CheckId", "CheckStatus", "EventKind", "EvidenceSource", "FaultKind", "HumanAction",
-           "StorageFault", "TicketKind", "Verdict", "WorkerRole"]
+__all__ = ["CheckId", "CheckStatus", "EventKind", "EvidenceSource", "FaultKind",
+           "GatewayDialect", "HumanAction", "StorageFault", "TicketKind", "Verdict", "WorkerRole"]
 
 
 class Verdict(StrEnum):
@@ -166,6 +166,15 @@ class FaultKind(StrEnum):
     def takes_ms(self) -> bool:
         """The fault's ``ms`` is required (and allowed)."""
         return self in (FaultKind.LATENCY, FaultKind.DELAY_AFTER_ACCEPT)
+
+
+class GatewayDialect(StrEnum):
+    """The wire a scenario's or target's app sends email with (``[gateway] dialect``,
+    ``docs/targets.md``). The ledger records the same evidence for each."""
+
+    NATIVE = "native"  # the mock gateway's own ``POST /v1/messages``
+    RESEND = "resend"  # Resend's ``POST /emails`` (its ``Idempotency-Key`` header)
+    SMTP = "smtp"  # SMTP (``Resend-Idempotency-Key`` header, else ``Message-ID``, as key)
 
 
 class WorkerRole(StrEnum):
