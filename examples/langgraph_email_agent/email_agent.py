@@ -19,6 +19,7 @@ import sys
 from typing import Any, TypedDict
 
 import resend
+from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
@@ -63,7 +64,7 @@ def route(state: State) -> str:
     return "send_email" if state["approved"] else END
 
 
-def send_email(state: State, config: Any) -> State:
+def send_email(state: State, config: RunnableConfig) -> State:
     email = state["email"]
     thread = config["configurable"]["thread_id"]
     options = {}

@@ -156,6 +156,7 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
         note, senders.get(("note", note.request_seq)), labels.NOTE_ACCEPTED)
     gateway.set_faults(plan.scenario.gateway_faults)
     gateway.fault_case = plan.scenario.case_id  # only the loop's own sends meet the faults
+    gateway.case_id = plan.scenario.case_id  # a Resend or SMTP message is of this case
     gateway.faults_for = controller.stands_for_a_worker
     def tampered(line: str) -> None:
         events.add(EventKind.TAMPERING, None, None, None, line)

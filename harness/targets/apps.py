@@ -32,7 +32,7 @@ from typing import Any
 
 from harness.model import PythonTarget, TargetRole
 
-__all__ = ["APP_FIELDS", "FIELDS_OF", "app_target"]
+__all__ = ["APP_FIELDS", "APP_TYPES", "FIELDS_OF", "app_target"]
 
 #: The fields of an app target, by kind; the first is required.
 FIELDS_OF: dict[str, tuple[str, ...]] = {
@@ -40,6 +40,10 @@ FIELDS_OF: dict[str, tuple[str, ...]] = {
     "dbos": ("workflow", "topic", "args", "approve", "env"),
 }
 APP_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(f for fs in FIELDS_OF.values() for f in fs))
+#: Each app field's TOML type(s), for the scenario's table check (``harness.plan.scenario``).
+APP_TYPES: dict[str, type | tuple[type, ...]] = {
+    "graph": str, "workflow": str, "topic": str, "input": dict, "args": list, "env": dict,
+    "approve": (bool, int, float, str, list, dict)}
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _ADAPTER = {"langgraph": "harness.targets.langgraph_app", "dbos": "harness.targets.dbos_app"}
 _ROLES = {"langgraph": (TargetRole.START, TargetRole.RESUME, TargetRole.HISTORY),
