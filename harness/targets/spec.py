@@ -37,6 +37,7 @@ from harness.model import (
     TicketKind,
 )
 from harness.targets.apps import APP_FIELDS, app_target
+from harness.targets.apps import FIELDS_OF as APP_FIELDS_OF
 from harness.targets.examples import BY_NAME, OPTIONS
 from harness.targets.extras import ExtraMissing, require
 
@@ -73,6 +74,12 @@ def parse_target(table: dict[str, Any], path: Path,
     kind = table.get("kind", "reference")
     if kind not in KINDS:
         raise fail("target.kind", f"{kind!r}; allowed: {', '.join(KINDS)}")
+    if kind in BY_NAME and "folder" in table:  # an app of that framework, no glue
+        try:
+            require(BY_NAME[kind].extra or "", f"target.kind = {kind!r}")
+        except ExtraMissing as exc:
+            raise fail("target.kind", str(exc)) from None
+        return app_target(kind, table, _folder(table, path, kind, fail), fail)
     options = _options(table.get("options", {}), kind, fail)
     functions = {role: table[role.value] for role in TargetRole if role.value in table}
     for role, ref in functions.items():
@@ -85,17 +92,12 @@ def parse_target(table: dict[str, Any], path: Path,
             raise fail(f"target.{extra[0]}", "the reference loop takes no target fields; it "
                        "is configured by [sut]")
         return None
-    if kind != "python" and "folder" in table:  # an app of that framework, no glue
-        try:
-            require(BY_NAME[kind].extra or "", f"target.kind = {kind!r}")
-        except ExtraMissing as exc:
-            raise fail("target.kind", str(exc)) from None
-        return app_target(kind, table, _folder(table, path, kind, fail), fail)
     if kind != "python":
         given = sorted(set(table) - {"kind", "options"})
         if given:
-            raise fail(f"target.{given[0]}", f"kind {kind!r} is a shipped example "
-                       "(examples/): give only kind and options")
+            raise fail(f"target.{given[0]}", f"kind {kind!r} without a folder is the shipped "
+                       "example (examples/): give only kind and options; an app of your own "
+                       "needs folder and " + APP_FIELDS_OF[kind][0])
         target = BY_NAME[kind]
         try:
             require(target.extra or "", f"target.kind = {kind!r}")  # fail() names the file
