@@ -322,6 +322,8 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-exit": Verdict.PASS, "langgraph-exit-keys-off": Verdict.FAIL,
     "langgraph-double": Verdict.PASS, "dbos": Verdict.PASS, "dbos-keys-off": Verdict.FAIL,
     "langgraph-reask": Verdict.FAIL,
+    "langgraph-email-agent": Verdict.PASS, "langgraph-email-agent-keys-off": Verdict.FAIL,
+    "dbos-email-agent": Verdict.PASS, "dbos-email-agent-keys-off": Verdict.FAIL,
 }
 
 

@@ -119,7 +119,7 @@ def _folder(table: dict[str, Any], path: Path, kind: str,
             fail: Callable[[str, str], Exception]) -> Path:
     raw = table.get("folder")
     if not isinstance(raw, str) or not raw.strip():
-        raise fail("target.folder", f"required for kind = {kind!r}: the folder holding the "
+        raise fail("target.folder", f"required for kind = \"{kind}\": the folder holding the "
                    "module, relative to the scenario file")
     folder = (path.parent / raw).resolve()
     if not folder.is_dir():
