@@ -69,6 +69,8 @@ CATALOGUE: tuple[Label, ...] = (
     Label("b.http.after_response", "target: the gateway's reply arrived; nothing of it durable"),
     Label("b.langgraph.node_start", "target: a LangGraph node is about to run"),
     Label("b.langgraph.node_end", "target: a LangGraph node returned; its writes not yet saved"),
+    Label("b.langgraph.task_start", "target: a LangGraph @task is about to run"),
+    Label("b.langgraph.task_end", "target: a LangGraph @task returned; its result not yet saved"),
     Label("b.dbos.step_start", "target: a DBOS step is about to run"),
     Label("b.dbos.step_end", "target: a DBOS step returned; its output not yet recorded"),
     Label(

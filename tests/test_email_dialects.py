@@ -167,7 +167,7 @@ def test_smtp_replay_with_resends_key_header_is_one_delivery(smtp_gateway: MockG
     d = log.deliveries[0]
     assert (d.case_id, d.to, d.subject, d.idempotency_key) == (
         CASE, "jordan@example.com", "Hi", "welcome/O-1001")
-    assert d.body.strip() == "your refund is on its way"
+    assert d.body == "your refund is on its way"
     assert d.body_sha256 == sha256({"case_id": CASE, "to": d.to, "subject": d.subject,
                                     "body": d.body})
     assert {r.worker_pid for r in log.requests} == {os.getpid()}

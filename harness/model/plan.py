@@ -17,7 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from harness.model.kinds import CheckId, FaultKind, HumanAction, StorageFault, TicketKind
+from harness.model.kinds import (
+    CheckId,
+    FaultKind,
+    GatewayDialect,
+    HumanAction,
+    StorageFault,
+    TicketKind,
+)
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
 from harness.model.story import Step
 from harness.model.target import PythonTarget
@@ -116,6 +123,9 @@ class Scenario:
         reject_feedback: with ``reject``: the reviewer's feedback; the loop must redraft
             answering it and park, then the human approves the redraft.
         gateway_faults: the mock gateway's fault plan, one per send request in order.
+        gateway_dialect: the email wire the workers send with (``[gateway] dialect``): the
+            gateway also serves SMTP for ``smtp``; every dialect's address is in the
+            workers' environment (``MockGateway.worker_env``).
         resumers, leases, lease_ttl_s, takeover_at, same_owner: the ``[concurrency]``
             table (``same_owner``: every worker leases as ``worker-0``, a restarted worker
             reusing its identity).
@@ -151,6 +161,7 @@ class Scenario:
     approve_twice: bool = False
     ticket: TicketKind = TicketKind.ISSUED
     gateway_faults: tuple[FaultSpec, ...] = ()
+    gateway_dialect: GatewayDialect = GatewayDialect.NATIVE
     resumers: int = 1
     leases: bool = False
     lease_ttl_s: float = 30.0

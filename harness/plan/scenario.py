@@ -19,6 +19,7 @@ from harness.model import (
     CrashSchedule,
     FaultKind,
     FaultSpec,
+    GatewayDialect,
     HumanAction,
     KillPoint,
     Scenario,
@@ -88,7 +89,7 @@ _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool},
     "human": {"action": str, "approve_at": str, "delay_hours": _NUM, "twice": bool,
               "ticket": str, "feedback": str},
-    "gateway": {"faults": list},
+    "gateway": {"faults": list, "dialect": str},
     "concurrency": {"resumers": int, "leases": bool, "lease_ttl_s": _NUM, "takeover_at": str,
                     "same_owner": bool},
     "storage": {"fault": str, "lock_at": str, "lock_ms": int},
@@ -263,6 +264,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
             faults.append(FaultSpec.from_dict(raw))
         except ValueError as exc:
             raise fail("gateway.faults", f"fault {i + 1}: {exc}") from None
+    dialect = GatewayDialect(choice(gw, "gateway.dialect", GatewayDialect.NATIVE,
+                                    tuple(GatewayDialect)))
     action = HumanAction(choice(human, "human.action", "approve", HUMAN_ACTIONS))
     ticket = TicketKind(choice(human, "human.ticket", "issued", TICKETS))
     fault = StorageFault(choice(storage, "storage.fault", "none", STORAGE_FAULTS))
@@ -299,7 +302,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         approve_at=point(human, "human.approve_at"),
         approve_delay_h=positive(human, "human.delay_hours", 0),
         approve_twice=human.get("twice", False), ticket=ticket,
-        gateway_faults=tuple(faults), resumers=resumers, leases=conc.get("leases", False),
+        gateway_faults=tuple(faults), gateway_dialect=dialect, resumers=resumers,
+        leases=conc.get("leases", False),
         lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30),
         takeover_at=point(conc, "concurrency.takeover_at"),
         same_owner=conc.get("same_owner", False), storage_fault=fault,

@@ -62,6 +62,7 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
         lines += [f"delay_hours = {float(s.approve_delay_h)!r}",
                   f"twice = {_b(s.approve_twice)}", f"ticket = {_q(s.ticket)}", ""]
     lines += ["[gateway]", "faults = [" + ", ".join(_fault(f) for f in s.gateway_faults) + "]",
+              f"dialect = {_q(s.gateway_dialect)}",
               "", "[concurrency]", f"leases = {_b(s.leases)}",
               f"lease_ttl_s = {float(s.lease_ttl_s)!r}"]
     if not s.story:

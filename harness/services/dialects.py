@@ -14,7 +14,8 @@ the same key and payload gets the same answer — an error as ``{"statusCode", "
 
 SMTP (``harness.services.smtp``): the message's ``Resend-Idempotency-Key`` header (Resend's
 SMTP idempotency header), else its ``Message-ID``, is the key; ``To`` (else the envelope's
-recipients), ``Subject`` and the plain-text part (else the HTML one) are the message.
+recipients), ``Subject`` and the plain-text part (else the HTML one; its last line break,
+which MIME adds, removed) are the message.
 
 The case a message belongs to: the gateway's ``case_id`` (an execution's gateway serves one
 case); a gateway with none (``shopops-chaos gateway serve``) takes a Resend tag named
@@ -23,20 +24,49 @@ case); a gateway with none (``shopops-chaos gateway serve``) takes a Resend tag 
 
 from __future__ import annotations
 
+import dataclasses
 import email
 import email.policy
 import json
 from email.message import EmailMessage
 from typing import Any
 
-__all__ = ["CASE_HEADER", "CASE_TAG", "SMTP_KEY_HEADER", "parse_resend", "parse_smtp",
-           "resend_reply", "smtp_reply"]
+from harness.model.kinds import FaultKind
+
+__all__ = ["CASE_HEADER", "CASE_TAG", "MOCK_RESEND_KEY", "RESEND_PATH", "SMTP_KEY_HEADER",
+           "Outcome", "parse_resend", "parse_smtp", "resend_reply", "smtp_reply"]
 
 #: Resend's SMTP header for an idempotency key (its idempotency-keys documentation).
 SMTP_KEY_HEADER = "Resend-Idempotency-Key"
 #: Where a gateway serving no one case finds a message's case (a Resend tag, an SMTP header).
 CASE_TAG = "case_id"
 CASE_HEADER = "X-ShopOps-Case"
+
+#: The ``RESEND_API_KEY`` a worker is given: the SDK sends it; the gateway ignores it.
+MOCK_RESEND_KEY = "re_shopops_mock_gateway"
+
+#: Resend's send-email path (``harness.services.dialects``), served beside the native API.
+RESEND_PATH = "/emails"
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What the gateway decided for one request, in its own terms (``MockGateway.submit``).
+
+    Attributes:
+        status: 201 new delivery, 200 replay, 400/413 bad request, 403 refused sender,
+            409 key reused with another body, 5xx an injected ``error`` fault.
+        reply: the native API's JSON answer.
+        fault: a fault the caller must carry out after the delivery (``drop_after_accept``,
+            ``delay_after_accept``), else ``None``.
+        hold_s: how long ``delay_after_accept`` holds the answer, in seconds.
+    """
+
+    status: int
+    reply: dict[str, Any]
+    fault: FaultKind | None = None
+    hold_s: float = 0.0
+
 
 Parsed = tuple[dict[str, str] | None, tuple[str, str] | None]
 
@@ -108,6 +138,8 @@ def parse_smtp(content: bytes, rcpt_tos: list[str], case_id: str | None
     """``(message, problem, key)`` for one SMTP ``DATA``: the email ledger's message (or
     ``None`` and ``(field, why)``) and the idempotency key (``Resend-Idempotency-Key``, else
     ``Message-ID``, else ``None``)."""
+    if content.endswith(b"\n\r\n"):  # smtplib ended a message of LF lines with a CRLF
+        content = content[:-2]  # of the DATA framing: not the message's
     try:
         msg = email.message_from_bytes(content, policy=email.policy.default)
     except Exception as exc:  # noqa: BLE001 - any parse failure is a bad message
@@ -125,14 +157,18 @@ def parse_smtp(content: bytes, rcpt_tos: list[str], case_id: str | None
     case = case_id if case_id is not None else msg.get(CASE_HEADER)
     if case is None:
         return None, (CASE_HEADER, "no case: this gateway serves no one case"), key
-    return {"case_id": str(case), "to": to, "subject": str(subject),
-            "body": str(part.get_content())}, None, key
+    # MIME ends a part with a line break the sender's text did not have
+    body = str(part.get_content()).replace("\r\n", "\n")
+    body = body[:-1] if body.endswith("\n") else body
+    return {"case_id": str(case), "to": to, "subject": str(subject), "body": body}, None, key
 
 
 def smtp_reply(status: int, reply: dict[str, Any]) -> str:
     """The SMTP reply line for the gateway's own ``(status, reply)``."""
     if status in (200, 201):
-        return f"250 2.0.0 OK {reply['delivery_id']}" + (" duplicate" if status == 200 else "")
+        # a replay gets the first answer, as over HTTP; the id is the last word, as in
+        # Postfix's "queued as"
+        return f"250 2.0.0 OK: queued as {reply['delivery_id']}"
     if status == 409:
         return "554 5.7.0 idempotency key reused with a different message"
     if status == 403:

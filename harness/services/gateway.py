@@ -68,12 +68,13 @@ from werkzeug.wrappers import Request, Response
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
 from harness.model.kinds import FaultKind
 from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
-from harness.services import ledger as ledgers
-from harness.services.ledger import EMAIL, Ledger, read_log
 from harness.services import dialects
+from harness.services import ledger as ledgers
+from harness.services.dialects import MOCK_RESEND_KEY, RESEND_PATH, Outcome
+from harness.services.ledger import EMAIL, Ledger, read_log
 from harness.services.peers import Peer, tcp_peer
-from harness.services.smtp import SmtpFront
 from harness.services.serving import ServerThread
+from harness.services.smtp import SmtpFront
 from shopops.checkpoint_file import OurSchema, inspect
 
 _log = logging.getLogger(__name__)
@@ -92,29 +93,6 @@ MESSAGE_FIELDS = EMAIL.fields
 #: one is not read (werkzeug's ``Request.max_content_length``): the request is logged, with
 #: status 413 and the digest of an empty body, and answered 413.
 MAX_BODY = 1 << 20
-
-
-#: Resend's send-email path (``harness.services.dialects``), served beside the native API.
-RESEND_PATH = "/emails"
-
-
-@dataclasses.dataclass(frozen=True)
-class Outcome:
-    """What the gateway decided for one request, in its own terms (``MockGateway.submit``).
-
-    Attributes:
-        status: 201 new delivery, 200 replay, 400/413 bad request, 403 refused sender,
-            409 key reused with another body, 5xx an injected ``error`` fault.
-        reply: the native API's JSON answer.
-        fault: a fault the caller must carry out after the delivery (``drop_after_accept``,
-            ``delay_after_accept``), else ``None``.
-        hold_s: how long ``delay_after_accept`` holds the answer, in seconds.
-    """
-
-    status: int
-    reply: dict[str, Any]
-    fault: FaultKind | None = None
-    hold_s: float = 0.0
 
 
 class _Request(Request):
@@ -219,6 +197,17 @@ class MockGateway:
         if self._smtp is None:
             raise RuntimeError("MockGateway serves no SMTP (smtp=False, or not started)")
         return self._smtp.port
+
+    def worker_env(self) -> dict[str, str]:
+        """The environment that points an app's own email client at this gateway
+        (``docs/contract.md``, "Email"): ``RESEND_API_URL`` (read by the ``resend`` SDK at
+        import) and a placeholder ``RESEND_API_KEY``; with SMTP, ``SMTP_HOST`` and
+        ``SMTP_PORT``. The native API's URL is handed to a worker apart (``--gateway``,
+        ``TargetContext.gateway_url``)."""
+        env = {"RESEND_API_URL": self.url, "RESEND_API_KEY": MOCK_RESEND_KEY}
+        if self._smtp is not None:
+            env |= {"SMTP_HOST": self.host, "SMTP_PORT": str(self._smtp.port)}
+        return env
 
     @property
     def stopping(self) -> threading.Event:

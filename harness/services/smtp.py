@@ -16,26 +16,25 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harness.model.kinds import FaultKind
 from harness.services import dialects
 from harness.services.ledger import EMAIL
 
-if TYPE_CHECKING:
-    from harness.services.gateway import MockGateway
-
 __all__ = ["SmtpFront"]
 
 
 class SmtpFront:
-    """SMTP on ``host``, an ephemeral port, in front of ``gateway`` (``start``/``stop``).
+    """SMTP on ``host``, an ephemeral port, in front of ``gateway`` (``start``/``stop``):
+    a ``harness.services.gateway.MockGateway`` (typed loosely: the gateway imports this
+    module, not the other way round).
 
     Raises:
         RuntimeError: ``aiosmtpd`` is not installed (``pip install '.[email]'``).
     """
 
-    def __init__(self, gateway: MockGateway, host: str = "127.0.0.1") -> None:
+    def __init__(self, gateway: Any, host: str = "127.0.0.1") -> None:
         try:
             from aiosmtpd.controller import Controller
         except ImportError as exc:  # pragma: no cover - the test extra installs it
@@ -45,7 +44,7 @@ class SmtpFront:
         self.host, self.port = host, self._sock.getsockname()[1]
         sock = self._sock
 
-        class _Bound(Controller):  # type: ignore[misc]
+        class _Bound(Controller):
             def _create_server(self) -> Any:  # the socket bound above: no port race
                 return self.loop.create_server(self._factory_invoker, sock=sock)
 
@@ -63,7 +62,7 @@ class SmtpFront:
 
 
 class _Handler:
-    def __init__(self, gateway: MockGateway, front: SmtpFront) -> None:
+    def __init__(self, gateway: Any, front: SmtpFront) -> None:
         self.gateway, self.front = gateway, front
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802

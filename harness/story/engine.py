@@ -15,7 +15,7 @@ injected fault, which it records.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,12 +71,15 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
-          data_dir: Path | None = None, approvals: str | None = None) -> StoryRecord:
+          data_dir: Path | None = None, approvals: str | None = None,
+          email_env: Mapping[str, str] | None = None) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
     execution's sandbox. ``approvals``: the address of the harness's approval service
     (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
-    ``None``: the workers open that file themselves.
+    ``None``: the workers open that file themselves. ``email_env``: what points an app's
+    own email client at the gateway (``MockGateway.worker_env``), in every worker's
+    environment.
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -90,7 +93,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     """
     engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
-                     approvals=approvals)
+                     approvals=approvals, email_env=email_env)
     try:
         engine.play()
         engine.read_target()
@@ -118,7 +121,8 @@ class _Engine:
     def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, worker_timeout_s: float, data_dir: Path | None = None,
-                 approvals: str | None = None) -> None:
+                 approvals: str | None = None,
+                 email_env: Mapping[str, str] | None = None) -> None:
         self.s = s = plan.scenario
         self.steps = story_of(s)
         self.controller = controller
@@ -129,7 +133,7 @@ class _Engine:
         self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
                          gateway_url=gateway_url, channel=channel,
                          timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
-                         approvals=approvals)
+                         approvals=approvals, email_env=email_env)
         # the budget of workers: one per kill, the largest group, and a margin
         self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
                                                            default=1) + 4)

@@ -6,6 +6,7 @@ checkpoint database before and after each one.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,8 +57,10 @@ class Workers:
     def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, timeout_s: float, extra_wait_s: float,
-                 data_dir: Path | None = None, approvals: str | None = None) -> None:
+                 data_dir: Path | None = None, approvals: str | None = None,
+                 email_env: Mapping[str, str] | None = None) -> None:
         self.s = scenario
+        self.email_env = dict(email_env or {})
         self.sut = sut
         self.workdir = workdir
         self.launcher = launcher
@@ -126,6 +129,7 @@ class Workers:
         if self.approvals is not None:
             env[ENV_SOCKET] = self.approvals
         env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
+        env |= self.email_env  # an app's own email client: Resend's base URL, SMTP host
         if self.clock_offset_s:
             env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
         # the gateway and the services are the harness's, on loopback: no proxy from our
