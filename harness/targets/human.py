@@ -82,11 +82,9 @@ def record_ask(ctx: Any, request_id: str, value: Any) -> None:
 def prepare_app(ctx: Any) -> None:
     """What the harness supplies a framework app before it is imported (documented in
     ``docs/targets.md``): the working directory is the execution's folder for its durable
-    state (``ctx.workdir``, created), ``RESEND_API_URL`` (the ``resend`` SDK's base URL) is
-    the harness's gateway, ``RESEND_API_KEY`` a test key unless set, and the target's
-    ``env`` table (``ctx.options["env"]``, JSON) is set in ``os.environ``."""
+    state (``ctx.workdir``, created) and the target's ``env`` table (``ctx.options["env"]``,
+    JSON) is set in ``os.environ``. The email client's address (``RESEND_API_URL``, ...) is
+    already in every worker's environment (``MockGateway.worker_env``)."""
     os.makedirs(ctx.workdir, exist_ok=True)
     os.chdir(ctx.workdir)
-    os.environ["RESEND_API_URL"] = ctx.gateway_url
-    os.environ.setdefault("RESEND_API_KEY", "re_harness_test_key")
     os.environ.update(json.loads(ctx.options.get("env", "{}")))

@@ -11,8 +11,7 @@ The configuration the harness supplies, documented for the app's author:
   (compiled here with a ``SqliteSaver`` on ``checkpoints.sqlite`` in that folder);
 - the thread is ``{"configurable": {"thread_id": ctx.run_id}}``;
 - the email API's base URL is the harness's gateway: ``RESEND_API_URL`` (the ``resend``
-  SDK's own variable) is set to it before the app is imported, ``RESEND_API_KEY`` to a
-  test key when unset.
+  SDK's own variable) in the worker's environment (``MockGateway.worker_env``).
 
 The harness drives the app as LangGraph's human-in-the-loop documentation does: ``start``
 invokes the graph with ``input`` (default ``{"order_id": ..., "case_id": ...}``) until it
