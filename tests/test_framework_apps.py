@@ -196,3 +196,15 @@ def test_an_app_asking_twice_for_one_decision_fails_asked_once(tmp_path) -> None
     asked = {c.check_id: c for c in r.checks}[CheckId.ASKED_ONCE]
     assert r.verdict is Verdict.FAIL and not asked.passed, r.reasons
     assert "asked 2 time(s)" in asked.evidence[0] and asked.evidence[0].count("interrupt-") == 2
+
+
+@pytest.mark.pure
+@NEEDS_LANGGRAPH
+@NEEDS_DBOS
+@pytest.mark.parametrize("kind", sorted(APPS))
+def test_an_app_folder_is_graded_through_its_target_toml(kind) -> None:
+    from harness.grading.targets import load_target_dir
+
+    t = load_target_dir(kind, APPS[kind])
+    assert t.name == kind and t.source == APPS[kind] and t.folder == APPS[kind]
+    assert all(ref.startswith(f"harness.targets.{kind}_app:") for ref in t.functions.values())

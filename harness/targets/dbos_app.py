@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness.targets.human import email_in, prepare_app, record_ask
@@ -53,7 +54,7 @@ def _workflow(ctx: Any) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def parked_at(steps: list[dict[str, Any]]) -> int | None:
+def parked_at(steps: Sequence[Mapping[str, Any]]) -> int | None:
     """The function ID of the ``recv`` the steps show waiting (see the module docstring),
     or ``None``."""
     if not steps:
@@ -65,7 +66,7 @@ def parked_at(steps: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def _shown(steps: list[dict[str, Any]]) -> Any:
+def _shown(steps: Sequence[Mapping[str, Any]]) -> Any:
     return next((s["output"] for s in reversed(steps) if email_in(s["output"])), None)
 
 
