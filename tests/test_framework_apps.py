@@ -47,7 +47,8 @@ def test_the_apps_know_nothing_of_the_harness_and_their_toml_is_short(kind) -> N
         text = source.read_text(encoding="utf-8")
         assert not re.search(r"^\s*(from|import)\s+(harness|shopops)|SHOPOPS_|failpoint|"
                              r"TargetContext|approval_queue", text, re.M), source
-    for name in (f"{kind}-email-agent", f"{kind}-email-agent-keys-off"):
+    for name in (f"{kind}-email-agent", f"{kind}-email-agent-keys-off",
+                 f"{kind}-email-agent-reject"):
         lines = (TARGETS / f"{name}.toml").read_text(encoding="utf-8").splitlines()
         assert len(lines) <= 10, name
 
@@ -85,6 +86,8 @@ def test_an_app_target_is_the_harness_adapter_over_the_app() -> None:
      "target.graph", "not of kind = \"python\""),
     ('kind = "langgraph"\nfolder = "nowhere"\ngraph = "a:g"', "target.folder",
      "is not a folder"),
+    ('kind = "langgraph"\nfolder = "."\ngraph = "a:g"\n[human]\naction = "reject"\n'
+     'feedback = "shorter"', "human.feedback", "not supported for target kind"),
 ])
 def test_a_bad_app_target_is_refused_naming_the_field(tmp_path, body, field, says) -> None:
     with pytest.raises(ScenarioError) as err:
@@ -208,3 +211,39 @@ def test_an_app_folder_is_graded_through_its_target_toml(kind) -> None:
     t = load_target_dir(kind, APPS[kind])
     assert t.name == kind and t.source == APPS[kind] and t.folder == APPS[kind]
     assert all(ref.startswith(f"harness.targets.{kind}_app:") for ref in t.functions.values())
+
+
+@pytest.mark.parametrize("kind", [pytest.param(k, marks=NEEDS[k]) for k in sorted(APPS)])
+def test_a_rejection_reaches_the_app_through_its_framework_and_nothing_is_sent(
+        tmp_path, kind) -> None:
+    r = _run(tmp_path, f"{kind}-email-agent-reject", None)
+    checks = {c.check_id: c for c in r.checks}
+    assert r.verdict is Verdict.PASS and r.evidence.deliveries == 0, r.reasons
+    respected = checks[CheckId.REJECTION_RESPECTED]
+    assert respected.passed and "final checkpoint: rejected" in respected.evidence, respected
+
+
+_IGNORES = _TWICE.replace('builder.add_edge("review", "confirm")\n'
+                          'builder.add_edge("confirm", "send")',
+                          'builder.add_edge("review", "send")')
+
+
+@NEEDS_LANGGRAPH
+def test_an_app_that_sends_what_the_human_rejected_fails(tmp_path) -> None:
+    """The catch ``per_action`` claims on a framework app: a graph that sends whatever the
+    reviewer answered sends content a human rejected (its history shows no draft, so
+    ``rejection_respected`` is not applicable; the ledger judges)."""
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "ignores.py").write_text(_IGNORES, encoding="utf-8")
+    path = tmp_path / "ignores.toml"
+    path.write_text(f'name = "ignores"\n[target]\nkind = "langgraph"\nfolder = "{app}"\n'
+                    'graph = "ignores:builder"\n[human]\naction = "reject"\n'
+                    '[expect]\ndeliveries = 0\n', encoding="utf-8")
+    r = execute(ExecutionPlan(load_scenario(path), CrashSchedule()), tmp_path / "x",
+                worker_timeout_s=120)
+    checks = {c.check_id: c for c in r.checks}
+    assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 1, r.reasons
+    per_action = checks[CheckId.PER_ACTION]  # the ledger against the rejected ask's email
+    assert not per_action.passed and "sent content a human rejected" in per_action.detail, \
+        per_action

@@ -324,6 +324,7 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-reask": Verdict.FAIL,
     "langgraph-email-agent": Verdict.PASS, "langgraph-email-agent-keys-off": Verdict.FAIL,
     "dbos-email-agent": Verdict.PASS, "dbos-email-agent-keys-off": Verdict.FAIL,
+    "langgraph-email-agent-reject": Verdict.PASS, "dbos-email-agent-reject": Verdict.PASS,
 }
 
 

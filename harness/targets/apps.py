@@ -16,7 +16,8 @@ and the ``PythonTarget`` over the harness's own adapter for its framework.
 
 Optional: ``input`` (LangGraph: the graph's input, default ``{order_id, case_id}``),
 ``args`` (DBOS: the workflow's arguments, default ``[order_id]``), ``approve`` (what the
-human answers on approval, default ``true``) and ``env`` (a table of strings set in the
+human answers on approval, default ``true``), ``reject`` (on a rejection, default
+``false``) and ``env`` (a table of strings set in the
 app's environment before it is imported, e.g. its own settings). The adapters
 (``harness.targets.langgraph_app``, ``harness.targets.dbos_app``) derive start, resume,
 decide and history; their docstrings document what the harness supplies the app.
@@ -32,18 +33,18 @@ from typing import Any
 
 from harness.model import PythonTarget, TargetRole
 
-__all__ = ["APP_FIELDS", "APP_TYPES", "FIELDS_OF", "app_target"]
+__all__ = ["APP_FIELDS", "APP_TYPES", "FIELDS_OF", "app_target", "is_app"]
 
 #: The fields of an app target, by kind; the first is required.
 FIELDS_OF: dict[str, tuple[str, ...]] = {
-    "langgraph": ("graph", "input", "approve", "env"),
-    "dbos": ("workflow", "topic", "args", "approve", "env"),
+    "langgraph": ("graph", "input", "approve", "reject", "env"),
+    "dbos": ("workflow", "topic", "args", "approve", "reject", "env"),
 }
 APP_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(f for fs in FIELDS_OF.values() for f in fs))
 #: Each app field's TOML type(s), for the scenario's table check (``harness.plan.scenario``).
 APP_TYPES: dict[str, type | tuple[type, ...]] = {
     "graph": str, "workflow": str, "topic": str, "input": dict, "args": list, "env": dict,
-    "approve": (bool, int, float, str, list, dict)}
+    "approve": (bool, int, float, str, list, dict), "reject": (bool, int, float, str, list, dict)}
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _ADAPTER = {"langgraph": "harness.targets.langgraph_app", "dbos": "harness.targets.dbos_app"}
 _ROLES = {"langgraph": (TargetRole.START, TargetRole.RESUME, TargetRole.HISTORY),
@@ -79,8 +80,9 @@ def app_target(kind: str, table: dict[str, Any], folder: Path,
             if not isinstance(table[name], shape):
                 raise fail(f"target.{name}", f"must be a {'table' if shape is dict else 'list'}")
             options[name] = json.dumps(table[name])
-    if "approve" in table:
-        options["approve"] = json.dumps(table["approve"])
+    for answer in ("approve", "reject"):
+        if answer in table:
+            options[answer] = json.dumps(table[answer])
     if "topic" in table:
         if not isinstance(table["topic"], str):
             raise fail("target.topic", "must be a string (the DBOS.recv topic)")
@@ -94,3 +96,10 @@ def app_target(kind: str, table: dict[str, Any], folder: Path,
     adapter = _ADAPTER[kind]
     return PythonTarget(folder, {role: f"{adapter}:{role.value}" for role in _ROLES[kind]},
                         kind, kind, options)
+
+
+def is_app(target: PythonTarget | None) -> bool:
+    """Whether ``target`` is a framework app driven by the harness's adapter (``app_target``),
+    which can take the human's rejection through the framework."""
+    return target is not None and any(ref.startswith(tuple(_ADAPTER.values()))
+                                      for ref in target.functions.values())

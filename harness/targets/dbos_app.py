@@ -15,7 +15,8 @@ The configuration the harness supplies, documented for the app's author
   started;
 - the human answers the workflow's ``DBOS.recv(topic)`` with ``DBOSClient.send(run_id,
   approve, topic)`` (``approve`` default ``true``), keyed by the ticket so a repeated
-  decision is one message.
+  decision is one message; a rejection (the harness's records) with ``DBOS.send(run_id,
+  reject, topic)`` (``reject`` default ``false``) by the next worker, keyed by the ask.
 
 A workflow waits for the human when its steps (``DBOS.list_workflow_steps``) end with the
 durable timeout ``DBOS.recv`` records (a ``DBOS.sleep`` whose function ID follows one with
@@ -32,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.targets.human import email_in, prepare_app, record_ask
+from harness.targets.human import email_in, ended_as, prepare_app, record_ask, rejected
 
 __all__ = ["PARK_DEADLINE_S", "history", "parked_at", "resume", "start"]
 
@@ -86,9 +87,14 @@ def _drive(ctx: Any) -> None:
             return
         steps = DBOS.list_workflow_steps(ctx.run_id)
         at = parked_at(steps)
-        if at is not None and ctx.ticket is None:  # waits for the human: ask, and leave
-            record_ask(ctx, f"recv-{ctx.run_id}-{at}", _shown(steps))
-            return
+        if at is not None and ctx.ticket is None:
+            ask = f"recv-{ctx.run_id}-{at}"
+            if rejected(ctx, [ask]):  # the human's rejection, told the DBOS way
+                DBOS.send(ctx.run_id, json.loads(ctx.options.get("reject", "false")),
+                          ctx.options.get("topic"), idempotency_key=f"rejection:{ask}")
+            else:  # waits for the human: ask, and leave
+                record_ask(ctx, ask, _shown(steps))
+                return
         time.sleep(_POLL_S)
     raise RuntimeError(f"workflow {ctx.run_id} neither parked nor ended within "
                        f"{PARK_DEADLINE_S:g} s")
@@ -134,8 +140,8 @@ def history(ctx: Any) -> list[dict[str, Any]]:
     """One object per recorded step (``DBOSClient.list_workflow_steps``), oldest first, with
     what the harness can tell of any workflow: ``step`` (its count), ``draft`` (the newest
     email-shaped step output so far), ``phase`` ``awaiting_approval`` on the durable timeout
-    of a ``recv`` still waiting, ``completed`` on the last step of a workflow that ended
-    ``SUCCESS`` (else not reported)."""
+    of a ``recv`` still waiting, ``rejected``/``completed`` (``human.ended_as``) on the last
+    step of a workflow that ended ``SUCCESS`` (else not reported)."""
     if not os.path.exists(os.path.join(ctx.workdir, _SYSTEM_DB)):
         return []
     from dbos import DBOSClient
@@ -147,11 +153,12 @@ def history(ctx: Any) -> list[dict[str, Any]]:
     finally:
         client.destroy()
     waiting = parked_at(steps)
+    ended = ended_as(ctx) if status == "SUCCESS" else None
     out: list[dict[str, Any]] = []
     draft = None
     for n, info in enumerate(steps, start=1):
         draft = email_in(info["output"]) or draft
         phase = ("awaiting_approval" if waiting is not None and n == len(steps) else
-                 "completed" if status == "SUCCESS" and n == len(steps) else None)
+                 ended if status == "SUCCESS" and n == len(steps) else None)
         out.append({"step": n, "phase": phase, "draft": draft})
     return out

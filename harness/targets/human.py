@@ -26,7 +26,7 @@ from shopops.approval_records import ApprovalRequest
 from shopops_contract.approvals import DEFAULT_GATE, RequestStatus
 from shopops_contract.digests import draft_digest
 
-__all__ = ["email_in", "prepare_app", "record_ask", "shown_digest"]
+__all__ = ["email_in", "ended_as", "prepare_app", "record_ask", "rejected", "shown_digest"]
 
 _BODY = ("body", "text", "html")
 
@@ -88,3 +88,22 @@ def prepare_app(ctx: Any) -> None:
     os.makedirs(ctx.workdir, exist_ok=True)
     os.chdir(ctx.workdir)
     os.environ.update(json.loads(ctx.options.get("env", "{}")))
+
+
+def rejected(ctx: Any, request_ids: list[str]) -> bool:
+    """Whether the human rejected one of the asks ``request_ids`` (the harness's approval
+    records: the story's rejection marks the case's pending request ``rejected``)."""
+    with ctx.approval_queue() as queue:
+        return any(r.request_id in request_ids and r.status == RequestStatus.REJECTED
+                   for r in queue.requests(ctx.case_id))
+
+
+def ended_as(ctx: Any) -> str:
+    """The phase of an app whose run ended: ``rejected`` when the human's last decision on
+    the case was a rejection (the harness answered the app's ask with it), else
+    ``completed``."""
+    with ctx.approval_queue() as queue:
+        decided = [r for r in queue.requests(ctx.case_id)
+                   if r.status != RequestStatus.PENDING]
+    return ("rejected" if decided and decided[-1].status == RequestStatus.REJECTED
+            else "completed")

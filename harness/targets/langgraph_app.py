@@ -17,7 +17,8 @@ The harness drives the app as LangGraph's human-in-the-loop documentation does: 
 invokes the graph with ``input`` (default ``{"order_id": ..., "case_id": ...}``) until it
 parks; every pending interrupt found in ``get_state`` is recorded as an ask
 (``harness.targets.human``); ``resume`` with the human's ticket answers it with
-``Command(resume=approve)`` (default ``True``), without a ticket leaves it parked, and a
+``Command(resume=approve)`` (default ``True``), after the human's rejection with
+``Command(resume=reject)`` (default ``False``), undecided leaves it parked, and a
 thread killed mid-run (pending tasks, no interrupt) is continued with ``invoke(None)`` from
 its checkpointer — LangGraph's own recovery. ``history`` reads ``get_state_history``.
 """
@@ -29,7 +30,7 @@ import json
 import os
 from typing import Any
 
-from harness.targets.human import email_in, prepare_app, record_ask
+from harness.targets.human import email_in, ended_as, prepare_app, record_ask, rejected
 
 __all__ = ["CHECKPOINTS", "history", "resume", "start"]
 
@@ -92,11 +93,14 @@ def _drive(ctx: Any, graph: Any) -> None:
 
     snapshot = graph.get_state(_config(ctx))
     if snapshot.interrupts:
-        if ctx.ticket is None:
+        if ctx.ticket is not None:
+            answer = ctx.options.get("approve", "true")
+        elif rejected(ctx, [f"interrupt-{i.id}" for i in snapshot.interrupts]):
+            answer = ctx.options.get("reject", "false")
+        else:
             _record_asks(ctx, graph)
             return
-        graph.invoke(Command(resume=json.loads(ctx.options.get("approve", "true"))),
-                     _config(ctx))
+        graph.invoke(Command(resume=json.loads(answer)), _config(ctx))
     elif snapshot.tasks:  # killed mid-run: continue from the last checkpoint
         graph.invoke(None, _config(ctx))
     elif not snapshot.values:  # never checkpointed: start afresh
@@ -114,17 +118,19 @@ def history(ctx: Any) -> list[dict[str, Any]]:
     what the harness can tell of any graph (``docs/contract.md``, "A target's history"):
     ``step`` (the checkpoint's), ``draft`` (an email-shaped value in the state, as
     ``harness.targets.human.email_in`` finds it), ``phase`` ``awaiting_approval`` while an
-    interrupt is pending and ``completed`` once nothing is left to run (else not
-    reported)."""
+    interrupt is pending and, once nothing is left to run, ``rejected`` when the human's
+    last decision was a rejection, else ``completed`` (``harness.targets.human.ended_as``;
+    else not reported)."""
     if not os.path.exists(os.path.join(ctx.workdir, CHECKPOINTS)) and \
             not os.listdir(ctx.workdir):
         return []
     graph = _graph(ctx)
     out = []
+    ended = ended_as(ctx)
     for snap in reversed(list(graph.get_state_history(_config(ctx)))):
         values = snap.values if isinstance(snap.values, dict) else {}
         asking = any(task.interrupts for task in snap.tasks)
-        phase = "awaiting_approval" if asking else "completed" if not snap.next else None
+        phase = "awaiting_approval" if asking else ended if not snap.next else None
         step = (snap.metadata or {}).get("step")
         out.append({"step": step if isinstance(step, int) and step >= 0 else None,
                     "phase": phase,

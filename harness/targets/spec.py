@@ -36,7 +36,7 @@ from harness.model import (
     TargetRole,
     TicketKind,
 )
-from harness.targets.apps import APP_FIELDS, app_target
+from harness.targets.apps import APP_FIELDS, app_target, is_app
 from harness.targets.apps import FIELDS_OF as APP_FIELDS_OF
 from harness.targets.examples import BY_NAME, OPTIONS
 from harness.targets.extras import ExtraMissing, require
@@ -157,7 +157,9 @@ def target_limits(s: Scenario) -> list[tuple[str, str]]:
     pairs; empty for the reference loop)."""
     if s.target is None:
         return []
-    used = [("human.action", s.human_action is not HumanAction.APPROVE),
+    app = is_app(s.target)  # a framework app takes a plain rejection through its framework
+    used = [("human.action", s.human_action is not HumanAction.APPROVE and not app),
+            ("human.feedback", app and s.reject_feedback is not None),
             ("human.approve_at", s.approve_at is not None),
             ("human.delay_hours", bool(s.approve_delay_h)),
             ("human.twice", s.approve_twice),
