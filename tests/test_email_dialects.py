@@ -6,6 +6,7 @@ sender)."""
 from __future__ import annotations
 
 import os
+import signal
 import smtplib
 import subprocess
 import sys
@@ -198,3 +199,53 @@ def test_smtp_injected_error_delivers_nothing(smtp_gateway: MockGateway) -> None
     log = smtp_gateway.log()
     assert [r.status for r in log.requests] == [503, 201]
     assert len(log.deliveries) == 1
+
+
+def test_serve_with_smtp_prints_both_addresses(tmp_path: Path) -> None:
+    """``shopops-chaos gateway serve --smtp``: the SMTP address on a second line; a message
+    names its case with ``X-ShopOps-Case`` (the served gateway has no one case)."""
+    db = tmp_path / "gateway.db"
+    argv = [sys.executable, "-m", "harness", "gateway", "serve", "--db", str(db), "--smtp"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=env) as proc:
+        try:
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith("gateway listening on http://")
+            line = proc.stdout.readline()
+            assert line.startswith("smtp listening on 127.0.0.1:"), line
+            port = int(line.rsplit(":", 1)[1])
+            with smtplib.SMTP("127.0.0.1", port, timeout=30) as smtp:
+                smtp.send_message(_mail(X_ShopOps_Case="case-S", Message_ID="<s@x>"))
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert [(d.case_id, d.idempotency_key) for d in read_log(db).deliveries] == [
+        ("case-S", "<s@x>")]
+
+
+def test_smtp_drop_after_accept_delivers_and_loses_the_answer(smtp_gateway: MockGateway
+                                                              ) -> None:
+    """The window the harness's own API has too: delivered, the answer lost; a retry with
+    the same key is the same delivery."""
+    smtp_gateway.set_faults([{"kind": "drop_after_accept"}])
+    with pytest.raises(smtplib.SMTPServerDisconnected):
+        _send(smtp_gateway, _mail(Resend_Idempotency_Key="k-drop"))
+    assert len(smtp_gateway.log().deliveries) == 1
+    _send(smtp_gateway, _mail(Resend_Idempotency_Key="k-drop"))
+    log = smtp_gateway.log()
+    assert len(log.deliveries) == 1
+    assert [(r.status, r.fault) for r in log.requests] == [(201, "drop_after_accept"),
+                                                           (200, None)]
+
+
+def test_no_fork_server_preloads_the_resend_sdk() -> None:
+    """``resend`` reads ``RESEND_API_URL`` at its first import: a preloaded copy would keep
+    the fork server's (unset) base URL in every worker (docs/contract.md, "Email APIs")."""
+    from harness.forkserver.worker import FRAMEWORKS, PRELOAD, TARGET_PRELOAD
+
+    preloaded = [*PRELOAD, *TARGET_PRELOAD, *(m for ms in FRAMEWORKS.values() for m in ms)]
+    assert not [m for m in preloaded if m.split(".")[0] == "resend"]

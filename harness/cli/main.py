@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "gateway":
             from harness.services.gateway_serve import serve_command
 
-            return serve_command(args.db, port=args.port)
+            return serve_command(args.db, port=args.port, smtp=args.smtp)
         return _run(args)
     except BrokenPipeError:  # a write outside the console (argparse, a library)
         quiet_closed_stdout()
