@@ -328,6 +328,9 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-double": Verdict.PASS, "dbos": Verdict.PASS, "dbos-keys-off": Verdict.FAIL,
     "langgraph-reask": Verdict.FAIL, "langgraph-from-earlier": Verdict.PASS,
     "langgraph-fanout": Verdict.PASS,
+    "langgraph-email-agent": Verdict.PASS, "langgraph-email-agent-keys-off": Verdict.FAIL,
+    "dbos-email-agent": Verdict.PASS, "dbos-email-agent-keys-off": Verdict.FAIL,
+    "langgraph-email-agent-reject": Verdict.PASS, "dbos-email-agent-reject": Verdict.PASS,
 }
 
 

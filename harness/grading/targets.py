@@ -40,6 +40,7 @@ from harness.model.input_files import (
     read_input,
 )
 from harness.plan.scenario import ScenarioError, impossible
+from harness.targets.apps import FIELDS_OF
 from harness.targets.extras import ExtraMissing, require
 from harness.targets.spec import parse_target
 
@@ -84,7 +85,10 @@ def load_target_dir(kind: str, folder: Path) -> PythonTarget:
         raise fail("target", f"{FILENAME} holds exactly one [target] table")
     if "kind" in table:
         raise fail("target.kind", "given on the command line (--target), not here")
-    target = parse_target({"folder": ".", **table, "kind": "python"}, path, fail)
+    # a framework app named by its graph or workflow (harness.targets.apps), else functions
+    app = kind in FIELDS_OF and FIELDS_OF[kind][0] in table
+    target = parse_target({"folder": ".", **table, "kind": kind if app else "python"},
+                          path, fail)
     assert target is not None
     extra = None if kind == "python" else kind
     if extra is not None:

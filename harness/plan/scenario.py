@@ -38,6 +38,7 @@ from harness.model.input_files import (
     read_input,
 )
 from harness.plan.story_parse import mistyped, parse_story
+from harness.targets.apps import APP_TYPES
 from harness.targets.spec import parse_target, target_limits
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
@@ -103,7 +104,7 @@ _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "storage": {"fault": str, "lock_at": str, "lock_ms": int},
     "expect": {"failing_checks": list, "deliveries": int, "worker_error": str},
     "target": {"kind": str, "folder": str, "start": str, "resume": str, "decide": str,
-               "history": str, "options": dict},
+               "history": str, "options": dict, **APP_TYPES},
 }
 
 

@@ -46,13 +46,15 @@ from harness.model import (
     WorkersStep,
 )
 from harness.model.input_files import InputFileError, read_input
+from harness.targets.apps import APP_FIELDS, app_target, is_app
+from harness.targets.apps import FIELDS_OF as APP_FIELDS_OF
 from harness.targets.examples import BY_NAME, EXAMPLES_DIR, OPTIONS
 from harness.targets.extras import ExtraMissing, require
 
 __all__ = ["FIELDS", "KINDS", "allowed_roots", "parse_target", "target_limits"]
 
 KINDS = ("reference", "python", *BY_NAME)
-FIELDS = ("kind", "folder", "start", "resume", "decide", "history", "options")
+FIELDS = ("kind", "folder", "start", "resume", "decide", "history", "options", *APP_FIELDS)
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _OPTION = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _MAX_OPTION = 200
@@ -84,6 +86,12 @@ def parse_target(table: dict[str, Any], path: Path,
     kind = table.get("kind", "reference")
     if kind not in KINDS:
         raise fail("target.kind", f"{kind!r}; allowed: {', '.join(KINDS)}")
+    if kind in BY_NAME and "folder" in table:  # an app of that framework, no glue
+        try:
+            require(BY_NAME[kind].extra or "", f"target.kind = {kind!r}")
+        except ExtraMissing as exc:
+            raise fail("target.kind", str(exc)) from None
+        return app_target(kind, table, _folder(table, path, kind, fail), fail)
     options = _options(table.get("options", {}), kind, fail)
     functions = {role: table[role.value] for role in TargetRole if role.value in table}
     for role, ref in functions.items():
@@ -99,21 +107,37 @@ def parse_target(table: dict[str, Any], path: Path,
     if kind != "python":
         given = sorted(set(table) - {"kind", "options"})
         if given:
-            raise fail(f"target.{given[0]}", f"kind {kind!r} is a shipped example "
-                       "(examples/): give only kind and options")
+            raise fail(f"target.{given[0]}", f"kind {kind!r} without a folder is the shipped "
+                       "example (examples/): give only kind and options; an app of your own "
+                       "needs folder and " + APP_FIELDS_OF[kind][0])
         target = BY_NAME[kind]
         try:
             require(target.extra or "", f"target.kind = {kind!r}")  # fail() names the file
         except ExtraMissing as exc:
             raise fail("target.kind", str(exc)) from None
         return replace(target, options=options)
+    for name in APP_FIELDS:
+        if name in table:
+            raise fail(f"target.{name}", "a field of a framework app (kind = \"langgraph\" "
+                       "or \"dbos\" with a folder), not of kind = \"python\"")
     for role in (TargetRole.START, TargetRole.RESUME):
         if role not in functions:
             raise fail(f"target.{role.value}", "required for kind = \"python\" "
                        "(module:function)")
+    folder = _folder(table, path, kind, fail)
+    for role, ref in functions.items():
+        why = _not_defined(folder, ref)
+        if why is not None:
+            raise fail(f"target.{role.value}", f"{ref!r}: {why}; allowed: module:function "
+                       f"naming a function defined in a .py file inside {folder}")
+    return PythonTarget(folder, functions, None, "python", options)
+
+
+def _folder(table: dict[str, Any], path: Path, kind: str,
+            fail: Callable[[str, str], Exception]) -> Path:
     raw = table.get("folder")
     if not isinstance(raw, str) or not raw.strip():
-        raise fail("target.folder", "required for kind = \"python\": the folder holding the "
+        raise fail("target.folder", f"required for kind = \"{kind}\": the folder holding the "
                    "module, relative to the scenario file")
     folder = (path.parent / raw).resolve()
     roots = allowed_roots(path)
@@ -122,12 +146,7 @@ def parse_target(table: dict[str, Any], path: Path,
                    "places; allowed: a folder inside " + ", ".join(map(str, roots)))
     if not folder.is_dir():
         raise fail("target.folder", f"{folder} is not a folder")
-    for role, ref in functions.items():
-        why = _not_defined(folder, ref)
-        if why is not None:
-            raise fail(f"target.{role.value}", f"{ref!r}: {why}; allowed: module:function "
-                       f"naming a function defined in a .py file inside {folder}")
-    return PythonTarget(folder, functions, None, "python", options)
+    return folder
 
 
 def allowed_roots(path: Path) -> tuple[Path, ...]:
@@ -209,7 +228,9 @@ def target_limits(s: Scenario) -> list[tuple[str, str]]:
     pairs; empty for the reference loop)."""
     if s.target is None:
         return []
-    used = [("human.action", s.human_action is not HumanAction.APPROVE),
+    app = is_app(s.target)  # a framework app takes a plain rejection through its framework
+    used = [("human.action", s.human_action is not HumanAction.APPROVE and not app),
+            ("human.feedback", app and s.reject_feedback is not None),
             ("human.approve_at", s.approve_at is not None),
             ("human.delay_hours", bool(s.approve_delay_h)),
             ("human.twice", s.approve_twice),

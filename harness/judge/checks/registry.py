@@ -101,7 +101,7 @@ CHECKS: tuple[Check, ...] = (
     _check(CheckId.STEP_CONTINUES, step_continues, _H, _O.STEP),
     _check(CheckId.SAME_KEY_ONE_DELIVERY, same_key_one_delivery, (*_H, _G)),
     _check(CheckId.EXACTLY_ONE_DELIVERY, exactly_one_delivery, (*_H, _G)),
-    _check(CheckId.TICKET_SERVER_ISSUED, ticket_server_issued, (*_H, _A, _G)),
+    _check(CheckId.TICKET_SERVER_ISSUED, ticket_server_issued, (*_H, _A, _G), _O.TICKET),
     _check(CheckId.INTAKE_NOT_REPEATED, intake_not_repeated, (), _O.ROWS),
     _check(CheckId.STORAGE_SAFE, storage_safe, (_C,), _O.ROWS),
     _check(CheckId.NO_PROCESS_LEFT, no_process_left, ()),
