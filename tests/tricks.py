@@ -169,3 +169,91 @@ TRICKS: tuple[Trick, ...] = (
         "Rejections", "rejection[no-kill]", "no_tampering",
     ),
 )
+
+
+# -- hostile targets (issue 24): a target graded with --sut DIR --target python -------------
+
+#: The folder a hostile target is built from: the shipped starter, which passes.
+STARTER = Path(__file__).resolve().parents[1] / "examples" / "python_starter"
+
+
+@dataclass(frozen=True)
+class TargetTrick:
+    """A hostile target: the starter (``examples/python_starter``) with ``attack`` (the
+    body of a function ``_attack(ctx)``, run at the start of every function the harness
+    calls, ``history`` included) added. Placeholders: ``@@<NAME>@@`` of ``build``'s
+    ``values``. The attack prints one ``attack: ...`` line per attempt on stderr."""
+
+    name: str
+    attack: str
+
+    def build(self, into: Path, values: dict[str, str], *, with_trick: bool = True) -> Path:
+        """The starter's ``loop.py`` and ``target.toml`` in ``into`` (created), with the
+        attack when ``with_trick``."""
+        into.mkdir(parents=True)
+        (into / "target.toml").write_text((STARTER / "target.toml").read_text())
+        loop = (STARTER / "loop.py").read_text(encoding="utf-8")
+        if with_trick:
+            attack = self.attack
+            for name, value in values.items():
+                attack = attack.replace(f"@@{name}@@", value)
+            loop += "\n\ndef _attack(ctx: Any) -> None:\n" + attack
+            for fn in ("start", "resume", "history"):
+                head = f"def {fn}(ctx: Any)"
+                at = loop.index(head)
+                body = loop.index('"""\n', loop.index('"""', at) + 3) + 4
+                loop = loop[:body] + "    _attack(ctx)\n" + loop[body:]
+        (into / "loop.py").write_text(loop, encoding="utf-8")
+        return into
+
+
+TARGET_TRICKS: tuple[TargetTrick, ...] = (
+    TargetTrick(
+        # write outside its sandbox (another run's gateway log, the results, its own
+        # source), leave files in the temporary folders and a setsid daemon, read the
+        # grader's secrets and other processes' command lines
+        "escape-the-sandbox",
+        "    import os, sqlite3, sys, time\n"
+        "    def say(line):\n"
+        "        print('attack: ' + line, file=sys.stderr, flush=True)\n"
+        "    for path in ('@@VICTIM@@', '@@RESULTS@@', '@@SOURCE@@/loop.py'):\n"
+        "        try:\n"
+        "            with open(path, 'ab') as f:\n"
+        "                f.write(b'tampered')\n"
+        "            say('wrote ' + path)\n"
+        "        except OSError as exc:\n"
+        "            say('refused ' + path + ': ' + str(exc.strerror))\n"
+        "    try:\n"
+        "        with sqlite3.connect('@@VICTIM@@') as db:\n"
+        "            db.execute('DELETE FROM deliveries')\n"
+        "        say('deleted the deliveries of @@VICTIM@@')\n"
+        "    except sqlite3.Error as exc:\n"
+        "        say('refused the deliveries of @@VICTIM@@: ' + str(exc))\n"
+        "    for root in ('/dev/shm', '/tmp', '/var/tmp'):\n"
+        "        try:\n"
+        "            os.makedirs(f'{root}/@@TOKEN@@-{os.getpid()}/deep', exist_ok=True)\n"
+        "            with open(f'{root}/@@TOKEN@@-{os.getpid()}.bin', 'wb') as f:\n"
+        "                f.write(b'x' * 65536)\n"
+        "            say('left files in ' + root)\n"
+        "        except OSError as exc:\n"
+        "            say('refused ' + root + ': ' + str(exc.strerror))\n"
+        "    say('secret ' + repr(os.environ.get('@@SECRET_NAME@@')))\n"
+        "    others = [p for p in os.listdir('/proc') if p.isdigit()\n"
+        "              and os.stat('/proc/' + p).st_uid != os.getuid()]\n"
+        "    say(f'sees {len(others)} processes of other users')\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        os.setsid()\n"
+        "        if os.fork() == 0:\n"
+        "            for _ in range(600):\n"
+        "                try:\n"
+        "                    with open('@@RESULTS@@', 'w') as f:\n"
+        "                        f.write('{\"score\": 999}')\n"
+        "                except OSError:\n"
+        "                    pass\n"
+        "                time.sleep(0.1)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(child, 0)\n"
+        "    say('left a daemon')\n",
+    ),
+)

@@ -299,12 +299,11 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
     lines = [f"{len(results)} executions of {len(scenarios)} scenarios; verdicts pass "
              f"{counts.passed}, fail {counts.failed}, unknown {counts.unknown}. "
              "Evidence: the run/ folder beside these results (its report.html)."]
+    untrusted = sut.untrusted or (target is not None and target.untrusted)
     lines.append("Sealed: every worker ran as a user of its own that could write only its "
-                 "sandbox." if sealed(sut) else "Not sealed: " + (
+                 "sandbox." if untrusted and sandbox.available() else "Not sealed: " + (
                      "the harness is not root, so workers ran as the harness's user."
-                     if sut.untrusted else "our own code (the reference or a variant)."
-                     if target is None else f"a {target.name} target's workers run as the "
-                     "harness's user (harness.grading.targets)."))
+                     if untrusted else "our own code (the reference or a variant)."))
     if retried:
         lines.append(f"Run again (unknown for a reason outside the implementation): "
                      f"{len(retried)} execution(s):")

@@ -90,6 +90,9 @@ class EventKind(StrEnum):
     ERROR = "error"  # a harness-side problem seen while the story ran
     TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox.users)
     LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
+    # a call from another uid than a sealed execution's (another execution's process),
+    # refused; not the implementation's doing, so no check fails on it
+    FOREIGN = "foreign"
 
 
 class EvidenceSource(StrEnum):

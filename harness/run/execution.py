@@ -38,7 +38,7 @@ from harness.judge.evidence import (
 from harness.judge.observers import store
 from harness.judge.observers.store import migrations
 from harness.launch.launcher import Launcher
-from harness.launch.sealed import SealedLauncher
+from harness.launch.sealed import SealedLauncher, sealed_target_argv, worker_env
 from harness.launch.spawn import SpawnLauncher
 from harness.model import (
     DEFAULT_GATE,
@@ -54,15 +54,23 @@ from harness.model import (
     KillPoint,
     RequestRecord,
     StoryRecord,
+    Sut,
     Verdict,
 )
 from harness.sandbox.scratch import DATABASE_SUFFIXES, in_scratch, move_home
-from harness.sandbox.users import Sandbox, available, install_code, install_fixtures
+from harness.sandbox.users import (
+    Sandbox,
+    available,
+    install_code,
+    install_fixtures,
+    install_target,
+)
 from harness.services.approvals import ApprovalService
 from harness.services.channel import FailpointChannel
 from harness.services.gateway import MockGateway
 from harness.story.controller import KillController
 from harness.story.engine import drive
+from harness.targets.drive import TargetSeal
 from shopops.records import DEFAULT_FIXTURES
 from shopops_contract import labels
 
@@ -93,19 +101,32 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     workdir = in_scratch(final)
     events = EventLog()
     keep = True  # the databases go home unless a passing verdict says otherwise
-    sandbox = Sandbox() if plan.sut.untrusted and available() else None
+    target = plan.scenario.target
+    sealed_target = target is not None and target.untrusted
+    sandbox = Sandbox() if (plan.sut.untrusted or sealed_target) and available() else None
+    seal: TargetSeal | None = None
     try:
         if sandbox is not None:
             os.chmod(workdir, 0o700)
             os.chmod(final, 0o700)
-            assert plan.sut.path is not None
-            server = launcher if getattr(launcher, "sealed", False) else None
-            launcher = SealedLauncher(
-                sandbox, str(install_code(plan.sut.path, plan.sut.module)),
-                lambda line: events.add(EventKind.TAMPERING, None, None, None, line),
-                str(install_fixtures(DEFAULT_FIXTURES)), server)  # type: ignore[arg-type]
+            fixtures = str(install_fixtures(DEFAULT_FIXTURES))
+
+            def tamper(line: str) -> None:
+                events.add(EventKind.TAMPERING, None, None, None, line)
+
+            if target is not None:  # a target: always a fresh interpreter through the boot
+                seal = _target_seal(sandbox, install_target(target.folder), fixtures,
+                                    plan.sut)
+                launcher = SealedLauncher(sandbox, str(seal.folder), tamper, fixtures,
+                                          limits=_limits(plan.sut))
+            else:
+                assert plan.sut.path is not None
+                server = launcher if getattr(launcher, "sealed", False) else None
+                launcher = SealedLauncher(
+                    sandbox, str(install_code(plan.sut.path, plan.sut.module)), tamper,
+                    fixtures, server)  # type: ignore[arg-type]
         record, controller = _drive(plan, workdir, launcher or SpawnLauncher(), events,
-                                    worker_timeout_s, sandbox)
+                                    worker_timeout_s, sandbox, seal)
         if sandbox is not None:
             for pid in sandbox.kill_all():
                 events.add(EventKind.LEFTOVER, None, pid, None,
@@ -127,12 +148,35 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                            round(time.monotonic() - started, 4))
 
 
+def _limits(sut: Sut) -> tuple[int, int, int, int]:
+    """A sealed worker's limits (memory MiB, file MiB, CPU s, processes), from ``sut``
+    (the defaults of ``harness.model.plan.Sut`` for a target)."""
+    return (sut.memory_mib, sut.file_size_mib, sut.cpu_s, sut.nproc)
+
+
+def _target_seal(sandbox: Sandbox, folder: Path, fixtures: str, sut: Sut) -> TargetSeal:
+    """How a sealed execution runs its target (``harness.targets.drive.TargetSeal``): from
+    ``folder`` (its root-owned copy), each worker and the ``history`` read as the sandbox's
+    uid under ``sut``'s limits, with the sealed environment, its context files in the
+    sandbox's ``shared`` folder."""
+
+    def argv(given: list[str]) -> list[str]:
+        sandbox.started()  # the history worker: the next sweep must look again
+        return sealed_target_argv(given, sandbox.uid, _limits(sut), str(folder))
+
+    return TargetSeal(folder=folder, fixtures=fixtures, share=sandbox.share, argv=argv,
+                      env=lambda env: worker_env(env, sandbox, fixtures),
+                      sweep=sandbox.kill_all)
+
+
 def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
-           worker_timeout_s: float, sandbox: Sandbox | None
+           worker_timeout_s: float, sandbox: Sandbox | None, seal: TargetSeal | None = None
            ) -> tuple[StoryRecord, KillController]:
     """Play the story with the channel, the gateway and the approval service up; all are
-    down on return."""
+    down on return. A sealed execution's channel and approval service listen on socket
+    files in the sandbox's ``shared`` folder, which only its uid can enter."""
     uid = sandbox.uid if sandbox is not None else None
+    folder = sandbox.shared if sandbox is not None else None
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
     gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
                           candidates=lambda: list(controller.by_pid))
@@ -160,13 +204,14 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     def tampered(line: str) -> None:
         events.add(EventKind.TAMPERING, None, None, None, line)
 
-    with FailpointChannel(controller.on_hit, tampered) as channel, gateway, ApprovalService(
-            workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered) as approvals:
+    with FailpointChannel(controller.on_hit, tampered, folder) as channel, gateway, \
+            ApprovalService(workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered,
+                            folder=folder) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
                        data_dir=sandbox.path if sandbox is not None else None,
-                       approvals=approvals.address)
+                       approvals=approvals.address, seal=seal)
     return record, controller
 
 

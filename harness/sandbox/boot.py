@@ -31,8 +31,8 @@ import sys
 
 import setproctitle
 
-__all__ = ["TITLE_ENV", "drop_privileges", "limit", "main", "name_process", "pin_path", "preload",
-           "seal"]
+__all__ = ["TITLE_ENV", "drop_privileges", "hide_processes", "limit", "main", "name_process",
+           "pin_path", "preload", "seal"]
 
 #: The harness names each worker for ``ps``/``top`` through this variable of its env
 #: (``shopops-worker ROLE EXECUTION``); read and removed here and by the fork server's child
@@ -94,8 +94,34 @@ def limit(memory_mib: int, file_mib: int, cpu_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
 
 
+_CLONE_NEWNS = 0x00020000  # sched.h
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18  # sys/mount.h
+
+
+def hide_processes() -> bool:
+    """As root, before the uid changes: give this process a mount namespace of its own
+    (``unshare(CLONE_NEWNS)``, ``unshare(2)``), make every mount in it private (nothing
+    propagates back to the host) and mount a fresh ``/proc`` there with ``hidepid=2``
+    (``proc(5)``): once it is another user, the worker and its descendants see in ``/proc``
+    only their own uid's processes — not the harness's command lines nor other executions'.
+    The harness's own ``/proc`` is untouched. Returns ``False`` (nothing changed) where the
+    platform does not allow it (no ``CAP_SYS_ADMIN``, a seccomp filter, not Linux); the
+    worker then sees every process, as ``docs/security.md`` says."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            return False
+        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            return False
+        return bool(libc.mount(b"proc", b"/proc", b"proc", 0, b"hidepid=2") == 0)
+    except (OSError, AttributeError):
+        return False
+
+
 def seal(limits: tuple[int, int, int, int], uid: int) -> None:
-    """The limits ``(memory MiB, file MiB, CPU s, processes)``, then become ``uid``."""
+    """The limits ``(memory MiB, file MiB, CPU s, processes)``, other uids' processes
+    hidden (``hide_processes``, where the platform allows), then become ``uid``."""
+    hide_processes()
     limit(*limits[:3])
     resource.setrlimit(resource.RLIMIT_NPROC, (limits[3], limits[3]))
     drop_privileges(uid)

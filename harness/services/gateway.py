@@ -321,8 +321,9 @@ class MockGateway:
         }
         if refused:
             with self._transaction() as conn:
-                ledgers.insert_request(conn, ledger, evidence, 403)
-            return _json({"error": "forbidden", "detail": "not this execution's worker"}, 403)
+                ledgers.insert_request(conn, ledger, evidence, ledgers.FOREIGN_STATUS)
+            return _json({"error": "forbidden", "detail": "not this execution's worker"},
+                         ledgers.FOREIGN_STATUS)
         if fault is not None and fault.kind is FaultKind.ERROR:
             status = fault.status or 500
             with self._transaction() as conn:

@@ -11,8 +11,34 @@ import os
 import selectors
 import socketserver
 import threading
+import uuid
+from pathlib import Path
 
-__all__ = ["ServerThread"]
+__all__ = ["ServerThread", "open_socket", "socket_address"]
+
+
+def socket_address(prefix: str, folder: Path | None) -> tuple[str, str]:
+    """Where a service of the harness listens: ``(address, bind)``, ``address`` as the
+    workers are told it (``SHOPOPS_*``), ``bind`` as ``socket.bind`` takes it.
+
+    ``folder`` ``None``: a name in Linux's abstract namespace (``@prefix-PID-RANDOM``; no
+    file to leave behind, but anyone on the host may connect, and ``/proc/net/unix`` lists
+    it). A folder (a sealed execution's ``Sandbox.shared``: root's, entered only by the
+    execution's uid and root): a socket file ``prefix.sock`` there, which no other
+    execution can reach (``unix(7)``: connecting needs search permission on the folder).
+    """
+    if folder is None:
+        address = f"@{prefix}-{os.getpid()}-{uuid.uuid4().hex[:16]}"
+        return address, "\0" + address[1:]
+    path = str(folder / f"{prefix}.sock")
+    return path, path
+
+
+def open_socket(server: socketserver.UnixStreamServer, folder: Path | None) -> None:
+    """A socket file of ``socket_address`` in ``folder`` connectable by whoever can enter
+    the folder (mode 0666: the folder is the guard); nothing for an abstract socket."""
+    if folder is not None:
+        os.chmod(server.server_address, 0o666)  # type: ignore[arg-type]
 
 
 class ServerThread:

@@ -95,8 +95,10 @@ class KillController:
         """Channel callback: ``None`` if it killed the worker, else the reply."""
         hold: Hold | None = None
         refused = self._refusal(hit)
-        if refused is not None:
-            self.events.add(EventKind.TAMPERING, hit.label, hit.pid, None, refused)
+        if refused is not None:  # another uid's call is not this implementation's doing
+            foreign = self.allowed_uid is not None and hit.uid != self.allowed_uid
+            self.events.add(EventKind.FOREIGN if foreign else EventKind.TAMPERING, hit.label,
+                            hit.pid, None, refused)
             return dict(_CONTINUE)
         with self._lock:
             worker = self.by_pid.get(hit.pid)
@@ -129,13 +131,14 @@ class KillController:
         return dict(_CONTINUE)
 
     def _refusal(self, hit: Hit) -> str | None:
-        """Why ``hit`` is refused (tampering), or ``None``."""
-        if hit.forged:
-            return (f"hit at {hit.label} sent by pid {hit.pid} in the name of pid "
-                    f"{hit.claimed_pid}: refused")
+        """Why ``hit`` is refused, or ``None``: from another uid (``foreign``: recorded, not
+        the implementation's doing), else in another pid's name (tampering)."""
         if self.allowed_uid is not None and hit.uid != self.allowed_uid:
             return (f"hit at {hit.label} from uid {hit.uid}, not this execution's "
                     f"({self.allowed_uid}): refused")
+        if hit.forged:
+            return (f"hit at {hit.label} sent by pid {hit.pid} in the name of pid "
+                    f"{hit.claimed_pid}: refused")
         return None
 
     def on_gateway_accepted(self, delivery: Delivery | NoteDelivery,

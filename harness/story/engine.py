@@ -54,6 +54,7 @@ from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
+from harness.targets.drive import TargetSeal
 from shopops.approval_records import ApprovalRequest, iso
 from shopops.approval_store import SqliteStore
 from shopops.approvals import ApprovalQueue
@@ -71,8 +72,10 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
-          data_dir: Path | None = None, approvals: str | None = None) -> StoryRecord:
-    """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
+          data_dir: Path | None = None, approvals: str | None = None,
+          seal: TargetSeal | None = None) -> StoryRecord:
+    """Play the story of ``plan`` in ``workdir`` and return what happened. ``seal``: how a
+    sealed execution runs its target (``harness.targets.drive.TargetSeal``). ``data_dir``
     (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
     execution's sandbox. ``approvals``: the address of the harness's approval service
     (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
@@ -90,7 +93,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     """
     engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
-                     approvals=approvals)
+                     approvals=approvals, seal=seal)
     try:
         engine.play()
         engine.read_target()
@@ -118,7 +121,7 @@ class _Engine:
     def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, worker_timeout_s: float, data_dir: Path | None = None,
-                 approvals: str | None = None) -> None:
+                 approvals: str | None = None, seal: TargetSeal | None = None) -> None:
         self.s = s = plan.scenario
         self.steps = story_of(s)
         self.controller = controller
@@ -129,7 +132,7 @@ class _Engine:
         self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
                          gateway_url=gateway_url, channel=channel,
                          timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
-                         approvals=approvals)
+                         approvals=approvals, seal=seal)
         # the budget of workers: one per kill, the largest group, and a margin
         self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
                                                            default=1) + 4)

@@ -18,7 +18,7 @@ from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, W
 from harness.model.observations import DurableWrite, StoredRow
 from harness.sandbox.boot import TITLE_ENV
 from harness.story.controller import KillController
-from harness.targets.drive import TargetDriver
+from harness.targets.drive import TargetDriver, TargetSeal
 from shopops.approvals import ENV_SOCKET
 from shopops.records import DEFAULT_FIXTURES
 
@@ -56,7 +56,8 @@ class Workers:
     def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, timeout_s: float, extra_wait_s: float,
-                 data_dir: Path | None = None, approvals: str | None = None) -> None:
+                 data_dir: Path | None = None, approvals: str | None = None,
+                 seal: TargetSeal | None = None) -> None:
         self.s = scenario
         self.sut = sut
         self.workdir = workdir
@@ -84,7 +85,7 @@ class Workers:
         self._started = 0
         self._latest: DurableWrite | None = None  # the loop's latest write, as last read
         self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
-                                    approvals)
+                                    approvals, seal)
                        if scenario.target is not None else None)
 
     @property

@@ -1,0 +1,113 @@
+"""A target graded as root runs sealed, like a package (issue 24): its workers and its
+``history`` read run as the execution's uid, from a root-owned copy of its folder, with the
+sealed environment; what it writes outside its sandbox is refused, what it leaves in the
+temporary folders is removed, its daemons are killed and reported.
+
+``tests/tricks.py`` (``TARGET_TRICKS``) keeps the hostile target; sealing needs root.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import sqlite3
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tricks import TARGET_TRICKS
+
+from harness.grading.grade import grade
+from harness.grading.rubric import RubricItem
+from harness.grading.targets import load_target_dir
+from harness.model import REFERENCE, CheckId, CrashSchedule
+from harness.sandbox import users as sandbox
+
+pytestmark = pytest.mark.skipif(not sandbox.available(),
+                                reason="sealed grading gives workers a uid: needs root")
+
+SECRET = "GRADER_SECRET_TOKEN"
+RUBRIC = (RubricItem("one delivery", 10, ("o1001",),
+                     (CheckId.EXACTLY_ONE_DELIVERY, CheckId.NO_PROCESS_LEFT)),)
+
+
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A root-owned folder every uid may enter and read (0755), unlike pytest's 0700
+    ``tmp_path``: what the target is refused there, only its uid refuses."""
+    folder = Path(tempfile.mkdtemp(prefix="shopops-seal-test-", dir="/var/tmp"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _grade(folder: Path, out: Path, results: Path) -> tuple[float, dict[str, dict[str, object]]]:
+    g = grade(REFERENCE, out, rubric=RUBRIC, target=load_target_dir("python", folder),
+              results_path=results, schedule=CrashSchedule.parse("t6.gateway_accepted"),
+              jobs=1, worker_timeout_s=120)
+    (execution,) = json.loads((out / "run" / "summary.json").read_text())["executions"]
+    return g.score, execution["checks"]
+
+
+def test_a_hostile_target_is_sealed_and_changes_nothing(
+        reachable: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SECRET, "s3cret-of-the-grader")
+    token = "seal-" + secrets.token_hex(6)
+    victim = reachable / "gateway.db"  # another run's gateway log, readable by all
+    with sqlite3.connect(victim) as db:
+        db.execute("CREATE TABLE deliveries (n INTEGER)")
+        db.execute("INSERT INTO deliveries VALUES (1)")
+    os.chmod(victim, 0o644)
+    results = reachable / "results.json"
+    values = {"VICTIM": str(victim), "RESULTS": str(results), "TOKEN": token,
+              "SOURCE": str(reachable / "hostile"), "SECRET_NAME": SECRET}
+    (trick,) = TARGET_TRICKS
+    plain_dir = trick.build(reachable / "plain", values, with_trick=False)
+    hostile = trick.build(reachable / "hostile", values)
+    for root, dirs, files in os.walk(reachable):  # all readable: only the uid refuses
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    plain, _ = _grade(plain_dir, tmp_path / "plain", tmp_path / "plain.json")
+    assert plain == 10
+    before = (_digest(victim), _digest(hostile / "loop.py"))
+
+    score, checks = _grade(hostile, tmp_path / "hostile", results)
+
+    assert score == 0 and not checks[CheckId.NO_PROCESS_LEFT]["passed"]  # its daemon
+    assert checks[CheckId.EXACTLY_ONE_DELIVERY]["passed"]
+    assert (_digest(victim), _digest(hostile / "loop.py")) == before
+    assert json.loads(results.read_text())["score"] == 0
+    lines = [line for err in (tmp_path / "hostile" / "run").rglob("worker-*.err")
+             for line in err.read_text().splitlines() if line.startswith("attack: ")]
+    assert lines, "the attack never ran"
+    assert not [line for line in lines if line.startswith("attack: wrote")
+                or line.startswith("attack: deleted")], lines
+    assert "attack: secret None" in lines and "attack: left files in /tmp" in lines
+    hidden = [line for line in lines if line.startswith("attack: sees")]
+    if _hidepid_works():
+        assert set(hidden) == {"attack: sees 0 processes of other users"}, hidden
+    # the daemon is dead and every file the uid left in the temporary folders is gone
+    assert sandbox.strays() == []
+    left = [p for root in sandbox.TEMP_ROOTS for p in Path(root).glob(f"{token}-*")]
+    assert left == []
+
+
+def _hidepid_works() -> bool:
+    """Whether a mount namespace with a private ``/proc`` can be made here (probed in a
+    child, as the boot does it)."""
+    pid = os.fork()
+    if pid == 0:
+        from harness.sandbox.boot import hide_processes
+
+        os._exit(0 if hide_processes() else 1)
+    return os.waitpid(pid, 0)[1] == 0
