@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tricks import TARGET_TRICKS
+from tricks import STARTER, TARGET_TRICKS
 
 from harness.grading.grade import grade
 from harness.grading.rubric import RubricItem
@@ -111,3 +111,63 @@ def _hidepid_works() -> bool:
 
         os._exit(0 if hide_processes() else 1)
     return os.waitpid(pid, 0)[1] == 0
+
+
+def _waiting_victim(folder: Path, go: Path) -> Path:
+    """The starter, whose start waits (up to 120 s) until ``go`` exists: the hostile
+    execution attacks while it runs."""
+    folder.mkdir()
+    (folder / "target.toml").write_text((STARTER / "target.toml").read_text())
+    loop = (STARTER / "loop.py").read_text()
+    head = 'def start(ctx: Any) -> None:\n    """Run a new case until it parks for approval."""\n'
+    assert head in loop
+    (folder / "loop.py").write_text(loop.replace(head, head + (
+        "    import time\n"
+        "    deadline = time.monotonic() + 120\n"
+        f"    while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n")))
+    return folder
+
+
+def test_a_concurrent_hostile_execution_cannot_reach_anothers_services(
+        reachable: Path, tmp_path: Path) -> None:
+    """Two grades at once in one process (one scratch area), one hostile: it finds the
+    other execution's approval service and failpoint channel in ``/proc/net/unix`` and
+    connects to them (a kill point, an approval call). They are socket files in a folder
+    only the other execution's uid can enter: refused by the kernel, and the other grade's
+    verdicts and checks are the ones it has alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.sandbox import scratch
+
+    area = scratch.area() or sandbox.area()
+    shared = reachable / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o1777)  # sticky and world-writable, like /tmp: the go-ahead
+    go = shared / "go"
+    victim = _waiting_victim(reachable / "victim", go)
+    trick = next(t for t in TARGET_TRICKS if t.name == "reach-another-execution")
+    hostile = trick.build(reachable / "hostile", {"AREA": str(area), "PID": str(os.getpid()),
+                                                   "GO": str(go)})
+    for folder in (victim, hostile):
+        os.chmod(folder, 0o755)
+        for name in os.listdir(folder):
+            os.chmod(folder / name, 0o644)
+    go.write_text("alone")
+    alone_score, alone = _grade(victim, tmp_path / "alone", tmp_path / "alone.json")
+    go.unlink()
+
+    with ThreadPoolExecutor(2) as pool:
+        other = pool.submit(_grade, victim, tmp_path / "victim", tmp_path / "victim.json")
+        attack = pool.submit(_grade, hostile, tmp_path / "hostile", tmp_path / "hostile.json")
+        (score, checks), _ = other.result(), attack.result()
+
+    lines = [line for err in (tmp_path / "hostile" / "run").rglob("worker-*.err")
+             for line in err.read_text().splitlines() if line.startswith("attack: ")]
+    found = [line for line in lines if line.startswith("attack: found")]
+    assert found and int(found[0].split()[2]) >= 2, lines  # the approval service, the channel
+    assert not [line for line in lines if line.startswith("attack: connected")], lines
+    assert [line for line in lines if line.startswith("attack: refused")], lines
+    assert score == alone_score == 10
+    assert {c: v["passed"] for c, v in checks.items()} == \
+        {c: v["passed"] for c, v in alone.items()}

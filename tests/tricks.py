@@ -256,4 +256,46 @@ TARGET_TRICKS: tuple[TargetTrick, ...] = (
         "    os.waitpid(child, 0)\n"
         "    say('left a daemon')\n",
     ),
+    TargetTrick(
+        # connect to another execution's services (found in /proc/net/unix, only those of
+        # the grading process @@AREA@@ / @@PID@@ names) and send them a kill point and an
+        # approval call; then tell the other execution to go on (@@GO@@)
+        "reach-another-execution",
+        "    import json, os, socket, sys, time\n"
+        "    def say(line):\n"
+        "        print('attack: ' + line, file=sys.stderr, flush=True)\n"
+        "    if not os.environ.get('SHOPOPS_FAILPOINT_CHANNEL'):\n"
+        "        return  # the history read: the story is over\n"
+        "    mine = {os.environ.get('SHOPOPS_APPROVALS_SOCKET'),\n"
+        "            os.environ.get('SHOPOPS_FAILPOINT_CHANNEL')}\n"
+        "    def theirs():\n"
+        "        names = set()\n"
+        "        with open('/proc/net/unix') as table:\n"
+        "            for row in table.read().splitlines()[1:]:\n"
+        "                name = row.split()[-1] if len(row.split()) > 7 else ''\n"
+        "                ours = name.startswith('@@AREA@@') or name.startswith(\n"
+        "                    '@shopops-') and '-@@PID@@-' in name\n"
+        "                if ours and 'shopops-' in name and name not in mine:\n"
+        "                    names.add(name)\n"
+        "        return sorted(names)\n"
+        "    found, deadline = [], time.monotonic() + 120\n"
+        "    while not found and time.monotonic() < deadline and not os.path.exists('@@GO@@'):\n"
+        "        found = theirs()\n"
+        "        time.sleep(0.05)\n"
+        "    for name in found:\n"
+        "        try:\n"
+        "            with socket.socket(socket.AF_UNIX) as sock:\n"
+        "                sock.settimeout(10)\n"
+        "                sock.connect('\\0' + name[1:] if name[0] == '@' else name)\n"
+        "                for line in ({'label': 't6.gateway_accepted', 'pid': 1,\n"
+        "                              'occurrence': 1, 'action': 'kill'},\n"
+        "                             {'op': 'requests', 'case_id': ctx.case_id}):\n"
+        "                    sock.sendall(json.dumps(line).encode() + b'\\n')\n"
+        "            say('connected to ' + name)\n"
+        "        except OSError as exc:\n"
+        "            say('refused ' + name + ': ' + str(exc.strerror))\n"
+        "    say(f'found {len(found)} services of another execution')\n"
+        "    with open('@@GO@@', 'w') as go:\n"
+        "        go.write('go')\n",
+    ),
 )
