@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from target_helpers import NEEDS_DBOS
 from tricks import STARTER, TARGET_TRICKS
 
 from harness.grading.grade import grade
@@ -171,3 +172,20 @@ def test_a_concurrent_hostile_execution_cannot_reach_anothers_services(
     assert score == alone_score == 10
     assert {c: v["passed"] for c, v in checks.items()} == \
         {c: v["passed"] for c, v in alone.items()}
+
+
+@NEEDS_DBOS
+def test_a_framework_skeleton_runs_sealed_and_passes(tmp_path: Path) -> None:
+    """The frameworks are importable by the execution's uid, whatever they import late: DBOS
+    imports ``ctypes.util`` of the ``ctypes`` the boot imported as root from a folder the
+    uid may not traverse (here root's 0700 home); the boot points imported packages at their
+    pinned folders (``harness.sandbox.boot.repoint_packages``). Its state (a SQLite system
+    database) lives in the sandbox."""
+    g = grade(REFERENCE, tmp_path / "g", rubric=RUBRIC[:1],
+              target=load_target_dir("dbos", STARTER.parent / "dbos_o1001"),
+              results_path=tmp_path / "r.json", jobs=1, worker_timeout_s=240,
+              schedule=CrashSchedule.parse("t6.gateway_accepted"))
+    assert g.score == 10, g.tests[0].output
+    assert "Sealed: every worker ran as a user of its own" in g.output
+    errors = [e.read_text() for e in (tmp_path / "g" / "run").rglob("worker-*.err")]
+    assert not [e for e in errors if "ModuleNotFoundError" in e], errors

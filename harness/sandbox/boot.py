@@ -32,7 +32,7 @@ import sys
 import setproctitle
 
 __all__ = ["TITLE_ENV", "drop_privileges", "hide_processes", "limit", "main", "name_process",
-           "pin_path", "preload", "seal"]
+           "pin_path", "preload", "repoint_packages", "seal"]
 
 #: The harness names each worker for ``ps``/``top`` through this variable of its env
 #: (``shopops-worker ROLE EXECUTION``); read and removed here and by the fork server's child
@@ -68,13 +68,38 @@ def preload() -> None:
 
 def pin_path(paths: list[str]) -> list[str]:
     """``paths`` with each existing folder replaced by ``/proc/self/fd/N`` of a directory
-    descriptor opened now (see the module docstring); other entries unchanged."""
-    pinned = []
+    descriptor opened now (see the module docstring); other entries unchanged. The
+    packages imported so far are pointed there too (``repoint_packages``)."""
+    pinned, moved = [], {}
     for entry in paths:
         if entry and os.path.isdir(entry):
-            entry = f"/proc/self/fd/{os.open(entry, os.O_RDONLY | os.O_DIRECTORY)}"
+            fd_path = f"/proc/self/fd/{os.open(entry, os.O_RDONLY | os.O_DIRECTORY)}"
+            moved[os.path.abspath(entry)] = fd_path
+            entry = fd_path
         pinned.append(entry)
+    repoint_packages(moved)
     return pinned
+
+
+def repoint_packages(moved: dict[str, str]) -> None:
+    """Rewrite the ``__path__`` of every package imported so far whose folder lies under a
+    key of ``moved`` (a folder → its pinned ``/proc/self/fd/N``; the longest match wins):
+    a submodule imported later as the sealed uid (``ctypes.util``, which DBOS imports, of
+    ``ctypes`` the boot imported) is then found through the pinned descriptor, not through
+    a path the uid may not traverse (an interpreter in root's 0700 home). Namespace
+    packages (``__path__`` not a list) recompute theirs from ``sys.path``."""
+    roots = sorted(moved, key=len, reverse=True)
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if not isinstance(search, list):
+            continue
+        for i, folder in enumerate(search):
+            if not isinstance(folder, str):
+                continue
+            root = next((r for r in roots if folder == r or folder.startswith(r + os.sep)),
+                        None)
+            if root is not None:
+                search[i] = moved[root] + folder[len(root):]
 
 
 def drop_privileges(uid: int) -> None:
