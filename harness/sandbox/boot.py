@@ -31,8 +31,8 @@ import sys
 
 import setproctitle
 
-__all__ = ["TITLE_ENV", "drop_privileges", "hide_processes", "limit", "main", "name_process",
-           "pin_path", "preload", "repoint_packages", "seal"]
+__all__ = ["TITLE_ENV", "can_hide_processes", "drop_privileges", "hide_processes", "limit",
+           "main", "name_process", "pin_path", "preload", "repoint_packages", "seal"]
 
 #: The harness names each worker for ``ps``/``top`` through this variable of its env
 #: (``shopops-worker ROLE EXECUTION``); read and removed here and by the fork server's child
@@ -141,6 +141,16 @@ def hide_processes() -> bool:
         return bool(libc.mount(b"proc", b"/proc", b"proc", 0, b"hidepid=2") == 0)
     except (OSError, AttributeError):
         return False
+
+
+def can_hide_processes() -> bool:
+    """Whether ``hide_processes`` works on this host (root, a mount namespace and a
+    ``proc`` mount allowed): tried in a forked child, which exits at once; this process is
+    unchanged."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if hide_processes() else 1)
+    return os.waitpid(pid, 0)[1] == 0
 
 
 def seal(limits: tuple[int, int, int, int], uid: int) -> None:
