@@ -17,9 +17,13 @@ target, refusing one it cannot follow; ``adapt_rubric`` keeps, of each rubric it
 scenarios the target can run and the checks it can feed — an item left with neither is
 reported not applicable (0 of 0 points), never scored as held.
 
-Not sealed: a target's worker runs ``harness.targets.worker`` as the harness's user (the
-sandbox of ``harness.sandbox.users`` seals only a package run as ``python -m MODULE``). The
-verdict still comes from the harness's own evidence (the gateway's ledger, the approval
+Sealed like a package (issue 24): a target named this way is the implementation under
+test (``PythonTarget.untrusted``), so when the harness is root its workers and its
+``history`` read run as the execution's uid under the same limits, from a root-owned copy
+of the folder (``harness.sandbox.users.install_target``), with their durable state in the
+sandbox (``harness.run.execution``). Not root: grading says it ran *not sealed*. A
+scenario's own ``[target]`` (a shipped example) runs as the harness's user. The verdict
+comes from the harness's own evidence either way (the gateway's ledger, the approval
 records, its trace).
 """
 

@@ -7,13 +7,16 @@ points) → **collect** (``collect``: the story's record, the harness's trace an
 read by the harness) → **check** (``harness.judge.checks.registry.run_checks``) → **judge**
 (``harness.judge.verdict``).
 
-An untrusted implementation's execution is sealed (``harness.sandbox.users``) when the harness
-runs as root: its workers run as a uid of their own in a sandbox folder that holds only
-the checkpoint database; the gateway log, the approval records (served to the workers by
-the harness's approval service, ``harness.services.approvals``) and the worker output live in
-the execution folder (root's, mode 0700); every process of the uid is killed before the
-evidence is read; the checkpoint database is then copied into the execution folder and
-the sandbox removed.
+An untrusted implementation's execution (a package, or a target named by ``--sut DIR
+--target``) is sealed (``harness.sandbox.users``) when the harness runs as root: its
+workers (and a target's ``history`` read) run as a uid of their own in a sandbox folder
+that holds only the checkpoint database (a target's own state); its failpoint channel and
+approval service listen on socket files only that uid can reach; the gateway log, the
+approval records (served to the workers by the harness's approval service,
+``harness.services.approvals``) and the worker output live in the execution folder (root's,
+mode 0700); every process of the uid is killed before the evidence is read; the checkpoint
+database is then copied into the execution folder and the sandbox removed, with every file
+of the uid in the temporary folders (``harness.sandbox.users.remove_temp_files``).
 """
 
 from __future__ import annotations
