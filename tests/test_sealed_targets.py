@@ -180,3 +180,24 @@ def test_a_framework_skeleton_runs_sealed_and_passes(tmp_path: Path) -> None:
     assert "Sealed: every worker ran as a user of its own" in g.output
     errors = [e.read_text() for e in (tmp_path / "g" / "run").rglob("worker-*.err")]
     assert not [e for e in errors if "ModuleNotFoundError" in e], errors
+
+
+@pytest.mark.io
+def test_a_target_folder_that_cannot_be_installed_is_refused_before_anything_runs(
+        tmp_path: Path) -> None:
+    """As root the target's folder is copied before any execution (``from_cli``): a symlink
+    in it is refused with exit 2 naming ``--sut``, and nothing is written or started."""
+    from input_helpers import call
+
+    folder = tmp_path / "sut"
+    folder.mkdir()
+    (folder / "target.toml").write_text((STARTER / "target.toml").read_text())
+    (folder / "loop.py").write_text((STARTER / "loop.py").read_text())
+    (folder / "secrets.txt").symlink_to("/etc/shadow")
+    out = tmp_path / "out"
+    done = call("shopops-chaos", ["grade", "--sut", str(folder), "--target", "python",
+                                  "--out", str(out)], tmp_path)
+    assert done.code == 2, done
+    assert f"--sut {folder}: its folder cannot be installed" in done.err
+    assert "'secrets.txt' is a symlink" in done.err
+    assert done.changed == {} and done.new_processes == () and not out.exists()

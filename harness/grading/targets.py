@@ -37,6 +37,7 @@ from pathlib import Path
 from harness.grading.rubric import RubricItem
 from harness.model import PythonTarget, Scenario
 from harness.plan.scenario import ScenarioError, impossible
+from harness.sandbox import users as sandbox
 from harness.targets.extras import ExtraMissing, require
 from harness.targets.spec import parse_target
 
@@ -93,9 +94,14 @@ def load_target_dir(kind: str, folder: Path) -> PythonTarget:
 def from_cli(kind: str | None, sut: str | None, module: str) -> PythonTarget | None:
     """The target ``--sut DIR --target KIND`` names (``None`` without ``--target``).
 
+    Where it will run sealed (root), its folder is copied now (``install_target``, kept for
+    every execution), so a folder that cannot be is refused before anything runs.
+
     Raises:
         ValueError: ``--target`` without ``--sut``, or with ``--module``; a bad
-            ``DIR/target.toml`` (a ``ScenarioError`` naming the file and the field).
+            ``DIR/target.toml`` (a ``ScenarioError`` naming the file and the field); a
+            folder holding a symlink, a FIFO, a socket or a device, or too large
+            (``harness.sandbox.code_copy``), naming ``--sut``.
     """
     if kind is None:
         return None
@@ -104,7 +110,13 @@ def from_cli(kind: str | None, sut: str | None, module: str) -> PythonTarget | N
     if module != "shopops":
         raise ValueError(f"--target: --module names a package run as python -m MODULE; a "
                          f"target names its functions in {FILENAME} instead")
-    return load_target_dir(kind, Path(sut))
+    target = load_target_dir(kind, Path(sut))
+    if sandbox.available():  # sealed: its root-owned copy is made now, or refused now
+        try:
+            sandbox.install_target(target.folder)
+        except sandbox.SandboxError as exc:
+            raise ValueError(f"--sut {sut}: its folder cannot be installed: {exc}") from None
+    return target
 
 
 def all_on(scenarios: Sequence[Scenario], target: PythonTarget | None) -> list[Scenario]:
