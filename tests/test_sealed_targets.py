@@ -201,3 +201,20 @@ def test_a_target_folder_that_cannot_be_installed_is_refused_before_anything_run
     assert f"--sut {folder}: its folder cannot be installed" in done.err
     assert "'secrets.txt' is a symlink" in done.err
     assert done.changed == {} and done.new_processes == () and not out.exists()
+
+
+def test_not_root_a_target_is_graded_not_sealed_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the harness cannot give workers a uid (not root: simulated), a ``--target``
+    grade runs its workers as the harness's user and says *not sealed*, as a package's."""
+    import harness.run.execution as execution
+
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    monkeypatch.setattr(execution, "available", lambda: False)
+    g = grade(REFERENCE, tmp_path / "g", rubric=RUBRIC,
+              target=load_target_dir("python", STARTER), results_path=tmp_path / "r.json",
+              schedule=CrashSchedule.parse("t6.gateway_accepted"), jobs=1,
+              worker_timeout_s=120)
+    assert g.score == 10
+    assert ("Not sealed: the harness is not root, so workers ran as the harness's user."
+            in g.output)
