@@ -35,7 +35,7 @@ def service(tmp_path: Path) -> Iterator[tuple[ApprovalService, list[str]]]:
 def _raw(address: str, *messages: object) -> list[dict[str, object]]:
     """Send raw lines, as a hostile worker would; the replies."""
     with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect("\0" + address[1:])
+        sock.connect("\0" + address[1:] if address.startswith("@") else address)
         reader = sock.makefile("rb")
         replies = []
         for m in messages:
@@ -226,3 +226,23 @@ def test_close_ends_a_connection_still_open_and_its_sqlite_connections(
         assert reader.readline() == b""  # the service ended the connection
         assert not wal.exists()  # and closed its SQLite connections before returning
     svc.close()  # idempotent
+
+
+def test_a_sealed_executions_service_is_a_socket_file_in_its_folder(tmp_path: Path) -> None:
+    """With ``folder`` (a sealed execution's ``Sandbox.shared``) the service is a socket file
+    there, not an abstract name listed in ``/proc/net/unix``; a folder too deep for
+    ``sun_path`` falls back to an abstract name (the peer-uid check still guards it)."""
+    from harness.services.serving import MAX_SOCKET_PATH
+
+    with ApprovalService(tmp_path / "a.db", folder=tmp_path) as svc:
+        assert svc.address == str(tmp_path / "shopops-apr.sock")
+        assert (tmp_path / "shopops-apr.sock").is_socket()
+        (reply,) = _raw(svc.address, {"op": "requests", "case_id": CASE})
+        assert reply == {"ok": True, "result": []}
+        with open("/proc/net/unix") as table:
+            assert not [row for row in table if "@shopops-apr-" in row
+                        and f"-{os.getpid()}-" in row]
+    deep = tmp_path / ("d" * (MAX_SOCKET_PATH - len(str(tmp_path))))
+    deep.mkdir()
+    with ApprovalService(tmp_path / "b.db", folder=deep) as svc:
+        assert svc.address.startswith("@shopops-apr-")

@@ -168,7 +168,9 @@ class Sandbox:
         os.chown(self.path, self.uid, self.gid)
         # root's, group the execution's, 0710: the uid may reach a name in it (a service
         # socket, a context file) but not list or write it; no other sandbox uid may enter
-        self.shared = area() / secrets.token_hex(12)
+        self.shared = area() / ("s" + secrets.token_hex(4))  # short: socket paths fit
+        while self.shared.exists():
+            self.shared = area() / ("s" + secrets.token_hex(4))
         self.shared.mkdir(mode=0o700)
         os.chown(self.shared, 0, self.gid)
         os.chmod(self.shared, 0o710)
