@@ -89,6 +89,8 @@ def test_a_hostile_target_is_sealed_and_changes_nothing(
     assert checks[CheckId.EXACTLY_ONE_DELIVERY]["passed"]
     assert (_digest(victim), _digest(hostile / "loop.py")) == before
     assert json.loads(results.read_text())["score"] == 0
+    # a failing execution keeps the target's own state (copied out of its sandbox)
+    assert list((tmp_path / "hostile" / "run").rglob("target/state.db"))
     lines = [line for err in (tmp_path / "hostile" / "run").rglob("worker-*.err")
              for line in err.read_text().splitlines() if line.startswith("attack: ")]
     assert lines, "the attack never ran"

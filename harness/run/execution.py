@@ -22,6 +22,7 @@ of the uid in the temporary folders (``harness.sandbox.users.remove_temp_files``
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable
@@ -60,6 +61,7 @@ from harness.model import (
     Sut,
     Verdict,
 )
+from harness.sandbox.code_copy import CopyRefused, copy_tree
 from harness.sandbox.scratch import DATABASE_SUFFIXES, in_scratch, move_home
 from harness.sandbox.users import (
     Sandbox,
@@ -143,6 +145,8 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         keep = keep_databases or verdict != Verdict.PASS
         if sandbox is not None and keep:
             _keep_databases(sandbox.path, final)  # straight home: no second copy
+            if seal is not None:
+                _keep_target_state(sandbox.path / "target", final / "target")
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -231,6 +235,17 @@ def _keep_databases(sandbox: Path, workdir: Path) -> None:
                 source.backup(target)
         except sqlite3.Error:
             continue  # an unreadable database: its evidence error is already recorded
+
+
+def _keep_target_state(state: Path, home: Path) -> None:
+    """Copy a sealed target's own state folder (its SQLite files) into the execution
+    folder, as an unsealed target leaves it there, for the reports and replays: with
+    ``harness.sandbox.code_copy.copy_tree`` (root copying the uid's files: no symlink
+    followed, no FIFO opened, bounded). Nothing when it holds anything else."""
+    try:
+        copy_tree(state, home)
+    except (CopyRefused, OSError):
+        shutil.rmtree(home, ignore_errors=True)  # its evidence was read already
 
 
 def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController,
