@@ -16,9 +16,13 @@ directory while still root and replaced by ``/proc/self/fd/N``: a path through t
 link needs permission on the folder itself (world-readable), not on its ancestors
 (``proc(5)``). For ``/proc/self`` to stay the process's own after the uid change the
 process is made dumpable again (``prctl(PR_SET_DUMPABLE, 1)``, ``prctl(2)``) — it holds no
-secret of root's, only read-only handles on library folders. Nothing of the implementation
-is imported before that, and nothing of the harness or of the reference loop is imported at
-all.
+secret of root's, only read-only handles on library folders; packages already imported are
+pointed at those handles too (``repoint_packages``). Before the uid changes, the process
+gets a mount namespace and a ``/proc`` of its own with ``hidepid=2`` where the host allows
+it (``hide_processes``): it then sees only its own uid's processes. Nothing of the
+implementation is imported before that, and nothing of the harness or of the reference loop
+is imported at all (a target's worker, ``harness.targets.worker``, is the harness's module
+that imports the target).
 """
 
 from __future__ import annotations

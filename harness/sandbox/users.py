@@ -16,7 +16,11 @@ harness processes never share one. The kernel then does the rest:
   a new process group): ``Sandbox.processes`` finds them all through ``/proc`` and
   ``kill_all`` SIGKILLs them until none is left. A process cannot give a uid away without
   privilege (``setuid(2)``), so this is as strong as tracking a cgroup and needs no
-  delegation. ``RLIMIT_NPROC`` (set by ``harness.sandbox.boot``) bounds a fork bomb.
+  delegation. ``RLIMIT_NPROC`` (set by ``harness.sandbox.boot``) bounds a fork bomb;
+- the execution's services and a target's context files are in ``Sandbox.shared`` (root's,
+  the execution's gid, 0710): its uid reaches them by name, no other execution's can;
+- what the uid leaves in ``/dev/shm``, ``/tmp`` and ``/var/tmp`` is removed with the
+  sandbox (``remove_temp_files``).
 
 When the harness is not root, ``available()`` is false and grading says it ran unsealed.
 """
@@ -140,6 +144,8 @@ class Sandbox:
     Attributes:
         uid, gid: the worker's credentials (``gid == uid``).
         path: the sandbox folder (owned by ``uid``, mode 0700), the workers' cwd.
+        shared: root's folder the uid may enter but not list or write (group ``gid``,
+            0710): the execution's service sockets, a target's context files (``share``).
 
     Raises:
         SandboxError: not root, or every uid of the pool is taken.
@@ -230,8 +236,9 @@ class Sandbox:
         return removed
 
     def close(self) -> tuple[int, ...]:
-        """Kill every process of the uid, remove the folder, release the uid. Returns the
-        pids killed. Idempotent."""
+        """Kill every process of the uid, remove the folders and every file of the uid in
+        the temporary folders (``remove_temp_files``), release the uid. Returns the pids
+        killed. Idempotent."""
         if self._lock_fd < 0:
             return ()
         try:
