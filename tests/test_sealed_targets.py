@@ -220,3 +220,28 @@ def test_not_root_a_target_is_graded_not_sealed_and_says_so(
     assert g.score == 10
     assert ("Not sealed: the harness is not root, so workers ran as the harness's user."
             in g.output)
+
+
+def test_a_sealed_target_forked_from_its_server_reports_every_point(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sealed target workers fork from a sealed server that preloaded the harness's target
+    worker (``harness.launch.target_servers.sealed_server``); each child re-arms the
+    failpoints from its own environment, so the trace run finds every point and the kill
+    matrix is the one an unsealed grade runs (before the re-arm: 2 executions, not 14)."""
+    import harness.run.execution as execution
+
+    def executions(out: Path) -> list[str]:
+        summary = json.loads((out / "run" / "summary.json").read_text())
+        return sorted(e["id"] for e in summary["executions"] if e["verdict"] == "pass")
+
+    target = load_target_dir("python", STARTER)
+    sealed = grade(REFERENCE, tmp_path / "sealed", rubric=RUBRIC[:1], target=target,
+                   results_path=tmp_path / "s.json", worker_timeout_s=120)
+    assert "Sealed: every worker ran" in sealed.output
+    monkeypatch.setattr(sandbox, "available", lambda: False)
+    monkeypatch.setattr(execution, "available", lambda: False)
+    plain = grade(REFERENCE, tmp_path / "plain", rubric=RUBRIC[:1], target=target,
+                  results_path=tmp_path / "p.json", worker_timeout_s=120)
+    assert sealed.score == plain.score == 10
+    assert executions(tmp_path / "sealed") == executions(tmp_path / "plain")
+    assert len(executions(tmp_path / "plain")) > 2

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 
 from harness.launch.fork import ForkLauncher, ForkWorker
+from harness.launch.fork_conn import ForkServerError
 from harness.launch.processes import (
     REGISTRY,
     STOPPING,
@@ -134,7 +135,8 @@ class SealedLauncher:
         interpreters. on_tamper: called with one line for each thing found that the implementation
         had     no business doing (a symlink planted where the harness writes).
         limits: a target's (memory MiB, file MiB, CPU s, processes): given, ``argv`` is a
-        target worker's (``sealed_target_argv``), always started as a fresh interpreter.
+        target worker's (``sealed_target_argv``), forked from ``server`` (one preloaded with
+        its frameworks) or, when there is none or it cannot start, a fresh interpreter.
     """
 
     name = "sealed"
@@ -170,15 +172,24 @@ class SealedLauncher:
                     self.on_tamper(f"removed from the sandbox before worker {index}: {line}")
             worker: _Sweeping
             self.sandbox.started()
-            if self.server is not None and self.limits is None:
-                worker = self.server.start_sealed(  # type: ignore[assignment]
-                    argv, uid=self.sandbox.uid, code_dir=self.code_dir, env=env, cwd=home,
-                    stdout=stdout, stderr=stderr, index=index, worker=SealedForkWorker)
-                worker.launcher = self
-                self._live.add(worker)
-                return worker
-            argv = (sealed_argv(argv, self.sandbox.uid, self.code_dir) if self.limits is None
-                    else sealed_target_argv(argv, self.sandbox.uid, self.limits, self.code_dir))
+            if self.limits is not None:  # a target's worker: through the boot
+                argv = sealed_target_argv(argv, self.sandbox.uid, self.limits, self.code_dir)
+            if self.server is not None:
+                try:
+                    worker = self.server.start_sealed(  # type: ignore[assignment]
+                        argv, uid=self.sandbox.uid, code_dir=self.code_dir, env=env,
+                        cwd=home, stdout=stdout, stderr=stderr, index=index,
+                        worker=SealedForkWorker)
+                except ForkServerError:
+                    if self.limits is None:
+                        raise
+                    self.server = None  # a target's server would not start: spawn
+                else:
+                    worker.launcher = self
+                    self._live.add(worker)
+                    return worker
+            if self.limits is None:
+                argv = sealed_argv(argv, self.sandbox.uid, self.code_dir)
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
             out = os.open(stdout, flags, 0o644)
             try:

@@ -119,14 +119,14 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
             def tamper(line: str) -> None:
                 events.add(EventKind.TAMPERING, None, None, None, line)
 
-            if target is not None:  # a target: always a fresh interpreter through the boot
+            server = launcher if getattr(launcher, "sealed", False) else None
+            if target is not None:  # a target: through the boot, forked when it can be
                 seal = _target_seal(sandbox, install_target(target.folder), fixtures,
                                     plan.sut)
                 launcher = SealedLauncher(sandbox, str(seal.folder), tamper, fixtures,
-                                          limits=_limits(plan.sut))
+                                          server, limits=_limits(plan.sut))  # type: ignore[arg-type]
             else:
                 assert plan.sut.path is not None
-                server = launcher if getattr(launcher, "sealed", False) else None
                 launcher = SealedLauncher(
                     sandbox, str(install_code(plan.sut.path, plan.sut.module)), tamper,
                     fixtures, server)  # type: ignore[arg-type]
