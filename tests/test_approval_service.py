@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def service(tmp_path: Path) -> Iterator[tuple[ApprovalService, list[str]]]:
 def _raw(address: str, *messages: object) -> list[dict[str, object]]:
     """Send raw lines, as a hostile worker would; the replies."""
     with socket.socket(socket.AF_UNIX) as sock:
-        sock.connect("\0" + address[1:])
+        sock.connect("\0" + address[1:] if address.startswith("@") else address)
         reader = sock.makefile("rb")
         replies = []
         for m in messages:
@@ -207,7 +208,10 @@ def test_malformed_calls_get_an_error_naming_the_field(
     assert "1-1000" in str(replies[3]["error"]) and tampering == []
 
 
-def test_another_uid_is_refused_and_reported(tmp_path: Path) -> None:
+def test_another_uid_is_refused_and_logged_but_is_no_tampering(tmp_path: Path) -> None:
+    """Another execution's process is not this implementation's doing (issue 24): refused
+    and logged in the call log, never handed to ``on_tamper`` (which would fail the
+    victim's ``no_tampering``)."""
     tampering: list[str] = []
     with ApprovalService(tmp_path / "a.db", allowed_uid=os.getuid() + 4170000,
                          on_tamper=tampering.append) as svc:
@@ -217,8 +221,12 @@ def test_another_uid_is_refused_and_reported(tmp_path: Path) -> None:
             queue.request(CASE, DIGEST)
         queue.close()
     assert reply["ok"] is False and refused.value.reason == "service_refused"
-    assert len(tampering) == 2 and f"uid {os.getuid()}" in tampering[0]
+    assert tampering == []
     assert read_approvals(tmp_path / "a.db", CASE)[0] == ()
+    with sqlite3.connect(tmp_path / "a.db") as conn:
+        logged = conn.execute("SELECT worker_uid, ok, detail FROM service_calls").fetchall()
+    assert [(uid, ok) for uid, ok, _ in logged] == [(os.getuid(), 0)] * 2
+    assert "is not this execution's worker" in logged[0][2]
 
 
 def test_the_environment_selects_the_service_and_plain_runs_keep_the_file(
@@ -287,3 +295,23 @@ def test_close_ends_a_connection_still_open_and_its_sqlite_connections(
         assert reader.readline() == b""  # the service ended the connection
         assert not wal.exists()  # and closed its SQLite connections before returning
     svc.close()  # idempotent
+
+
+def test_a_sealed_executions_service_is_a_socket_file_in_its_folder(tmp_path: Path) -> None:
+    """With ``folder`` (a sealed execution's ``Sandbox.shared``) the service is a socket file
+    there, not an abstract name listed in ``/proc/net/unix``; a folder too deep for
+    ``sun_path`` falls back to an abstract name (the peer-uid check still guards it)."""
+    from harness.services.serving import MAX_SOCKET_PATH
+
+    with ApprovalService(tmp_path / "a.db", folder=tmp_path) as svc:
+        assert svc.address == str(tmp_path / "shopops-apr.sock")
+        assert (tmp_path / "shopops-apr.sock").is_socket()
+        (reply,) = _raw(svc.address, {"op": "requests", "case_id": CASE})
+        assert reply == {"ok": True, "result": []}
+        with open("/proc/net/unix") as table:
+            assert not [row for row in table if "@shopops-apr-" in row
+                        and f"-{os.getpid()}-" in row]
+    deep = tmp_path / ("d" * (MAX_SOCKET_PATH - len(str(tmp_path))))
+    deep.mkdir()
+    with ApprovalService(tmp_path / "b.db", folder=deep) as svc:
+        assert svc.address.startswith("@shopops-apr-")

@@ -293,3 +293,28 @@ def test_which_senders_stand_for_a_worker() -> None:
     assert ctl.stands_for_a_worker(os.getpid()) and ctl.stands_for_a_worker(None)
     assert ctl.stands_for_a_worker(child.pid)  # gone: cannot be told
     assert not ctl.stands_for_a_worker(1)
+
+
+def test_a_hit_from_another_uid_is_refused_as_foreign_and_fails_no_check() -> None:
+    """Another execution's process reaching this execution's channel (issue 24) is refused
+    — not counted, no kill — and recorded as ``foreign``: not the implementation's doing,
+    so ``no_tampering`` holds; a forged hit of the execution's own uid still fails it."""
+    from dataclasses import replace as replaced
+
+    from harness.judge.checks.safety import no_tampering
+    from harness.model import EventKind
+
+    log = EventLog()
+    worker = FakeWorker(100, 0)
+    ctl = KillController((KillPoint("t6.gateway_accepted"),), log, allowed_uid=4170001)
+    ctl.attach(worker)
+    assert ctl.on_hit(Hit("t6.gateway_accepted", 100, 1, "off", uid=4170002)) \
+        == {"do": "continue"}
+    assert worker.kills == [] and ctl.pending  # not counted: the point is still due
+    (event,) = log.snapshot()
+    assert event.kind == EventKind.FOREIGN and "from uid 4170002" in event.detail
+    ev = replaced(trace([]), events=log.snapshot())
+    assert no_tampering(ev).passed
+    ctl.on_hit(Hit("t4.parked", 100, 1, "off", claimed_pid=101, uid=4170001))
+    assert log.snapshot()[-1].kind == EventKind.TAMPERING
+    assert not no_tampering(replaced(ev, events=log.snapshot())).passed

@@ -312,8 +312,9 @@ def test_a_sender_of_another_uid_is_refused_and_logged(db: Path,
         assert reply.status_code == 403
         assert gw.pending_faults() == (FaultSpec("error", status=503),)  # not consumed
     log = read_log(db)
-    assert [(r.status, r.worker_uid) for r in log.requests] == [(403, os.geteuid())]
-    assert log.deliveries == ()
+    # kept apart (issue 24): no check of the execution counts another uid's request
+    assert log.requests == () and log.deliveries == ()
+    assert [(r.status, r.worker_uid) for r in log.foreign] == [(403, os.geteuid())]
 
 
 def test_fault_spec_names_allowed_values() -> None:

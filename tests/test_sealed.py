@@ -13,9 +13,10 @@ import psutil
 import pytest
 
 from harness.launch.fork import ForkLauncher
-from harness.launch.sealed import SealedLauncher
+from harness.launch.sealed import WORKER_ENV, SealedLauncher
 from harness.model.plan import SRC, Sut
 from harness.sandbox import users as sandbox
+from harness.sandbox.boot import can_hide_processes
 
 pytestmark = pytest.mark.skipif(not sandbox.available(),
                                 reason="sealed workers get a uid of their own: needs root")
@@ -24,7 +25,12 @@ PROBE = '''
 import json, os, sys, time
 import fractions  # not preloaded: found through the pinned sys.path
 out = {"uid": os.getuid(), "euid": os.geteuid(), "groups": os.getgroups(),
-       "cwd": os.getcwd(), "argv": sys.argv[1:]}
+       "cwd": os.getcwd(), "argv": sys.argv[1:], "env": sorted(os.environ),
+       "others": [p for p in os.listdir("/proc") if p.isdigit()
+                  and os.stat("/proc/" + p).st_uid != os.getuid()]}
+for root in ("/dev/shm", "/tmp", "/var/tmp"):  # left behind: removed with the sandbox
+    os.makedirs(f"{root}/probe-{os.getuid()}/inner", exist_ok=True)
+    open(f"{root}/probe-{os.getuid()}.bin", "wb").write(b"x" * 4096)
 try:
     open(sys.argv[1], "w").write("forged")
     out["wrote_outside"] = True
@@ -67,7 +73,9 @@ def test_a_sealed_worker_runs_as_its_uid_and_its_daemon_is_killed(
         launcher = SealedLauncher(box, str(sandbox.install_code(code, "probe")),
                                   tampered.append, SRC, server)
         argv = Sut(path=code, module="probe").argv(str(outside))
-        worker = launcher.start(argv, env={"PATH": os.environ.get("PATH", "")},
+        env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8",
+               "GRADER_SECRET_TOKEN": "s3cret", "SHOPOPS_FAILPOINT_CHANNEL": "@x"}
+        worker = launcher.start(argv, env=env,
                                 cwd=str(tmp_path), stdout=str(tmp_path / "out"),
                                 stderr=str(tmp_path / "err"), index=0)
         getattr(worker, "release", lambda: None)()
@@ -77,11 +85,21 @@ def test_a_sealed_worker_runs_as_its_uid_and_its_daemon_is_killed(
         assert (seen["uid"], seen["euid"], seen["groups"]) == (box.uid, box.uid, [])
         assert seen["cwd"] == str(box.path) and seen["argv"] == [str(outside)]
         assert seen["wrote_outside"] is False and outside.read_text() == "harness's\n"
+        # the environment is an allow-list (issue 24): the contract's names, PATH, locale
+        assert "GRADER_SECRET_TOKEN" not in seen["env"]
+        assert {"LC_ALL", "PATH", "SHOPOPS_FAILPOINT_CHANNEL"} <= set(seen["env"])
+        assert set(seen["env"]) <= WORKER_ENV | {"LC_ALL", "LC_CTYPE"}, seen["env"]
+        if can_hide_processes():  # other users' processes are hidden from it
+            assert seen["others"] == [], seen["others"]
+        uid = box.uid
         daemon = int((box.path / "daemon.pid").read_text())
         assert daemon in info.leftovers  # found by its uid, though in another session
         assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == "zombie"
         assert box.processes() == []
     assert tampered == [] and not box.path.exists()
+    # nothing of the uid is left in the temporary folders once the execution ends
+    assert [p for root in sandbox.TEMP_ROOTS for p in Path(root).glob(f"probe-{uid}*")] == []
+
 
 
 def test_a_planted_symlink_is_removed_before_the_harness_writes(tmp_path: Path) -> None:

@@ -212,3 +212,133 @@ TRICKS: tuple[Trick, ...] = (
         "Rejections", "rejection[no-kill]", "no_tampering",
     ),
 )
+
+
+# -- hostile targets (issue 24): a target graded with --sut DIR --target python -------------
+
+#: The folder a hostile target is built from: the shipped starter, which passes.
+STARTER = Path(__file__).resolve().parents[1] / "examples" / "python_starter"
+
+
+@dataclass(frozen=True)
+class TargetTrick:
+    """A hostile target: the starter (``examples/python_starter``) with ``attack`` (the
+    body of a function ``_attack(ctx)``, run at the start of every function the harness
+    calls, ``history`` included) added. Placeholders: ``@@<NAME>@@`` of ``build``'s
+    ``values``. The attack prints one ``attack: ...`` line per attempt on stderr."""
+
+    name: str
+    attack: str
+
+    def build(self, into: Path, values: dict[str, str], *, with_trick: bool = True) -> Path:
+        """The starter's ``loop.py`` and ``target.toml`` in ``into`` (created), with the
+        attack when ``with_trick``."""
+        into.mkdir(parents=True)
+        (into / "target.toml").write_text((STARTER / "target.toml").read_text())
+        loop = (STARTER / "loop.py").read_text(encoding="utf-8")
+        if with_trick:
+            attack = self.attack
+            for name, value in values.items():
+                attack = attack.replace(f"@@{name}@@", value)
+            loop += "\n\ndef _attack(ctx: Any) -> None:\n" + attack
+            for fn in ("start", "resume", "history"):
+                head = f"def {fn}(ctx: Any)"
+                at = loop.index(head)
+                body = loop.index('"""\n', loop.index('"""', at) + 3) + 4
+                loop = loop[:body] + "    _attack(ctx)\n" + loop[body:]
+        (into / "loop.py").write_text(loop, encoding="utf-8")
+        return into
+
+
+TARGET_TRICKS: tuple[TargetTrick, ...] = (
+    TargetTrick(
+        # write outside its sandbox (another run's gateway log, the results, its own
+        # source), leave files in the temporary folders and a setsid daemon, read the
+        # grader's secrets and other processes' command lines
+        "escape-the-sandbox",
+        "    import os, sqlite3, sys, time\n"
+        "    def say(line):\n"
+        "        print('attack: ' + line, file=sys.stderr, flush=True)\n"
+        "    for path in ('@@VICTIM@@', '@@RESULTS@@', '@@SOURCE@@/loop.py'):\n"
+        "        try:\n"
+        "            with open(path, 'ab') as f:\n"
+        "                f.write(b'tampered')\n"
+        "            say('wrote ' + path)\n"
+        "        except OSError as exc:\n"
+        "            say('refused ' + path + ': ' + str(exc.strerror))\n"
+        "    try:\n"
+        "        with sqlite3.connect('@@VICTIM@@') as db:\n"
+        "            db.execute('DELETE FROM deliveries')\n"
+        "        say('deleted the deliveries of @@VICTIM@@')\n"
+        "    except sqlite3.Error as exc:\n"
+        "        say('refused the deliveries of @@VICTIM@@: ' + str(exc))\n"
+        "    for root in ('/dev/shm', '/tmp', '/var/tmp'):\n"
+        "        try:\n"
+        "            os.makedirs(f'{root}/@@TOKEN@@-{os.getpid()}/deep', exist_ok=True)\n"
+        "            with open(f'{root}/@@TOKEN@@-{os.getpid()}.bin', 'wb') as f:\n"
+        "                f.write(b'x' * 65536)\n"
+        "            say('left files in ' + root)\n"
+        "        except OSError as exc:\n"
+        "            say('refused ' + root + ': ' + str(exc.strerror))\n"
+        "    say('secret ' + repr(os.environ.get('@@SECRET_NAME@@')))\n"
+        "    others = [p for p in os.listdir('/proc') if p.isdigit()\n"
+        "              and os.stat('/proc/' + p).st_uid != os.getuid()]\n"
+        "    say(f'sees {len(others)} processes of other users')\n"
+        "    child = os.fork()\n"
+        "    if child == 0:\n"
+        "        os.setsid()\n"
+        "        if os.fork() == 0:\n"
+        "            for _ in range(600):\n"
+        "                try:\n"
+        "                    with open('@@RESULTS@@', 'w') as f:\n"
+        "                        f.write('{\"score\": 999}')\n"
+        "                except OSError:\n"
+        "                    pass\n"
+        "                time.sleep(0.1)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(child, 0)\n"
+        "    say('left a daemon')\n",
+    ),
+    TargetTrick(
+        # connect to another execution's services (found in /proc/net/unix, only those of
+        # the grading process @@AREA@@ / @@PID@@ names) and send them a kill point and an
+        # approval call; then tell the other execution to go on (@@GO@@)
+        "reach-another-execution",
+        "    import json, os, socket, sys, time\n"
+        "    def say(line):\n"
+        "        print('attack: ' + line, file=sys.stderr, flush=True)\n"
+        "    if not os.environ.get('SHOPOPS_FAILPOINT_CHANNEL'):\n"
+        "        return  # the history read: the story is over\n"
+        "    mine = {os.environ.get('SHOPOPS_APPROVALS_SOCKET'),\n"
+        "            os.environ.get('SHOPOPS_FAILPOINT_CHANNEL')}\n"
+        "    def theirs():\n"
+        "        names = set()\n"
+        "        with open('/proc/net/unix') as table:\n"
+        "            for row in table.read().splitlines()[1:]:\n"
+        "                name = row.split()[-1] if len(row.split()) > 7 else ''\n"
+        "                ours = name.startswith('@@AREA@@') or name.startswith(\n"
+        "                    '@shopops-') and '-@@PID@@-' in name\n"
+        "                if ours and 'shopops-' in name and name not in mine:\n"
+        "                    names.add(name)\n"
+        "        return sorted(names)\n"
+        "    found, deadline = [], time.monotonic() + 120\n"
+        "    while not found and time.monotonic() < deadline and not os.path.exists('@@GO@@'):\n"
+        "        found = theirs()\n"
+        "        time.sleep(0.05)\n"
+        "    for name in found:\n"
+        "        try:\n"
+        "            with socket.socket(socket.AF_UNIX) as sock:\n"
+        "                sock.settimeout(10)\n"
+        "                sock.connect('\\0' + name[1:] if name[0] == '@' else name)\n"
+        "                for line in ({'label': 't6.gateway_accepted', 'pid': 1,\n"
+        "                              'occurrence': 1, 'action': 'kill'},\n"
+        "                             {'op': 'requests', 'case_id': ctx.case_id}):\n"
+        "                    sock.sendall(json.dumps(line).encode() + b'\\n')\n"
+        "            say('connected to ' + name)\n"
+        "        except OSError as exc:\n"
+        "            say('refused ' + name + ': ' + str(exc.strerror))\n"
+        "    say(f'found {len(found)} services of another execution')\n"
+        "    with open('@@GO@@', 'w') as go:\n"
+        "        go.write('go')\n",
+    ),
+)

@@ -74,8 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _merge(args: argparse.Namespace) -> int:
     """Exit status of the merged run (0/1/2), or 2 when the folders do not merge or the
-    merge was interrupted (SIGINT/SIGTERM: ``harness.cli.interrupts``; its folder is left incomplete,
-    removed by the next command's ``prune_runs``)."""
+    merge was interrupted (SIGINT/SIGTERM: ``harness.cli.interrupts``; its folder is left
+    incomplete, removed by the next command's ``prune_runs``)."""
     from harness.launch.processes import reaping_on_signals
 
     at = Progress()

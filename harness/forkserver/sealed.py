@@ -24,6 +24,7 @@ import runpy
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,12 +62,20 @@ class SealedStart:
         return cls(uid, code_dir, (limits[0], limits[1], limits[2], limits[3]))
 
 
-def preload() -> None:
-    """In the server: import ``PRELOAD``, pin ``sys.path``, freeze the heap."""
+def preload(extra: Sequence[str] = ()) -> None:
+    """In the server: import ``PRELOAD`` and ``extra`` (a sealed target's frameworks and
+    the harness's target worker, ``harness.forkserver.worker.target_preload``: never the
+    implementation's code; one not installed is skipped), pin ``sys.path`` (and the
+    imported packages' folders), freeze the heap."""
     from harness.sandbox import boot as sut_boot
 
     for name in PRELOAD:
         importlib.import_module(name)
+    for name in extra:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue  # its workers fail as spawned ones would
     sys.path[:] = sut_boot.pin_path(sys.path)
     gc.collect()
     gc.freeze()
@@ -83,6 +92,15 @@ def run(start: SealedStart, module: str, args: list[str], env: dict[str, str],
     os.environ.clear()
     os.environ.update(env)
     time.tzset()
+    # a target's server preloaded the harness's target worker, and with it the reference's
+    # failpoints and default services, set up from the server's own environment: re-armed
+    # from the worker's (as ``harness.forkserver.worker.run_module`` does)
+    failpoints = sys.modules.get("shopops.failpoints")
+    if failpoints is not None:
+        failpoints.configure_from_env()
+    runtime = sys.modules.get("shopops.runtime")
+    if runtime is not None:
+        runtime.set_default_services(None)
     sys.path.insert(0, start.code_dir)
     sys.argv = [module, *args]
     try:

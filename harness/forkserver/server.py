@@ -375,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     listener = socket.socket(fileno=args.fd)
     extra = [m for m in args.preload.split(",") if m]
     if args.sealed:
-        sealed_fork.preload()
+        sealed_fork.preload(extra)
     else:
         preload(extra)
     if threading.active_count() != 1:  # forking a threaded process copies held locks

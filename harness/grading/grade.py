@@ -132,13 +132,19 @@ def _item_problems(item: RubricItem, r: ExecutionResult) -> list[str]:
     return why + [reason for reason in r.reasons if reason.startswith("expected a worker")]
 
 
-def _launcher(sut: Sut, name: str | None) -> Launcher:
+def _launcher(sut: Sut, name: str | None, target: PythonTarget | None = None) -> Launcher:
     """How the workers start. An untrusted implementation: a sealed fork server
     (``harness.forkserver.sealed``: preloaded with the libraries it may use, never with its code)
     when sealing is available, else a fresh interpreter each (``spawn``; also when ``name``
-    says so). The reference or a trusted variant: a fork server preloaded from its folder."""
+    says so); for an untrusted target, that server also preloads the frameworks its folder
+    imports and the harness's target worker (``target_preload``). The reference or a
+    trusted variant: a fork server preloaded from its folder."""
     from harness.launch.fork import ForkLauncher
 
+    if target is not None and target.untrusted and sandbox.available() and name != "spawn":
+        from harness.launch.target_servers import sealed_server
+
+        return sealed_server(target.folder, target.extra)
     if sut.untrusted:
         if name == "spawn" or not sandbox.available():
             return make_launcher("spawn")
@@ -187,7 +193,7 @@ def grade(sut: Sut, out_dir: Path, *, rubric: Sequence[RubricItem] = DEFAULT_RUB
     started = time.monotonic()
     check_outputs(out_dir, results_path)
     say = say or (lambda line: None)
-    chosen = _launcher(sut, launcher)  # closed below, whatever happens
+    chosen = _launcher(sut, launcher, target)  # closed below, whatever happens
     try:
         return _grade(sut, out_dir, rubric, results_path, jobs, worker_timeout_s, chosen,
                       say, schedule, target, started)
@@ -299,12 +305,11 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
     lines = [f"{len(results)} executions of {len(scenarios)} scenarios; verdicts pass "
              f"{counts.passed}, fail {counts.failed}, unknown {counts.unknown}. "
              "Evidence: the run/ folder beside these results (its report.html)."]
+    untrusted = sut.untrusted or (target is not None and target.untrusted)
     lines.append("Sealed: every worker ran as a user of its own that could write only its "
-                 "sandbox." if sealed(sut) else "Not sealed: " + (
+                 "sandbox." if untrusted and sandbox.available() else "Not sealed: " + (
                      "the harness is not root, so workers ran as the harness's user."
-                     if sut.untrusted else "our own code (the reference or a variant)."
-                     if target is None else f"a {target.name} target's workers run as the "
-                     "harness's user (harness.grading.targets)."))
+                     if untrusted else "our own code (the reference or a variant)."))
     if retried:
         lines.append(f"Run again (unknown for a reason outside the implementation): "
                      f"{len(retried)} execution(s):")

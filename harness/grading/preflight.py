@@ -37,13 +37,15 @@ def preflight(sut: Sut, timeout_s: float = 60.0, launcher: Launcher | None = Non
     do, from the fork server the grade starts anyway (no interpreter of its own): for our
     own code (the reference or a trusted variant) the server preloaded from its folder; for
     a sealed implementation the sealed server (``harness.forkserver.sealed``), in a sandbox of
-    its own. Otherwise (``None``, or a fresh interpreter per worker) as before: a fresh
-    interpreter, sealed when the workers are."""
+    its own. Otherwise (``None``, a fresh interpreter per worker, or our own code with a
+    sealed target's server) as before: a fresh interpreter, sealed when the workers are."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
     env["PYTHONPATH"] = sut.pythonpath(env.get("PYTHONPATH"))
     argv, cwd, box = sut.argv("--help"), str(sut.path or SRC), None
-    if launcher is not None and not sealed(sut):
+    if launcher is not None and not sealed(sut) and not getattr(launcher, "sealed", False):
         return _preflight_through(launcher, sut, argv, env, cwd, timeout_s)
+    if not sealed(sut):  # our own code, with a sealed target's server: a fresh interpreter
+        launcher = None
     if launcher is not None and getattr(launcher, "sealed", False):
         return _preflight_sealed(launcher, sut, argv, env, timeout_s)
     try:

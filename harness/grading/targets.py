@@ -17,9 +17,13 @@ target, refusing one it cannot follow; ``adapt_rubric`` keeps, of each rubric it
 scenarios the target can run and the checks it can feed — an item left with neither is
 reported not applicable (0 of 0 points), never scored as held.
 
-Not sealed: a target's worker runs ``harness.targets.worker`` as the harness's user (the
-sandbox of ``harness.sandbox.users`` seals only a package run as ``python -m MODULE``). The
-verdict still comes from the harness's own evidence (the gateway's ledger, the approval
+Sealed like a package (issue 24): a target named this way is the implementation under
+test (``PythonTarget.untrusted``), so when the harness is root its workers and its
+``history`` read run as the execution's uid under the same limits, from a root-owned copy
+of the folder (``harness.sandbox.users.install_target``), with their durable state in the
+sandbox (``harness.run.execution``). Not root: grading says it ran *not sealed*. A
+scenario's own ``[target]`` (a shipped example) runs as the harness's user. The verdict
+comes from the harness's own evidence either way (the gateway's ledger, the approval
 records, its trace).
 """
 
@@ -40,6 +44,7 @@ from harness.model.input_files import (
     read_input,
 )
 from harness.plan.scenario import ScenarioError, impossible
+from harness.sandbox import users as sandbox
 from harness.targets.apps import FIELDS_OF
 from harness.targets.extras import ExtraMissing, require
 from harness.targets.spec import parse_target
@@ -102,9 +107,14 @@ def load_target_dir(kind: str, folder: Path) -> PythonTarget:
 def from_cli(kind: str | None, sut: str | None, module: str) -> PythonTarget | None:
     """The target ``--sut DIR --target KIND`` names (``None`` without ``--target``).
 
+    Where it will run sealed (root), its folder is copied now (``install_target``, kept for
+    every execution), so a folder that cannot be is refused before anything runs.
+
     Raises:
         ValueError: ``--target`` without ``--sut``, or with ``--module``; a bad
-            ``DIR/target.toml`` (a ``ScenarioError`` naming the file and the field).
+            ``DIR/target.toml`` (a ``ScenarioError`` naming the file and the field); a
+            folder holding a symlink, a FIFO, a socket or a device, or too large
+            (``harness.sandbox.code_copy``), naming ``--sut``.
     """
     if kind is None:
         return None
@@ -113,7 +123,13 @@ def from_cli(kind: str | None, sut: str | None, module: str) -> PythonTarget | N
     if module != "shopops":
         raise ValueError(f"--target: --module names a package run as python -m MODULE; a "
                          f"target names its functions in {FILENAME} instead")
-    return load_target_dir(kind, Path(sut))
+    target = load_target_dir(kind, Path(sut))
+    if sandbox.available():  # sealed: its root-owned copy is made now, or refused now
+        try:
+            sandbox.install_target(target.folder)
+        except sandbox.SandboxError as exc:
+            raise ValueError(f"--sut {sut}: its folder cannot be installed: {exc}") from None
+    return target
 
 
 def all_on(scenarios: Sequence[Scenario], target: PythonTarget | None) -> list[Scenario]:

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 
 from harness.launch.fork import ForkLauncher, ForkWorker
+from harness.launch.fork_conn import ForkServerError
 from harness.launch.processes import (
     REGISTRY,
     STOPPING,
@@ -33,7 +34,50 @@ from harness.launch.processes import (
 from harness.model.plan import BOOT, SRC
 from harness.sandbox.users import Sandbox
 
-__all__ = ["SealedForkWorker", "SealedLauncher", "SealedWorker", "Tamper", "sealed_argv"]
+__all__ = ["TARGET_WORKER", "WORKER_ENV", "SealedForkWorker", "SealedLauncher", "SealedWorker",
+           "Tamper", "sealed_argv", "sealed_env", "sealed_target_argv", "worker_env"]
+
+#: The only variables a sealed worker gets (``sealed_env``): what ``docs/contract.md``
+#: ("The environment") names, ``PATH``, the locale (``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``)
+#: and what the harness itself reads in the worker (its title, a target's frameworks,
+#: ``PYTHONPATH``, ``HOME``, ``TMPDIR``). Nothing else of the grader's environment — a
+#: token, a key, a path of its machine — reaches the implementation.
+WORKER_ENV = frozenset({
+    "PATH", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "HOME", "TMPDIR", "NO_PROXY", "no_proxy",
+    "SHOPOPS_FIXTURES", "SHOPOPS_APPROVALS_SOCKET", "SHOPOPS_FAILPOINT_CHANNEL",
+    "SHOPOPS_CLOCK_OFFSET_S", "HARNESS_WORKER_TITLE", "HARNESS_TARGET_FRAMEWORKS"})
+#: The module a target's worker runs (``harness.model.target.PythonTarget.argv``).
+TARGET_WORKER = "harness.targets.worker"
+
+
+def sealed_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` cut down to ``WORKER_ENV`` and the ``LC_*`` locale variables."""
+    return {k: v for k, v in env.items() if k in WORKER_ENV or k.startswith("LC_")}
+
+
+def worker_env(env: dict[str, str], sandbox: Sandbox, fixtures: str) -> dict[str, str]:
+    """A sealed worker's whole environment: ``sealed_env(env)`` with ``PYTHONPATH`` the
+    harness's folder, ``HOME``/``TMPDIR`` its sandbox and ``SHOPOPS_FIXTURES`` the
+    root-owned copy of the fixtures."""
+    home = str(sandbox.path)
+    return {**sealed_env(env), "PYTHONPATH": SRC, "HOME": home, "TMPDIR": home,
+            "SHOPOPS_FIXTURES": fixtures}
+
+
+def sealed_target_argv(argv: list[str], uid: int, limits: tuple[int, int, int, int],
+                       code_dir: str) -> list[str]:
+    """A target worker's command line (``python -m harness.targets.worker ROLE FOLDER
+    MODULE:FUNCTION CONTEXT``) run through ``harness.sandbox.boot`` under ``limits``
+    (memory MiB, file MiB, CPU s, processes) as ``uid``.
+
+    Raises:
+        ValueError: not a target worker's command line, or its FOLDER is not ``code_dir``
+            (the root-owned copy: the original is never run sealed).
+    """
+    if argv[1:3] != ["-m", TARGET_WORKER] or len(argv) != 7 or argv[4] != code_dir:
+        raise ValueError(f"not a sealed target worker's command line: {argv}")
+    return [argv[0], *BOOT, *(str(n) for n in limits), str(uid), "-", TARGET_WORKER,
+            *argv[3:]]
 
 
 def sealed_argv(argv: list[str], uid: int, code_dir: str) -> list[str]:
@@ -90,13 +134,18 @@ class SealedLauncher:
         implementation's executions:     workers are forked from it instead of started as fresh
         interpreters. on_tamper: called with one line for each thing found that the implementation
         had     no business doing (a symlink planted where the harness writes).
+        limits: a target's (memory MiB, file MiB, CPU s, processes): given, ``argv`` is a
+        target worker's (``sealed_target_argv``), forked from ``server`` (one preloaded with
+        its frameworks) or, when there is none or it cannot start, a fresh interpreter.
     """
 
     name = "sealed"
 
     def __init__(self, sandbox: Sandbox, code_dir: str, on_tamper: Tamper,
-                 fixtures: str, server: ForkLauncher | None = None) -> None:
+                 fixtures: str, server: ForkLauncher | None = None,
+                 limits: tuple[int, int, int, int] | None = None) -> None:
         self.server = server
+        self.limits = limits
         self.sandbox = sandbox
         self.code_dir = code_dir
         self.fixtures = fixtures
@@ -116,22 +165,31 @@ class SealedLauncher:
         if STOPPING.is_set():
             raise HarnessStopping("the harness is stopping; no new worker is started")
         home = str(self.sandbox.path)
-        env = {**env, "PYTHONPATH": SRC, "HOME": home, "TMPDIR": home,
-               "SHOPOPS_FIXTURES": self.fixtures}
+        env = worker_env(env, self.sandbox, self.fixtures)
         with self._lock:
             if not self._live:
                 for line in self.sandbox.sanitize():
                     self.on_tamper(f"removed from the sandbox before worker {index}: {line}")
             worker: _Sweeping
             self.sandbox.started()
+            if self.limits is not None:  # a target's worker: through the boot
+                argv = sealed_target_argv(argv, self.sandbox.uid, self.limits, self.code_dir)
             if self.server is not None:
-                worker = self.server.start_sealed(  # type: ignore[assignment]
-                    argv, uid=self.sandbox.uid, code_dir=self.code_dir, env=env, cwd=home,
-                    stdout=stdout, stderr=stderr, index=index, worker=SealedForkWorker)
-                worker.launcher = self
-                self._live.add(worker)
-                return worker
-            argv = sealed_argv(argv, self.sandbox.uid, self.code_dir)
+                try:
+                    worker = self.server.start_sealed(  # type: ignore[assignment]
+                        argv, uid=self.sandbox.uid, code_dir=self.code_dir, env=env,
+                        cwd=home, stdout=stdout, stderr=stderr, index=index,
+                        worker=SealedForkWorker)
+                except ForkServerError:
+                    if self.limits is None:
+                        raise
+                    self.server = None  # a target's server would not start: spawn
+                else:
+                    worker.launcher = self
+                    self._live.add(worker)
+                    return worker
+            if self.limits is None:
+                argv = sealed_argv(argv, self.sandbox.uid, self.code_dir)
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
             out = os.open(stdout, flags, 0o644)
             try:

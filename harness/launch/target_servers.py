@@ -20,7 +20,7 @@ from harness.forkserver.worker import FRAMEWORKS, target_preload
 from harness.launch.fork import ForkLauncher
 from harness.launch.processes import Worker
 
-__all__ = ["FRAMEWORKS_ENV", "TargetServers", "frameworks_of"]
+__all__ = ["FRAMEWORKS_ENV", "TargetServers", "frameworks_of", "sealed_server"]
 
 #: The worker environment variable naming the frameworks its target's code uses.
 FRAMEWORKS_ENV = "HARNESS_TARGET_FRAMEWORKS"
@@ -48,6 +48,17 @@ def frameworks_of(folder: Path, extra: str | None) -> tuple[str, ...]:
         except OSError:
             continue
     return tuple(sorted(found))
+
+
+def sealed_server(folder: Path, extra: str | None) -> ForkLauncher:
+    """A sealed fork server (``harness.forkserver.sealed``) for an untrusted target's
+    workers: preloaded with the contract's libraries, the harness's target worker and the
+    frameworks ``folder``'s code imports (``frameworks_of``), never with its code; each
+    child drops to its execution's uid before the target is imported. Importing LangGraph
+    once instead of per worker: a sealed LangGraph execution took 40 s spawned, one
+    measurement on a busy machine. Started at its first worker."""
+    return ForkLauncher(sealed=True, fallback=None, start_timeout_s=120.0,
+                        preload=target_preload(frameworks_of(folder, extra)))
 
 
 class TargetServers:

@@ -107,6 +107,11 @@ class GatewayLog:
     deliveries: tuple[Delivery, ...]
     note_requests: tuple[RequestRecord, ...] = ()
     notes: tuple[NoteDelivery, ...] = ()
+    #: requests the gateway refused (403) because another uid than the execution's sent
+    #: them (another execution's process, a sealed execution only): logged, never
+    #: delivered, and kept out of ``requests``/``note_requests`` so that no check of the
+    #: execution counts what someone else did to it
+    foreign: tuple[RequestRecord, ...] = ()
 
     def deliveries_for(self, case_id: str) -> tuple[Delivery, ...]:
         """The email deliveries made for ``case_id``."""

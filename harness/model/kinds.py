@@ -92,6 +92,9 @@ class EventKind(StrEnum):
     TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox.users)
     LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
     POWER_CUT = "power_cut"  # after a kill, the state folder went back to its last sync
+    # a call from another uid than a sealed execution's (another execution's process),
+    # refused; not the implementation's doing, so no check fails on it
+    FOREIGN = "foreign"
 
 
 class EvidenceSource(StrEnum):

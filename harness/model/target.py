@@ -58,6 +58,15 @@ class PythonTarget:
         """Whether ``role`` has a function."""
         return role in self.functions
 
+    @property
+    def untrusted(self) -> bool:
+        """Named on the command line as the implementation under test (``--sut DIR
+        --target KIND``: a student's folder): its workers and its ``history`` read run
+        sealed when the harness is root (``harness.run.execution``), as an untrusted
+        package's do. A scenario's own ``[target]`` (a shipped example, the grader's
+        choice) runs as the harness's user."""
+        return self.source is not None
+
     def argv(self, role: TargetRole, context_file: Path) -> list[str]:
         """``python -m harness.targets.worker ROLE FOLDER MODULE:FUNCTION CONTEXT_FILE``.
 

@@ -7,18 +7,22 @@ points) → **collect** (``collect``: the story's record, the harness's trace an
 read by the harness) → **check** (``harness.judge.checks.registry.run_checks``) → **judge**
 (``harness.judge.verdict``).
 
-An untrusted implementation's execution is sealed (``harness.sandbox.users``) when the harness
-runs as root: its workers run as a uid of their own in a sandbox folder that holds only
-the checkpoint database; the gateway log, the approval records (served to the workers by
-the harness's approval service, ``harness.services.approvals``) and the worker output live in
-the execution folder (root's, mode 0700); every process of the uid is killed before the
-evidence is read; the checkpoint database is then copied into the execution folder and
-the sandbox removed.
+An untrusted implementation's execution (a package, or a target named by ``--sut DIR
+--target``) is sealed (``harness.sandbox.users``) when the harness runs as root: its
+workers (and a target's ``history`` read) run as a uid of their own in a sandbox folder
+that holds only the checkpoint database (a target's own state); its failpoint channel and
+approval service listen on socket files only that uid can reach; the gateway log, the
+approval records (served to the workers by the harness's approval service,
+``harness.services.approvals``) and the worker output live in the execution folder (root's,
+mode 0700); every process of the uid is killed before the evidence is read; the checkpoint
+database is then copied into the execution folder and the sandbox removed, with every file
+of the uid in the temporary folders (``harness.sandbox.users.remove_temp_files``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import time
 from collections.abc import Callable
@@ -38,7 +42,7 @@ from harness.judge.evidence import (
 from harness.judge.observers import store
 from harness.judge.observers.store import migrations
 from harness.launch.launcher import Launcher
-from harness.launch.sealed import SealedLauncher
+from harness.launch.sealed import SealedLauncher, sealed_target_argv, worker_env
 from harness.launch.spawn import SpawnLauncher
 from harness.model import (
     DEFAULT_GATE,
@@ -55,15 +59,24 @@ from harness.model import (
     KillPoint,
     RequestRecord,
     StoryRecord,
+    Sut,
     Verdict,
 )
+from harness.sandbox.code_copy import CopyRefused, copy_tree
 from harness.sandbox.scratch import DATABASE_SUFFIXES, in_scratch, move_home
-from harness.sandbox.users import Sandbox, available, install_code, install_fixtures
+from harness.sandbox.users import (
+    Sandbox,
+    available,
+    install_code,
+    install_fixtures,
+    install_target,
+)
 from harness.services.approvals import ApprovalService
 from harness.services.channel import FailpointChannel
 from harness.services.gateway import MockGateway
 from harness.story.controller import KillController
 from harness.story.engine import drive
+from harness.targets.drive import TargetSeal
 from shopops.records import DEFAULT_FIXTURES
 from shopops_contract import labels
 
@@ -94,19 +107,32 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     workdir = in_scratch(final)
     events = EventLog()
     keep = True  # the databases go home unless a passing verdict says otherwise
-    sandbox = Sandbox() if plan.sut.untrusted and available() else None
+    target = plan.scenario.target
+    sealed_target = target is not None and target.untrusted
+    sandbox = Sandbox() if (plan.sut.untrusted or sealed_target) and available() else None
+    seal: TargetSeal | None = None
     try:
         if sandbox is not None:
             os.chmod(workdir, 0o700)
             os.chmod(final, 0o700)
-            assert plan.sut.path is not None
+            fixtures = str(install_fixtures(DEFAULT_FIXTURES))
+
+            def tamper(line: str) -> None:
+                events.add(EventKind.TAMPERING, None, None, None, line)
+
             server = launcher if getattr(launcher, "sealed", False) else None
-            launcher = SealedLauncher(
-                sandbox, str(install_code(plan.sut.path, plan.sut.module)),
-                lambda line: events.add(EventKind.TAMPERING, None, None, None, line),
-                str(install_fixtures(DEFAULT_FIXTURES)), server)  # type: ignore[arg-type]
+            if target is not None:  # a target: through the boot, forked when it can be
+                seal = _target_seal(sandbox, install_target(target.folder), fixtures,
+                                    plan.sut)
+                launcher = SealedLauncher(sandbox, str(seal.folder), tamper, fixtures,
+                                          server, limits=_limits(plan.sut))  # type: ignore[arg-type]
+            else:
+                assert plan.sut.path is not None
+                launcher = SealedLauncher(
+                    sandbox, str(install_code(plan.sut.path, plan.sut.module)), tamper,
+                    fixtures, server)  # type: ignore[arg-type]
         record, controller = _drive(plan, workdir, launcher or SpawnLauncher(), events,
-                                    worker_timeout_s, sandbox)
+                                    worker_timeout_s, sandbox, seal)
         if sandbox is not None:
             for pid in sandbox.kill_all():
                 events.add(EventKind.LEFTOVER, None, pid, None,
@@ -120,6 +146,8 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         keep = keep_databases or verdict != Verdict.PASS
         if sandbox is not None and keep:
             _keep_databases(sandbox.path, final)  # straight home: no second copy
+            if seal is not None:
+                _keep_target_state(sandbox.path / "target", final / "target")
     finally:
         if sandbox is not None:
             sandbox.close()
@@ -128,12 +156,35 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                            round(time.monotonic() - started, 4))
 
 
+def _limits(sut: Sut) -> tuple[int, int, int, int]:
+    """A sealed worker's limits (memory MiB, file MiB, CPU s, processes), from ``sut``
+    (the defaults of ``harness.model.plan.Sut`` for a target)."""
+    return (sut.memory_mib, sut.file_size_mib, sut.cpu_s, sut.nproc)
+
+
+def _target_seal(sandbox: Sandbox, folder: Path, fixtures: str, sut: Sut) -> TargetSeal:
+    """How a sealed execution runs its target (``harness.targets.drive.TargetSeal``): from
+    ``folder`` (its root-owned copy), each worker and the ``history`` read as the sandbox's
+    uid under ``sut``'s limits, with the sealed environment, its context files in the
+    sandbox's ``shared`` folder."""
+
+    def argv(given: list[str]) -> list[str]:
+        sandbox.started()  # the history worker: the next sweep must look again
+        return sealed_target_argv(given, sandbox.uid, _limits(sut), str(folder))
+
+    return TargetSeal(folder=folder, fixtures=fixtures, share=sandbox.share, argv=argv,
+                      env=lambda env: worker_env(env, sandbox, fixtures),
+                      sweep=sandbox.kill_all)
+
+
 def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
-           worker_timeout_s: float, sandbox: Sandbox | None
+           worker_timeout_s: float, sandbox: Sandbox | None, seal: TargetSeal | None = None
            ) -> tuple[StoryRecord, KillController]:
     """Play the story with the channel, the gateway and the approval service up; all are
-    down on return."""
+    down on return. A sealed execution's channel and approval service listen on socket
+    files in the sandbox's ``shared`` folder, which only its uid can enter."""
     uid = sandbox.uid if sandbox is not None else None
+    folder = sandbox.shared if sandbox is not None else None
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
     gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
                           candidates=lambda: list(controller.by_pid),
@@ -163,14 +214,15 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     def tampered(line: str) -> None:
         events.add(EventKind.TAMPERING, None, None, None, line)
 
-    with FailpointChannel(controller.on_hit, tampered) as channel, gateway, ApprovalService(
-            workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered) as approvals:
+    with FailpointChannel(controller.on_hit, tampered, folder) as channel, gateway, \
+            ApprovalService(workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered,
+                            folder=folder) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, email_env=gateway.worker_env(),
                        channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
                        data_dir=sandbox.path if sandbox is not None else None,
-                       approvals=approvals.address)
+                       approvals=approvals.address, seal=seal)
     return record, controller
 
 
@@ -187,6 +239,17 @@ def _keep_databases(sandbox: Path, workdir: Path) -> None:
                 source.backup(target)
         except sqlite3.Error:
             continue  # an unreadable database: its evidence error is already recorded
+
+
+def _keep_target_state(state: Path, home: Path) -> None:
+    """Copy a sealed target's own state folder (its SQLite files) into the execution
+    folder, as an unsealed target leaves it there, for the reports and replays: with
+    ``harness.sandbox.code_copy.copy_tree`` (root copying the uid's files: no symlink
+    followed, no FIFO opened, bounded). Nothing when it holds anything else."""
+    try:
+        copy_tree(state, home)
+    except (CopyRefused, OSError):
+        shutil.rmtree(home, ignore_errors=True)  # its evidence was read already
 
 
 def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController,

@@ -16,9 +16,13 @@ directory while still root and replaced by ``/proc/self/fd/N``: a path through t
 link needs permission on the folder itself (world-readable), not on its ancestors
 (``proc(5)``). For ``/proc/self`` to stay the process's own after the uid change the
 process is made dumpable again (``prctl(PR_SET_DUMPABLE, 1)``, ``prctl(2)``) — it holds no
-secret of root's, only read-only handles on library folders. Nothing of the implementation
-is imported before that, and nothing of the harness or of the reference loop is imported at
-all.
+secret of root's, only read-only handles on library folders; packages already imported are
+pointed at those handles too (``repoint_packages``). Before the uid changes, the process
+gets a mount namespace and a ``/proc`` of its own with ``hidepid=2`` where the host allows
+it (``hide_processes``): it then sees only its own uid's processes. Nothing of the
+implementation is imported before that, and nothing of the harness or of the reference loop
+is imported at all (a target's worker, ``harness.targets.worker``, is the harness's module
+that imports the target).
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ import sys
 
 import setproctitle
 
-__all__ = ["TITLE_ENV", "drop_privileges", "limit", "main", "name_process", "pin_path", "preload",
-           "seal"]
+__all__ = ["TITLE_ENV", "can_hide_processes", "drop_privileges", "hide_processes", "limit",
+           "main", "name_process", "pin_path", "preload", "repoint_packages", "seal"]
 
 #: The harness names each worker for ``ps``/``top`` through this variable of its env
 #: (``shopops-worker ROLE EXECUTION``); read and removed here and by the fork server's child
@@ -68,13 +72,38 @@ def preload() -> None:
 
 def pin_path(paths: list[str]) -> list[str]:
     """``paths`` with each existing folder replaced by ``/proc/self/fd/N`` of a directory
-    descriptor opened now (see the module docstring); other entries unchanged."""
-    pinned = []
+    descriptor opened now (see the module docstring); other entries unchanged. The
+    packages imported so far are pointed there too (``repoint_packages``)."""
+    pinned, moved = [], {}
     for entry in paths:
         if entry and os.path.isdir(entry):
-            entry = f"/proc/self/fd/{os.open(entry, os.O_RDONLY | os.O_DIRECTORY)}"
+            fd_path = f"/proc/self/fd/{os.open(entry, os.O_RDONLY | os.O_DIRECTORY)}"
+            moved[os.path.abspath(entry)] = fd_path
+            entry = fd_path
         pinned.append(entry)
+    repoint_packages(moved)
     return pinned
+
+
+def repoint_packages(moved: dict[str, str]) -> None:
+    """Rewrite the ``__path__`` of every package imported so far whose folder lies under a
+    key of ``moved`` (a folder → its pinned ``/proc/self/fd/N``; the longest match wins):
+    a submodule imported later as the sealed uid (``ctypes.util``, which DBOS imports, of
+    ``ctypes`` the boot imported) is then found through the pinned descriptor, not through
+    a path the uid may not traverse (an interpreter in root's 0700 home). Namespace
+    packages (``__path__`` not a list) recompute theirs from ``sys.path``."""
+    roots = sorted(moved, key=len, reverse=True)
+    for module in list(sys.modules.values()):
+        search = getattr(module, "__path__", None)
+        if not isinstance(search, list):
+            continue
+        for i, folder in enumerate(search):
+            if not isinstance(folder, str):
+                continue
+            root = next((r for r in roots if folder == r or folder.startswith(r + os.sep)),
+                        None)
+            if root is not None:
+                search[i] = moved[root] + folder[len(root):]
 
 
 def drop_privileges(uid: int) -> None:
@@ -94,8 +123,44 @@ def limit(memory_mib: int, file_mib: int, cpu_s: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
 
 
+_CLONE_NEWNS = 0x00020000  # sched.h
+_MS_REC, _MS_PRIVATE = 0x4000, 1 << 18  # sys/mount.h
+
+
+def hide_processes() -> bool:
+    """As root, before the uid changes: give this process a mount namespace of its own
+    (``unshare(CLONE_NEWNS)``, ``unshare(2)``), make every mount in it private (nothing
+    propagates back to the host) and mount a fresh ``/proc`` there with ``hidepid=2``
+    (``proc(5)``): once it is another user, the worker and its descendants see in ``/proc``
+    only their own uid's processes — not the harness's command lines nor other executions'.
+    The harness's own ``/proc`` is untouched. Returns ``False`` (nothing changed) where the
+    platform does not allow it (no ``CAP_SYS_ADMIN``, a seccomp filter, not Linux); the
+    worker then sees every process, as ``docs/security.md`` says."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(_CLONE_NEWNS) != 0:
+            return False
+        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            return False
+        return bool(libc.mount(b"proc", b"/proc", b"proc", 0, b"hidepid=2") == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def can_hide_processes() -> bool:
+    """Whether ``hide_processes`` works on this host (root, a mount namespace and a
+    ``proc`` mount allowed): tried in a forked child, which exits at once; this process is
+    unchanged."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if hide_processes() else 1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
 def seal(limits: tuple[int, int, int, int], uid: int) -> None:
-    """The limits ``(memory MiB, file MiB, CPU s, processes)``, then become ``uid``."""
+    """The limits ``(memory MiB, file MiB, CPU s, processes)``, other uids' processes
+    hidden (``hide_processes``, where the platform allows), then become ``uid``."""
+    hide_processes()
     limit(*limits[:3])
     resource.setrlimit(resource.RLIMIT_NPROC, (limits[3], limits[3]))
     drop_privileges(uid)

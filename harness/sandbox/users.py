@@ -16,7 +16,11 @@ harness processes never share one. The kernel then does the rest:
   a new process group): ``Sandbox.processes`` finds them all through ``/proc`` and
   ``kill_all`` SIGKILLs them until none is left. A process cannot give a uid away without
   privilege (``setuid(2)``), so this is as strong as tracking a cgroup and needs no
-  delegation. ``RLIMIT_NPROC`` (set by ``harness.sandbox.boot``) bounds a fork bomb.
+  delegation. ``RLIMIT_NPROC`` (set by ``harness.sandbox.boot``) bounds a fork bomb;
+- the execution's services and a target's context files are in ``Sandbox.shared`` (root's,
+  the execution's gid, 0710): its uid reaches them by name, no other execution's can;
+- what the uid leaves in ``/dev/shm``, ``/tmp`` and ``/var/tmp`` is removed with the
+  sandbox (``remove_temp_files``).
 
 When the harness is not root, ``available()`` is false and grading says it ran unsealed.
 """
@@ -40,9 +44,9 @@ from pathlib import Path
 from harness.sandbox import scratch
 from harness.sandbox.code_copy import CopyRefused, copy_file, copy_tree
 
-__all__ = ["POOL_SIZE", "UID_BASE", "CodeRefused", "Sandbox", "SandboxError", "area", "available",
-           "check_installable", "install_code", "install_fixtures", "kill_uid", "strays",
-           "sweep_strays"]
+__all__ = ["POOL_SIZE", "TEMP_ROOTS", "UID_BASE", "CodeRefused", "Sandbox", "SandboxError", "area",
+           "available", "check_installable", "install_code", "install_fixtures",
+           "install_target", "kill_uid", "remove_temp_files", "strays", "sweep_strays"]
 
 #: First uid/gid of the pool; ``POOL_SIZE`` consecutive ids, none of them in /etc/passwd.
 UID_BASE = 4_170_000
@@ -140,6 +144,8 @@ class Sandbox:
     Attributes:
         uid, gid: the worker's credentials (``gid == uid``).
         path: the sandbox folder (owned by ``uid``, mode 0700), the workers' cwd.
+        shared: root's folder the uid may enter but not list or write (group ``gid``,
+            0710): the execution's service sockets, a target's context files (``share``).
 
     Raises:
         SandboxError: not root, or every uid of the pool is taken.
@@ -166,6 +172,33 @@ class Sandbox:
         self.path = area() / secrets.token_hex(12)
         self.path.mkdir(mode=0o700)
         os.chown(self.path, self.uid, self.gid)
+        # root's, group the execution's, 0710: the uid may reach a name in it (a service
+        # socket, a context file) but not list or write it; no other sandbox uid may enter
+        self.shared = area() / ("s" + secrets.token_hex(4))  # short: socket paths fit
+        while self.shared.exists():
+            self.shared = area() / ("s" + secrets.token_hex(4))
+        self.shared.mkdir(mode=0o700)
+        os.chown(self.shared, 0, self.gid)
+        os.chmod(self.shared, 0o710)
+
+    def share(self, name: str, text: str) -> Path:
+        """Write ``text`` to a new root-owned file ``name`` in ``shared`` that the uid may
+        read (0640, group the execution's) and not change; returns its path. Written with
+        ``O_EXCL|O_NOFOLLOW`` in a folder the uid cannot write: nothing can redirect it.
+
+        Raises:
+            FileExistsError: ``name`` was already shared.
+        """
+        path = self.shared / name
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o640)
+        try:
+            os.fchown(fd, 0, self.gid)
+            os.fchmod(fd, 0o640)
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+        return path
 
     def processes(self) -> list[int]:
         """Pids of every live process of the execution (by uid), zombies excluded."""
@@ -203,13 +236,16 @@ class Sandbox:
         return removed
 
     def close(self) -> tuple[int, ...]:
-        """Kill every process of the uid, remove the folder, release the uid. Returns the
-        pids killed. Idempotent."""
+        """Kill every process of the uid, remove the folders and every file of the uid in
+        the temporary folders (``remove_temp_files``), release the uid. Returns the pids
+        killed. Idempotent."""
         if self._lock_fd < 0:
             return ()
         try:
             killed = self.kill_all()
             shutil.rmtree(self.path, ignore_errors=True)
+            shutil.rmtree(self.shared, ignore_errors=True)
+            remove_temp_files(self.uid)
         finally:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -220,6 +256,46 @@ class Sandbox:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: The world-writable folders a worker can leave files in outside its sandbox (the sticky
+#: temporary folders of the FHS): every file of an execution's uid there is removed when
+#: the execution ends (``remove_temp_files``).
+TEMP_ROOTS = ("/dev/shm", "/tmp", "/var/tmp")
+_MAX_TEMP_ENTRIES = 100_000  # a walk of the temporary folders stops there (a busy /tmp)
+
+
+def remove_temp_files(uid: int, roots: tuple[str, ...] = TEMP_ROOTS) -> list[str]:
+    """Remove everything ``uid`` owns under ``roots`` (a folder of the uid with all it
+    holds), walking without following a symlink and descending only into folders the uid
+    could write in (world-writable ones: ``/tmp/.X11-unix``) — a file of the uid can be
+    nowhere else outside its sandbox. Call after every process of the uid is gone (so none
+    adds more). Returns the paths removed. At most ``_MAX_TEMP_ENTRIES`` entries are looked
+    at; an entry that vanishes or cannot be removed is skipped."""
+    removed: list[str] = []
+    seen = 0
+    todo = [r for r in roots if os.path.isdir(r) and not os.path.islink(r)]
+    while todo and seen < _MAX_TEMP_ENTRIES:
+        folder = todo.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if st.st_uid == uid:
+                    if stat.S_ISDIR(st.st_mode):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
+                    removed.append(entry.path)
+                elif stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IWOTH:
+                    todo.append(entry.path)
+            except OSError:
+                continue
+    return removed
 
 
 def _kind(mode: int) -> str:
@@ -255,6 +331,17 @@ def install_code(package_dir: Path, module: str) -> Path:
     return _install(package_dir, module)
 
 
+def install_target(folder: Path) -> Path:
+    """A root-owned, world-readable, byte-compiled copy of a target's whole ``folder``
+    (its ``target.toml`` and modules; ``__pycache__`` left out), made once per folder as
+    ``install_code`` makes a package's: a sealed target's workers import it from there.
+
+    Raises:
+        CodeRefused: as ``install_code``.
+    """
+    return _install(folder, "")
+
+
 def _install(src: Path, module: str | None) -> Path:
     src = src.resolve()
     target = area() / ("code-" + secrets.token_hex(6))
@@ -265,6 +352,8 @@ def _install(src: Path, module: str | None) -> Path:
         try:  # as root, of a folder that is the implementation's: harness.sandbox.code_copy
             if module is None:
                 copy_tree(src, target)
+            elif module == "":  # a target's folder, whole
+                copy_tree(src, target, skip=("__pycache__", "*.pyc"))
             elif (src / module).is_dir():
                 target.mkdir(mode=0o755)
                 copy_tree(src / module, target / module, skip=("__pycache__", "*.pyc"))

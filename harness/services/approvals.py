@@ -10,10 +10,12 @@ and rejecting are the human's acts, done by the harness on the same file
 (``harness.story.engine``).
 
 Who asks is the kernel's word (``SO_PEERCRED``, ``unix(7)``), as on the failpoint channel:
-with ``allowed_uid`` set (a sealed execution) a connection of another uid is refused. Every
-call is logged in the table ``service_calls`` (who, what, answer); an operation that is not
-a worker's (``approve``, ``reject``, ``delete``...) or a refused sender is handed to
-``on_tamper`` (the execution records a ``tampering`` event, which fails ``no_tampering``).
+with ``allowed_uid`` set (a sealed execution) a call of another uid is refused and logged,
+and no more: another execution's process is not this implementation's doing (a sealed
+execution's socket is a file only its uid can reach anyway). Every call is logged in the
+table ``service_calls`` (who, what, answer); an operation that is not a worker's
+(``approve``, ``reject``, ``delete``...) is handed to ``on_tamper`` (the execution records
+a ``tampering`` event, which fails ``no_tampering``).
 
 Strict (issue 24): ``mark_consumed`` of a ticket the queue never issued, or of one already
 consumed under another key, is refused and handed to ``on_tamper`` (it used to answer ok,
@@ -24,9 +26,10 @@ what a flood costs the harness: ``MAX_CONNECTIONS_PER_WORKER`` open connections
 (``MAX_REQUESTS`` in all); past one, the connection is closed and the first refusal per
 pid recorded as tampering.
 
-Transport: ``socketserver.ThreadingUnixStreamServer`` on a Linux abstract socket (no file
-to protect or leave behind), one thread per connection, JSON lines; the same shape as the
-failpoint channel (``harness.services.channel``).
+Transport: ``socketserver.ThreadingUnixStreamServer`` on a Linux abstract socket, or, for a
+sealed execution, a socket file in a folder only its uid can enter
+(``harness.services.serving.socket_address``); one thread per connection, JSON lines; the
+same shape as the failpoint channel (``harness.services.channel``).
 """
 
 from __future__ import annotations
@@ -34,19 +37,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
 import socket
 import socketserver
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.services.channel import peer_credentials
-from harness.services.serving import ServerThread
+from harness.services.serving import ServerThread, open_socket, socket_address
 from shopops.approval_records import (
     ApprovalRequest,
     iso,
@@ -242,13 +243,17 @@ class ApprovalService:
         allowed_uid: the only uid whose connections are served (a sealed execution's);
             ``None``: any.
         on_tamper: called (in a server thread) with one line for every call that is not a
-            worker's to make, and for every connection of another uid.
+            worker's to make.
+        folder: a sealed execution's ``Sandbox.shared``: the socket is a file there that
+            only the execution's uid can reach (``harness.services.serving.socket_address``);
+            ``None``: an abstract socket.
 
     ``address`` (``@name``) goes into the workers' ``SHOPOPS_APPROVALS_SOCKET``.
     """
 
     def __init__(self, db_path: str | Path, *, allowed_uid: int | None = None,
-                 on_tamper: Callable[[str], object] | None = None) -> None:
+                 on_tamper: Callable[[str], object] | None = None,
+                 folder: Path | None = None) -> None:
         self.db_path = Path(db_path)
         self.allowed_uid = allowed_uid
         self.on_tamper = on_tamper or (lambda line: None)
@@ -264,9 +269,10 @@ class ApprovalService:
         self._requests: dict[int, int] = {}  # requests per worker pid
         self._total = 0  # requests from all pids
         self._capped: set[int] = set()  # pids already recorded past a cap
-        self.address = f"@shopops-apr-{os.getpid()}-{uuid.uuid4().hex[:16]}"
-        self._serving = ServerThread(_Server("\0" + self.address[1:], self),
-                                     "approval-service")
+        self.address, bind = socket_address("shopops-apr", folder)
+        server = _Server(bind, self)
+        open_socket(server, folder)
+        self._serving = ServerThread(server, "approval-service")
 
     def serve(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
         """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
@@ -317,7 +323,8 @@ class ApprovalService:
                 raise _Refused("expected a JSON object with a string op")
             op, args = data["op"][:100], data
             if self.allowed_uid is not None and uid != self.allowed_uid:
-                raise _Refused(f"uid {uid} is not this execution's worker", tampering=True)
+                # another execution's process: refused and logged, not this one's doing
+                raise _Refused(f"uid {uid} is not this execution's worker")
             result = _dispatch(store, op, args)
         except _Refused as refused:
             _log(log, pid, uid, op, args, False, str(refused))

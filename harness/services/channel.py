@@ -5,7 +5,9 @@ connects once and, at every labelled point, sends one JSON line and blocks for t
 The ``on_hit`` callback decides: it returns a reply (the worker continues) or ``None``
 after it has SIGKILLed the worker, which then never reads a reply. The socket is in Linux's
 abstract namespace (``unix(7)``): no file exists, so nothing is left behind even when the
-harness itself is SIGKILLed. Its name travels in the environment as ``@name``.
+harness itself is SIGKILLed. Its name travels in the environment as ``@name``. A sealed
+execution's is a socket file in a folder only its uid (and root) can enter instead: an
+abstract name is listed in ``/proc/net/unix`` and anyone may connect to it.
 
 Who sent a hit is the kernel's word, not the message's: the connection's peer credentials
 (``SO_PEERCRED``, ``unix(7)``: the pid and uid of the process that connected) are the hit's
@@ -16,15 +18,14 @@ controller can refuse a hit made in another process's name and record it as tamp
 from __future__ import annotations
 
 import json
-import os
 import socket
 import socketserver
 import struct
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
-from harness.services.serving import ServerThread
+from harness.services.serving import ServerThread, open_socket, socket_address
 
 __all__ = ["MAX_LINE", "FailpointChannel", "Hit", "OnHit", "peer_credentials"]
 
@@ -123,11 +124,16 @@ class FailpointChannel:
             (``{"do": "continue"}``) or ``None`` if it killed the worker.
         on_tamper: called with one line when a sender sends what no hit is (a line over
             ``MAX_LINE`` bytes): the harness records it as tampering.
+        folder: a sealed execution's ``Sandbox.shared``: the socket is a file there, which
+            only that execution's uid can reach (``harness.services.serving.socket_address``);
+            ``None``: an abstract socket.
     """
 
-    def __init__(self, on_hit: OnHit, on_tamper: Callable[[str], None] | None = None) -> None:
-        self.path = f"@shopops-ctl-{os.getpid()}-{uuid.uuid4().hex[:16]}"
-        self._server = _Server("\0" + self.path[1:], on_hit, on_tamper)
+    def __init__(self, on_hit: OnHit, on_tamper: Callable[[str], None] | None = None,
+                 folder: Path | None = None) -> None:
+        self.path, bind = socket_address("shopops-ctl", folder)
+        self._server = _Server(bind, on_hit, on_tamper)
+        open_socket(self._server, folder)
         self._serving = ServerThread(self._server, "failpoint-channel")
 
     def close(self) -> None:

@@ -390,8 +390,9 @@ class MockGateway:
         }
         if refused:
             with self._transaction() as conn:
-                ledgers.insert_request(conn, ledger, evidence, 403)
-            return Outcome(403, {"error": "forbidden", "detail": "not this execution's worker"})
+                ledgers.insert_request(conn, ledger, evidence, ledgers.FOREIGN_STATUS)
+            return Outcome(ledgers.FOREIGN_STATUS,
+                           {"error": "forbidden", "detail": "not this execution's worker"})
         if fault is not None and fault.kind is FaultKind.ERROR:
             status = fault.status or 500
             with self._transaction() as conn:

@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
 
-__all__ = ["EMAIL", "LEDGERS", "NOTES", "SCHEMA", "Ledger", "accept",
+__all__ = ["EMAIL", "FOREIGN_STATUS", "LEDGERS", "NOTES", "SCHEMA", "Ledger", "accept",
            "insert_request", "iso", "parse", "read", "read_log", "request_record", "sha256"]
 
 _REQUESTS = """(
@@ -70,6 +70,11 @@ class Ledger:
     record: type[Delivery] | type[NoteDelivery]
 
 
+#: The status the gateway logs a request with when another uid than the sealed
+#: execution's sent it (``harness.services.gateway``): refused, never delivered, and read
+#: apart (``GatewayLog.foreign``).
+FOREIGN_STATUS = 403
+
 EMAIL = Ledger("email", "/v1/messages", "requests", "deliveries", "dlv",
                ("case_id", "to", "subject", "body"), Delivery)
 NOTES = Ledger("note", "/v1/order-notes", "note_requests", "notes", "nte",
@@ -105,10 +110,13 @@ def read(conn: sqlite3.Connection) -> GatewayLog:
         return tuple(RequestRecord(**{**r, "duplicate": bool(r["duplicate"])})
                      for r in select(RequestRecord, table))
 
-    return GatewayLog(requests(EMAIL.requests),
+    emails, notes = requests(EMAIL.requests), requests(NOTES.requests)
+    foreign = tuple(r for r in emails + notes if r.status == FOREIGN_STATUS)
+    return GatewayLog(tuple(r for r in emails if r.status != FOREIGN_STATUS),
                       tuple(Delivery(**r) for r in select(Delivery, EMAIL.deliveries)),
-                      requests(NOTES.requests),
-                      tuple(NoteDelivery(**r) for r in select(NoteDelivery, NOTES.deliveries)))
+                      tuple(r for r in notes if r.status != FOREIGN_STATUS),
+                      tuple(NoteDelivery(**r) for r in select(NoteDelivery, NOTES.deliveries)),
+                      foreign)
 
 
 def request_record(conn: sqlite3.Connection, ledger: Ledger, seq: int) -> RequestRecord:

@@ -11,8 +11,42 @@ import os
 import selectors
 import socketserver
 import threading
+import uuid
+from pathlib import Path
 
-__all__ = ["ServerThread"]
+__all__ = ["MAX_SOCKET_PATH", "ServerThread", "open_socket", "socket_address"]
+
+
+#: The longest socket file path ``bind(2)`` takes on Linux (``sun_path`` is 108 bytes with
+#: its terminating NUL, ``unix(7)``).
+MAX_SOCKET_PATH = 107
+
+
+def socket_address(prefix: str, folder: Path | None) -> tuple[str, str]:
+    """Where a service of the harness listens: ``(address, bind)``, ``address`` as the
+    workers are told it (``SHOPOPS_*``), ``bind`` as ``socket.bind`` takes it.
+
+    ``folder`` ``None``: a name in Linux's abstract namespace (``@prefix-PID-RANDOM``; no
+    file to leave behind, but anyone on the host may connect, and ``/proc/net/unix`` lists
+    it). A folder (a sealed execution's ``Sandbox.shared``: root's, entered only by the
+    execution's uid and root): a socket file ``prefix.sock`` there, which no other
+    execution can reach (``unix(7)``: connecting needs search permission on the folder).
+    A path longer than ``MAX_SOCKET_PATH`` bytes (a deep ``SHOPOPS_SCRATCH``) cannot be
+    bound: an abstract name then, guarded only by the service's peer-uid check.
+    """
+    path = str(folder / f"{prefix}.sock") if folder is not None else ""
+    if folder is None or len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        address = f"@{prefix}-{os.getpid()}-{uuid.uuid4().hex[:16]}"
+        return address, "\0" + address[1:]
+    return path, path
+
+
+def open_socket(server: socketserver.UnixStreamServer, folder: Path | None) -> None:
+    """A socket file of ``socket_address`` in ``folder`` connectable by whoever can enter
+    the folder (mode 0666: the folder is the guard); nothing for an abstract socket."""
+    address = server.server_address
+    if folder is not None and isinstance(address, str) and not address.startswith("\0"):
+        os.chmod(address, 0o666)
 
 
 class ServerThread:

@@ -100,8 +100,10 @@ class KillController:
         """Channel callback: ``None`` if it killed the worker, else the reply."""
         hold: Hold | None = None
         refused = self._refusal(hit)
-        if refused is not None:
-            self.events.add(EventKind.TAMPERING, hit.label, hit.pid, None, refused)
+        if refused is not None:  # another uid's call is not this implementation's doing
+            foreign = self.allowed_uid is not None and hit.uid != self.allowed_uid
+            self.events.add(EventKind.FOREIGN if foreign else EventKind.TAMPERING, hit.label,
+                            hit.pid, None, refused)
             return dict(_CONTINUE)
         with self._lock:
             worker = self.by_pid.get(hit.pid)
@@ -134,7 +136,12 @@ class KillController:
         return dict(_CONTINUE)
 
     def _refusal(self, hit: Hit) -> str | None:
-        """Why ``hit`` is refused (tampering), or ``None``."""
+        """Why ``hit`` is refused, or ``None``: from another uid (``foreign``: recorded, not
+        the implementation's doing), else a point only the harness's own components reach
+        (``labels.HARNESS_OWNED``), or in another pid's name (both tampering)."""
+        if self.allowed_uid is not None and hit.uid != self.allowed_uid:
+            return (f"hit at {hit.label} from uid {hit.uid}, not this execution's "
+                    f"({self.allowed_uid}): refused")
         if hit.label in labels.HARNESS_OWNED:
             return (f"hit at {hit.label} reported by pid {hit.pid}: that point belongs to the "
                     f"harness ({labels.BY_NAME[hit.label].side} side), not to a worker: "
@@ -142,9 +149,6 @@ class KillController:
         if hit.forged:
             return (f"hit at {hit.label} sent by pid {hit.pid} in the name of pid "
                     f"{hit.claimed_pid}: refused")
-        if self.allowed_uid is not None and hit.uid != self.allowed_uid:
-            return (f"hit at {hit.label} from uid {hit.uid}, not this execution's "
-                    f"({self.allowed_uid}): refused")
         return None
 
     def on_gateway_accepted(self, delivery: Delivery | NoteDelivery,

@@ -50,9 +50,11 @@ from harness.model import (
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.story.queue_acts import draft_not_durable as _draft_not_durable, request_migrated
+from harness.story.queue_acts import draft_not_durable as _draft_not_durable
+from harness.story.queue_acts import request_migrated
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
+from harness.targets.drive import TargetSeal
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
@@ -68,13 +70,13 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
           data_dir: Path | None = None, approvals: str | None = None,
-          email_env: Mapping[str, str] | None = None) -> StoryRecord:
+          email_env: Mapping[str, str] | None = None,
+          seal: TargetSeal | None = None) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
-    (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
-    execution's sandbox. ``approvals``: the address of the harness's approval service
-    (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
-    ``None``: the workers open that file themselves. ``email_env``: what points an app's
-    own email client at the gateway (``MockGateway.worker_env``), for every worker.
+    (default ``workdir``): the workers' cwd and databases, a sealed execution's sandbox;
+    ``seal``: how that execution runs a target (``TargetSeal``). ``approvals``: the address
+    of the harness's approval service over ``workdir/approvals.db`` (``None``: the workers
+    open that file). ``email_env``: what points an app's email client at the gateway.
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -88,7 +90,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     """
     engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
-                     approvals=approvals, email_env=email_env)
+                     approvals=approvals, email_env=email_env, seal=seal)
     try:
         engine.play()
         engine.read_target()
@@ -116,8 +118,8 @@ class _Engine:
     def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, worker_timeout_s: float, data_dir: Path | None = None,
-                 approvals: str | None = None,
-                 email_env: Mapping[str, str] | None = None) -> None:
+                 approvals: str | None = None, email_env: Mapping[str, str] | None = None,
+                 seal: TargetSeal | None = None) -> None:
         self.s = s = plan.scenario
         self.steps = story_of(s)
         self.controller = controller
@@ -128,7 +130,7 @@ class _Engine:
         self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
                          gateway_url=gateway_url, channel=channel,
                          timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
-                         approvals=approvals, email_env=email_env)
+                         approvals=approvals, email_env=email_env, seal=seal)
         # the budget of workers: one per kill, the largest group, and a margin
         self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
                                                            default=1) + 4)
@@ -144,7 +146,6 @@ class _Engine:
         self.target_history: History | None = None
         self.target_error: str | None = None
 
-    # -- the story ----------------------------------------------------------------------
     def play(self) -> None:
         handlers: dict[type, Callable[[Step], None]] = {
             WorkersStep: self._workers, HumanStep: self._human, HoldStep: self._hold,
@@ -186,7 +187,6 @@ class _Engine:
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
                            self.target_error, self.history_at_approval, tuple(w.power_cuts))
 
-    # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
         assert isinstance(step, WorkersStep)
         if step.together and step.role is WorkerRole.MIGRATE:

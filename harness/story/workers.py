@@ -31,7 +31,7 @@ from harness.model import (
 from harness.model.observations import DurableWrite, StoredRow
 from harness.sandbox.boot import TITLE_ENV
 from harness.story.controller import KillController
-from harness.targets.drive import TargetDriver
+from harness.targets.drive import TargetDriver, TargetSeal
 from shopops.approvals import ENV_SOCKET
 from shopops.records import DEFAULT_FIXTURES
 
@@ -71,7 +71,8 @@ class Workers:
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, timeout_s: float, extra_wait_s: float,
                  data_dir: Path | None = None, approvals: str | None = None,
-                 email_env: Mapping[str, str] | None = None) -> None:
+                 email_env: Mapping[str, str] | None = None,
+                 seal: TargetSeal | None = None) -> None:
         self.s = scenario
         self.email_env = dict(email_env or {})
         self.sut = sut
@@ -105,7 +106,7 @@ class Workers:
         self._started = 0
         self._latest: DurableWrite | None = None  # the loop's latest write, as last read
         self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
-                                    approvals)
+                                    approvals, seal)
                        if scenario.target is not None else None)
         #: power cuts (``harness.launch.power``): the harness-owned shadow of what the
         #: workers synced (``None``: every kill is a plain SIGKILL), and a cut due once

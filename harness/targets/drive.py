@@ -6,6 +6,11 @@ read back at the end through the target's own API (its ``history`` function: Lan
 The ``history`` worker runs outside the kill controller (no failpoint channel in its
 environment, so nothing it passes is a kill point), in a session of its own with a
 deadline, and is reaped with its whole process group whatever happens.
+
+A sealed execution (``TargetSeal``, an untrusted target graded as root) runs the target from
+its root-owned copy, writes the context files where its uid can read and not change them,
+and reads ``history`` as that uid too, under the same limits, every process of the uid
+killed after it.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ import json
 import os
 import signal
 import subprocess
-from dataclasses import replace
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import IO
 
 from harness.model import SRC, PythonTarget, Scenario, TargetRole, WorkerRole
 from harness.targets.context import TargetContext
 
-__all__ = ["HISTORY_DEADLINE_S", "TargetDriver", "target_role"]
+__all__ = ["HISTORY_DEADLINE_S", "TargetDriver", "TargetSeal", "target_role"]
 
 #: Seconds the ``history`` worker may take (a framework import on a busy machine).
 HISTORY_DEADLINE_S = 120.0
@@ -43,6 +51,29 @@ def target_role(role: WorkerRole) -> TargetRole:
     return _ROLES[role]
 
 
+@dataclass(frozen=True)
+class TargetSeal:
+    """How a sealed execution runs its target (made by ``harness.run.execution``).
+
+    Attributes:
+        folder: the root-owned copy of the target's folder (``install_target``).
+        fixtures: the root-owned copy of the fixtures (``TargetContext.fixtures``).
+        share: ``(name, text) -> path``: a file the execution's uid can read, not change
+            (``harness.sandbox.users.Sandbox.share``).
+        argv: a target worker's command line → the same run as the execution's uid under
+            its limits (``harness.launch.sealed.sealed_target_argv``).
+        env: the environment a worker gets → the sealed one (``worker_env``).
+        sweep: kill every process of the uid (after ``history``); returns their pids.
+    """
+
+    folder: Path
+    fixtures: str
+    share: Callable[[str, str], Path]
+    argv: Callable[[list[str]], list[str]]
+    env: Callable[[dict[str, str]], dict[str, str]]
+    sweep: Callable[[], tuple[int, ...]]
+
+
 class TargetDriver:
     """The target of one execution.
 
@@ -58,20 +89,25 @@ class TargetDriver:
     Attributes:
         ticket: the ticket id the human's approval issued (set by the story), handed to
             every later ``resume``/``decide`` worker in ``TargetContext.ticket``.
+        seal: a sealed execution's (see ``TargetSeal``), or ``None``.
     """
 
     def __init__(self, scenario: Scenario, workdir: Path, approvals_db: Path,
-                 gateway_url: str, approvals_service: str | None = None) -> None:
+                 gateway_url: str, approvals_service: str | None = None,
+                 seal: TargetSeal | None = None) -> None:
         if scenario.target is None:
             raise ValueError(f"scenario {scenario.name!r} has no [target]")
-        self.target: PythonTarget = scenario.target
+        self.seal = seal
+        self.target: PythonTarget = (scenario.target if seal is None
+                                     else replace(scenario.target, folder=seal.folder))
         self.workdir = workdir
         (workdir / "target").mkdir(parents=True, exist_ok=True)
         self.base = TargetContext(
             case_id=scenario.case_id, order_id=scenario.order_id, run_id="run-1",
             workdir=str(workdir / "target"), gateway_url=gateway_url,
             approvals_db=str(approvals_db), keys=scenario.idempotency_keys,
-            options=dict(self.target.options), approvals_service=approvals_service)
+            options=dict(self.target.options), approvals_service=approvals_service,
+            **({"fixtures": seal.fixtures} if seal is not None else {}))
         self.ticket: str | None = None
         #: the files the harness wrote into the workdir (contexts), oldest first: a power
         #: cut keeps them (``harness.story.workers``: written as if synced)
@@ -83,9 +119,11 @@ class TargetDriver:
 
     def _context_file(self, name: str, ticket: str | None, from_seq: int | None = None
                       ) -> Path:
+        text = replace(self.base, ticket=ticket, from_seq=from_seq).to_json()
+        if self.seal is not None:  # never written as root into the uid's own folder
+            return self.seal.share(f"{name}.context.json", text)
         path = self.workdir / f"{name}.context.json"
-        path.write_text(replace(self.base, ticket=ticket, from_seq=from_seq).to_json(),
-                        encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
         self.written.append(path)
         return path
 
@@ -116,18 +154,26 @@ class TargetDriver:
         argv = self.target.argv(TargetRole.HISTORY, self._context_file("history", self.ticket))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
-        proc = subprocess.Popen(argv, env=env, cwd=self.workdir, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=HISTORY_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc.pid)
-            proc.communicate()
-            out, err = "", f"passed its {HISTORY_DEADLINE_S:g} s deadline"
-        finally:
-            _kill_group(proc.pid)  # anything it left behind in its session
-            proc.wait()
+        if self.seal is not None:
+            argv, env = self.seal.argv(argv), self.seal.env(env)
+        # output to anonymous files, not pipes: a descendant that keeps a pipe open (a
+        # daemon) would hold the read until the deadline; the exit is what is waited for
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            proc = subprocess.Popen(argv, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL,
+                                    stdout=stdout, stderr=stderr, start_new_session=True)
+            late = None
+            try:
+                proc.wait(timeout=HISTORY_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                late = f"passed its {HISTORY_DEADLINE_S:g} s deadline"
+            finally:
+                _kill_group(proc.pid)  # anything it left behind in its session
+                proc.wait()
+                if self.seal is not None:
+                    self.seal.sweep()  # and anything of its uid that left the session
+            out, err = (_read(f) for f in (stdout, stderr))
+        if late is not None:
+            out, err = "", late
         if proc.returncode != 0:
             last = err.strip().splitlines()[-1:] or ["(no stderr)"]
             return (), f"the target's history could not be read: {last[0]}"
@@ -138,6 +184,15 @@ class TargetDriver:
             return tuple(data), None
         except ValueError as exc:
             return (), f"the target's history is malformed: {exc}"
+
+
+#: Bytes of the ``history`` worker's output read at most (its JSON and its stderr).
+_MAX_OUTPUT = 64 << 20
+
+
+def _read(f: IO[bytes]) -> str:
+    f.seek(0)
+    return f.read(_MAX_OUTPUT).decode("utf-8", errors="replace")
 
 
 def _kill_group(pgid: int) -> None:
