@@ -284,6 +284,8 @@ class Evidence:
             happen at all, one listed must happen once when the case completes.
         target: the loop under test: ``reference`` (the reference or a package run as
             ``python -m MODULE``) or a target's name (``python``, ``langgraph``, ``dbos``).
+        crash_state: the fingerprint of the durable state the first kill left
+            (``StoryRecord.crash_state``); never read by a check.
     """
 
     execution_id: str
@@ -310,6 +312,7 @@ class Evidence:
     history_at_approval: HistoryMark | None = None
     checkpoints_file: tuple[int, int] | None = None
     history: History = History(HistorySource.CHECKPOINT_STORE)
+    crash_state: str | None = None
 
     @property
     def cut_short(self) -> bool:

@@ -184,6 +184,9 @@ class StoryRecord:
         target_history: a target's durable writes, read after the story through its own
             API (``harness.targets.drive``); ``None`` for a loop with a checkpoint store.
         target_error: why a target's state could not be read, or ``None``.
+        crash_state: the fingerprint of the durable state the first kill left
+            (``harness.story.crash_state``), or ``None``: no kill, or a state no fingerprint
+            can stand for.
     """
 
     steps: tuple[Step, ...]
@@ -200,3 +203,4 @@ class StoryRecord:
     target_history: History | None = None
     target_error: str | None = None
     history_at_approval: HistoryMark | None = None
+    crash_state: str | None = None

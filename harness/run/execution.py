@@ -166,7 +166,7 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
                        gateway_url=gateway.url, channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
                        data_dir=sandbox.path if sandbox is not None else None,
-                       approvals=approvals.address)
+                       approvals=approvals.address, pending_faults=gateway.pending_faults)
     return record, controller
 
 
@@ -237,7 +237,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         max_attempts=s.max_attempts,
         gates=(DEFAULT_GATE, NOTE_GATE) if s.order_note else (DEFAULT_GATE,),
         target="reference" if target is None else target.name,
-        history=history,
+        history=history, crash_state=record.crash_state,
     )
 
 

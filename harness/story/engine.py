@@ -51,6 +51,7 @@ from harness.model import (
 )
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
+from harness.story import crash_state
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
@@ -71,12 +72,14 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
-          data_dir: Path | None = None, approvals: str | None = None) -> StoryRecord:
+          data_dir: Path | None = None, approvals: str | None = None,
+          pending_faults: Callable[[], tuple[object, ...]] | None = None) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
     execution's sandbox. ``approvals``: the address of the harness's approval service
     (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
-    ``None``: the workers open that file themselves.
+    ``None``: the workers open that file themselves. ``pending_faults``: the gateway faults
+    not yet spent (part of the state after the first crash, ``StoryRecord.crash_state``).
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -91,6 +94,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
                      approvals=approvals)
+    engine.pending_faults = pending_faults or tuple
     try:
         engine.play()
         engine.read_target()
@@ -143,6 +147,10 @@ class _Engine:
         self._lock_holder: LockHolder | None = None
         self.target_history: History | None = None
         self.target_error: str | None = None
+        self.pending_faults: Callable[[], tuple[object, ...]] = tuple
+        self.step_index = 0  # the step being played
+        self.crash_state: str | None = None  # the fingerprint after the first kill
+        self._crashed = False  # a worker was killed by the harness (the first kill is past)
 
     # -- the story ----------------------------------------------------------------------
     def play(self) -> None:
@@ -150,10 +158,12 @@ class _Engine:
             WorkersStep: self._workers, HumanStep: self._human, HoldStep: self._hold,
             ReleaseStep: self._release, ClockStep: self._clock, StorageStep: self._storage}
         try:
-            for step in self.steps:
+            for i, step in enumerate(self.steps):
+                self.step_index = i
                 if step.when is When.KILLED and not self.unrecovered:
                     continue
                 handlers[type(step)](step)
+                self._crashed = self._crashed or any(r.killed_by_harness for r in self.w.runs)
         except _CutShort:
             pass  # recorded in the errors; the steps after it cannot happen as written
         finally:
@@ -161,6 +171,43 @@ class _Engine:
                 hold.release.set()
             while self.background:
                 self.w.finish(self.background.pop(0))
+            self._crashed = True  # no fingerprint after this
+
+    def _after_run(self, run: WorkerRun, step: WorkersStep, nth: int) -> None:
+        """After a worker of a sequential step: if it is the execution's first kill, take the
+        fingerprint of the state it left (``harness.story.crash_state``), unless another
+        worker is alive or held, or the story already recorded an error: then none."""
+        if self._crashed or not run.killed_by_harness:
+            return
+        self._crashed = True
+        if (self.background or self.w.errors or self.w.target is not None
+                or any(h.worker is not None and not h.release.is_set()
+                       for h in self.holds.values())
+                or self.w.started != len(self.w.runs)):
+            return
+        totals = self.controller.totals
+        story = {
+            "step": self.step_index, "role": str(run.role), "nth": nth,
+            "recover": str(step.recover) if step.recover else None,
+            "workers": len(self.w.runs), "unrecovered": self.unrecovered,
+            "approved": self.approval_event is not None,
+            "seq_at_approval": self.checkpoint_seq_at_approval,
+            "mark_unreadable": (self.history_at_approval is not None
+                                and self.history_at_approval.unreadable is not None),
+            "offered_ticket": self.w.offered_ticket,
+            "clock_offset_s": round(self.w.clock_offset_s, 3),
+            "injected": [r.seq for r in self.w.injected], "v1_rows": self.v1_rows,
+            "hooks": sorted(f"{p.label}+{p.occurrence - totals.seen(p.label)}"
+                            for p in self.controller.hooks),
+            "holds": sorted(f"{p.label}+{p.occurrence - totals.seen(p.label)}"
+                            f"/{h.held.is_set()}/{h.release.is_set()}"
+                            for p, h in self.holds.items()),
+            "faults": [repr(f) for f in self.pending_faults()],
+            "lock": self._lock_holder is not None,
+        }
+        self.crash_state = crash_state.fingerprint(
+            story, (self.w.data_dir, self.w.workdir),
+            crash_state.simulated_now(self.w.clock_offset_s))
 
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
@@ -181,7 +228,7 @@ class _Engine:
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
-                           self.target_error, self.history_at_approval)
+                           self.target_error, self.history_at_approval, self.crash_state)
 
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
@@ -193,12 +240,14 @@ class _Engine:
             self._until_held(step)
         else:
             self.unrecovered = False
-            for _ in range(step.count):
+            for nth in range(step.count):
                 if not self._may_start(step.role):
                     break
                 run = self.w.run(step.role, step.owner)
+                self._after_run(run, step, nth)
                 while self._again(run) and step.recover and self._may_start(step.recover):
                     run = self.w.run(step.recover, step.owner)
+                    self._after_run(run, step, nth)
                 self.unrecovered = self.unrecovered or run.killed_by_harness
         if step.role is WorkerRole.MIGRATE:
             self._request_migrated()
