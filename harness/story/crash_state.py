@@ -75,8 +75,8 @@ def fingerprint(story: Mapping[str, object], folders: Iterable[Path],
 def durable_digest(folders: Iterable[Path], now_s: float) -> str:
     """The SHA-256 (hex) of every file under ``folders`` (names relative to their folder,
     sorted): an SQLite database by its tables' rows (``DROPPED_COLUMNS`` left out,
-    ``RELATIVE_COLUMNS`` relative to ``now_s``), its ``-wal``/``-shm``/``-journal``
-    companions through it, a worker's output file not at all, any other file by its bytes.
+    ``RELATIVE_COLUMNS`` relative to ``now_s``), its ``-wal``/``-shm`` companions through it,
+    a non-empty rollback journal (which may be hot) by its bytes, a worker's output file not at all, any other file by its bytes.
     A file that cannot be read counts by its error, so it never equals a readable one."""
     h = hashlib.sha256()
     seen: set[Path] = set()
@@ -87,7 +87,12 @@ def durable_digest(folders: Iterable[Path], now_s: float) -> str:
         seen.add(folder)
         for path in sorted(_files(folder)):
             rel = path.relative_to(folder).as_posix()
-            if rel.startswith(_OUTPUT_PREFIX) or rel.endswith(("-wal", "-shm", "-journal")):
+            if rel.startswith(_OUTPUT_PREFIX) or rel.endswith(("-wal", "-shm")):
+                continue  # a WAL's committed frames are read through its database
+            if rel.endswith("-journal"):  # a rollback journal left behind may be hot: the
+                if path.is_file() and path.stat().st_size:  # next opener rolls it back
+                    h.update(f"\0journal {rel}\0".encode())
+                    h.update(_raw_digest(path).encode())
                 continue
             h.update(f"\0file {rel}\0".encode())
             h.update(_file_digest(path, now_s).encode())
@@ -109,10 +114,24 @@ def _file_digest(path: Path, now_s: float) -> str:
         with open(path, "rb") as f:
             head = f.read(len(_SQLITE_MAGIC))
         if head == _SQLITE_MAGIC:
-            return _sqlite_digest(path, now_s)
+            try:
+                return _sqlite_digest(path, now_s)
+            except sqlite3.Error:  # a hot journal a read-only reader will not roll back, …
+                return "raw " + _raw_digest(path)  # equal only if every byte is
         return hashlib.sha256(path.read_bytes()).hexdigest()
-    except (OSError, sqlite3.Error) as exc:
-        return f"unreadable: {type(exc).__name__}"
+    except OSError as exc:
+        return f"unreadable: {type(exc).__name__}: {exc}"
+
+
+def _raw_digest(path: Path) -> str:
+    """The bytes of a database and of its companions (``-journal``, ``-wal``): an
+    uncommitted transaction the next opener rolls back or replays is in them."""
+    h = hashlib.sha256()
+    for part in (path, *(path.with_name(path.name + s) for s in ("-journal", "-wal"))):
+        if part.is_file():
+            h.update(f"\0{part.name}\0".encode())
+            h.update(part.read_bytes())
+    return h.hexdigest()
 
 
 def _sqlite_digest(path: Path, now_s: float) -> str:
