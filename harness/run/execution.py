@@ -56,6 +56,7 @@ from harness.model import (
     StoryRecord,
     Verdict,
 )
+from harness.run.equivalence import applies
 from harness.sandbox.scratch import DATABASE_SUFFIXES, in_scratch, move_home
 from harness.sandbox.users import Sandbox, available, install_code, install_fixtures
 from harness.services.approvals import ApprovalService
@@ -166,7 +167,8 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
                        gateway_url=gateway.url, channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
                        data_dir=sandbox.path if sandbox is not None else None,
-                       approvals=approvals.address, pending_faults=gateway.pending_faults)
+                       approvals=approvals.address, pending_faults=gateway.pending_faults,
+                       fingerprint=applies(plan) and len(plan.schedule.kills) == 1)
     return record, controller
 
 

@@ -73,13 +73,16 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
           data_dir: Path | None = None, approvals: str | None = None,
-          pending_faults: Callable[[], tuple[object, ...]] | None = None) -> StoryRecord:
+          pending_faults: Callable[[], tuple[object, ...]] | None = None,
+          fingerprint: bool = False) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
     execution's sandbox. ``approvals``: the address of the harness's approval service
     (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
     ``None``: the workers open that file themselves. ``pending_faults``: the gateway faults
-    not yet spent (part of the state after the first crash, ``StoryRecord.crash_state``).
+    not yet spent. ``fingerprint``: take the fingerprint of the state the first kill leaves
+    (``StoryRecord.crash_state``; only where equivalence may use it: it costs a read of
+    every file).
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -95,6 +98,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
                      approvals=approvals)
     engine.pending_faults = pending_faults or tuple
+    engine.fingerprint = fingerprint
     try:
         engine.play()
         engine.read_target()
@@ -148,6 +152,7 @@ class _Engine:
         self.target_history: History | None = None
         self.target_error: str | None = None
         self.pending_faults: Callable[[], tuple[object, ...]] = tuple
+        self.fingerprint = False  # take crash_state at the first kill
         self.step_index = 0  # the step being played
         self.crash_state: str | None = None  # the fingerprint after the first kill
         self._crashed = False  # a worker was killed by the harness (the first kill is past)
@@ -180,7 +185,7 @@ class _Engine:
         if self._crashed or not run.killed_by_harness:
             return
         self._crashed = True
-        if (self.background or self.w.errors or self.w.target is not None
+        if (not self.fingerprint or self.background or self.w.errors or self.w.target is not None
                 or any(h.worker is not None and not h.release.is_set()
                        for h in self.holds.values())
                 or self.w.started != len(self.w.runs)):
