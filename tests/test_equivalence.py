@@ -59,8 +59,9 @@ def _compare(scenario, tmp_path: Path) -> tuple[RunResult, RunResult]:  # type: 
 
 
 def test_equivalence_gives_the_exhaustive_verdicts_on_o1001(tmp_path: Path) -> None:
-    """Kills before any commit (one state) and around the park (another): the doubles of the second of each pair are equivalent to the first's, with the same
-    verdicts as when all run."""
+    """Kills before any commit (one state) and around the park (another): the doubles of
+    the second of each pair are equivalent to the first's, with the same verdicts as when
+    all run."""
     s = load_scenario(ROOT / "scenarios" / "o1001-double.toml")
     s = replace(s, points=_points("t0.case_started", "t1.get_customer", "t3.checkpoint_saved",
                                   "t4.parked"))

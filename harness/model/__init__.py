@@ -89,7 +89,8 @@ from harness.model.target import PythonTarget, TargetRole
 __all__ = [
     "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KEY",
     "NO_KILL", "NO_RECOVERY", "NOTE_GATE", "PAST_LEASE", "REFERENCE", "SRC", "ApprovalRecord",
-    "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashSchedule", "Delivery", "Equivalence",
+    "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashSchedule", "Delivery",
+    "Equivalence",
     "Draft", "DurableWrite", "Event", "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan",
     "ExecutionResult", "FaultKind", "FaultSpec", "Gap", "GateState", "GatewayLog", "History",
     "HistoryMark", "HistorySource", "HitCounter", "HoldStep", "HumanAction", "HumanStep",

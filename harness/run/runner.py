@@ -361,11 +361,11 @@ def run(
         for plans in waiting.values():  # their twins never ran (a stopped run)
             for plan in plans:
                 order.remove((rep, plan.id))
-        for ran, twin in samples:
-            if (rep, ran) in finished and (rep, twin) in finished:
+        for ran_id, twin_id in samples:
+            if (rep, ran_id) in finished and (rep, twin_id) in finished:
                 tally["sampled"] += 1
                 assert classes is not None
-                classes.compare(finished[(rep, ran)], finished[(rep, twin)])
+                classes.compare(finished[(rep, ran_id)], finished[(rep, twin_id)])
         if classes is not None:
             mismatches.extend(classes.mismatches)
         return stop

@@ -34,9 +34,10 @@ import time
 from collections.abc import Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
-__all__ = ["DROPPED_COLUMNS", "RELATIVE_COLUMNS", "SKIPPED_TABLES", "durable_digest",
-           "fingerprint"]
+__all__ = ["DROPPED_COLUMNS", "RELATIVE_COLUMNS", "SKIPPED_TABLES", "after_first_kill",
+           "durable_digest", "fingerprint", "simulated_now"]
 
 #: Columns that hold a wall-clock time, a pid, a port or a uid: they differ between two
 #: runs of the same state and no worker decides on them (checked against the schemas of
@@ -53,6 +54,41 @@ SKIPPED_TABLES = frozenset({"service_calls", "sqlite_sequence"})
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 #: The harness's own output files in the execution folder (never read by a worker).
 _OUTPUT_PREFIX = "worker-"
+
+
+def after_first_kill(engine: Any, run: Any, step: Any, nth: int) -> str | None:
+    """The fingerprint of the state the story engine (``harness.story.engine._Engine``) is in
+    just after reaping ``run``, the execution's first killed worker, the ``nth`` of the
+    sequential workers ``step``; ``None`` when another worker is alive or held, the story
+    already recorded an error, or the loop is a target."""
+    if (engine.background or engine.w.errors or engine.w.target is not None
+            or any(h.worker is not None and not h.release.is_set()
+                   for h in engine.holds.values())
+            or engine.w.started != len(engine.w.runs)):
+        return None
+    totals = engine.controller.totals
+    story = {
+        "step": engine.step_index, "role": str(run.role), "nth": nth,
+        "recover": str(step.recover) if step.recover else None,
+        "workers": len(engine.w.runs), "unrecovered": engine.unrecovered,
+        "approved": engine.approval_event is not None,
+        "seq_at_approval": engine.checkpoint_seq_at_approval,
+        "mark_unreadable": (engine.history_at_approval is not None
+                            and engine.history_at_approval.unreadable is not None),
+        "offered_ticket": engine.w.offered_ticket,
+        "clock_offset_s": round(engine.w.clock_offset_s, 3),
+        "injected": [r.seq for r in engine.w.injected], "v1_rows": engine.v1_rows,
+        "hooks": sorted(f"{p.label}+{p.occurrence - totals.seen(p.label)}"
+                        for p in engine.controller.hooks),
+        "holds": sorted(f"{p.label}+{p.occurrence - totals.seen(p.label)}"
+                        f"/{h.held.is_set()}/{h.release.is_set()}"
+                        for p, h in engine.holds.items()),
+        "faults": [repr(f) for f in engine.pending_faults()],
+        "lock": engine._lock_holder is not None,  # noqa: SLF001 (the engine's own state)
+    }
+    return fingerprint(
+        story, (engine.w.data_dir, engine.w.workdir),
+        simulated_now(engine.w.clock_offset_s))
 
 
 def fingerprint(story: Mapping[str, object], folders: Iterable[Path],
@@ -75,8 +111,9 @@ def fingerprint(story: Mapping[str, object], folders: Iterable[Path],
 def durable_digest(folders: Iterable[Path], now_s: float) -> str:
     """The SHA-256 (hex) of every file under ``folders`` (names relative to their folder,
     sorted): an SQLite database by its tables' rows (``DROPPED_COLUMNS`` left out,
-    ``RELATIVE_COLUMNS`` relative to ``now_s``), its ``-wal``/``-shm`` companions through it,
-    a non-empty rollback journal (which may be hot) by its bytes, a worker's output file not at all, any other file by its bytes.
+    ``RELATIVE_COLUMNS`` relative to ``now_s``), its ``-wal``/``-shm`` companions through
+    it, a non-empty rollback journal (which may be hot) by its bytes, a worker's output file
+    not at all, any other file by its bytes.
     A file that cannot be read counts by its error, so it never equals a readable one."""
     h = hashlib.sha256()
     seen: set[Path] = set()

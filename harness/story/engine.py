@@ -185,34 +185,8 @@ class _Engine:
         if self._crashed or not run.killed_by_harness:
             return
         self._crashed = True
-        if (not self.fingerprint or self.background or self.w.errors or self.w.target is not None
-                or any(h.worker is not None and not h.release.is_set()
-                       for h in self.holds.values())
-                or self.w.started != len(self.w.runs)):
-            return
-        totals = self.controller.totals
-        story = {
-            "step": self.step_index, "role": str(run.role), "nth": nth,
-            "recover": str(step.recover) if step.recover else None,
-            "workers": len(self.w.runs), "unrecovered": self.unrecovered,
-            "approved": self.approval_event is not None,
-            "seq_at_approval": self.checkpoint_seq_at_approval,
-            "mark_unreadable": (self.history_at_approval is not None
-                                and self.history_at_approval.unreadable is not None),
-            "offered_ticket": self.w.offered_ticket,
-            "clock_offset_s": round(self.w.clock_offset_s, 3),
-            "injected": [r.seq for r in self.w.injected], "v1_rows": self.v1_rows,
-            "hooks": sorted(f"{p.label}+{p.occurrence - totals.seen(p.label)}"
-                            for p in self.controller.hooks),
-            "holds": sorted(f"{p.label}+{p.occurrence - totals.seen(p.label)}"
-                            f"/{h.held.is_set()}/{h.release.is_set()}"
-                            for p, h in self.holds.items()),
-            "faults": [repr(f) for f in self.pending_faults()],
-            "lock": self._lock_holder is not None,
-        }
-        self.crash_state = crash_state.fingerprint(
-            story, (self.w.data_dir, self.w.workdir),
-            crash_state.simulated_now(self.w.clock_offset_s))
+        if self.fingerprint:
+            self.crash_state = crash_state.after_first_kill(self, run, step, nth)
 
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
