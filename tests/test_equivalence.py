@@ -29,7 +29,7 @@ from harness.plan.catalogue import CATALOGUE, resolve
 from harness.plan.scenario import load_scenario
 from harness.run.equivalence import Classes, applies, equivalent_result
 from harness.run.runner import run
-from harness.story.crash_state import durable_digest
+from harness.story.crash_state import durable_digest, fingerprint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -138,6 +138,13 @@ def test_the_fingerprint_leaves_out_times_and_pids_only(tmp_path: Path) -> None:
     assert durable_digest([a], 0.0) == durable_digest([b], 0.0)
     (b / "state.json").write_text("{}")  # any other file is
     assert durable_digest([a], 0.0) != durable_digest([b], 0.0)
+    # the story's position is part of it: the same files with the human's approval behind
+    # or ahead, or another ticket offered to the next worker, are other states
+    story = {"step": 2, "approved": False, "offered_ticket": None}
+    assert fingerprint(story, [a], 0.0) == fingerprint(dict(story), [a], 0.0)
+    assert fingerprint(story, [a], 0.0) != fingerprint({**story, "approved": True}, [a], 0.0)
+    assert fingerprint(story, [a], 0.0) != fingerprint({**story, "offered_ticket": "t"}, [a],
+                                                       0.0)
 
 
 def _result(plan: ExecutionPlan, verdict: Verdict, state: str | None) -> ExecutionResult:
