@@ -2,10 +2,19 @@
 
 Prints progress, then on its last line a JSON object::
 
-    {"speedup_fork_vs_spawn", "speedup_worker_lifetime", "worker_lifetime_ms",
-     "single_matrix_s", "double_matrix_s", "peak_rss_mib",
+    {"harness_cpu_ms_per_execution", "speedup_per_execution", "double_matrix_s",
+     "double_matrix_exhaustive_s", "double_matrix_executions", "single_matrix_s",
+     "speedup_fork_vs_spawn", "speedup_worker_lifetime", "worker_lifetime_ms", "peak_rss_mib",
      "per_execution_ms_100", "per_execution_ms_5000", "leaked_fds", "leaked_processes",
      "leaked_temp_entries", "executions_long"}
+
+The issue-27 figures first: ``harness_cpu_ms_per_execution`` (the harness process's own
+CPU per execution, below), ``speedup_per_execution`` (an execution's mean time with fresh
+interpreters / with the fork server, on the single-crash matrix), ``double_matrix_s`` (the
+double-crash matrix with crash states counted once, ``harness.run.equivalence``) beside
+``double_matrix_exhaustive_s`` (every execution run), and ``double_matrix_executions``
+(``run``, ``equivalent``, ``sampled``, ``total``). The machine is shared: compare the
+figures of one run with each other, not with another run's.
 
 - ``speedup_fork_vs_spawn``: the matrix's execution time per worker (the sum of its
   executions' times over its worker processes: a worker, and the harness's work around it)
@@ -108,12 +117,20 @@ def main() -> int:
           f"{fork['worker_lifetime_ms']:.1f} ms, spawn {spawn['worker_lifetime_ms']:.1f} ms",
           flush=True)
     double = load_scenario(ROOT / "scenarios" / "o1001-double.toml")
-    with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
-        t = time.perf_counter()
-        result = run([double], Path(tmp) / "run", jobs=args.jobs, launcher="fork")
-        double_s = time.perf_counter() - t
-    assert result.verdict == "pass", result.verdict
-    print(f"double matrix: {len(result.results)} executions in {double_s:.2f} s", flush=True)
+    timed: dict[bool, tuple[float, object]] = {}
+    for exhaustive in (False, True):
+        with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
+            t = time.perf_counter()
+            result = run([double], Path(tmp) / "run", jobs=args.jobs, launcher="fork",
+                         exhaustive=exhaustive)
+            timed[exhaustive] = (time.perf_counter() - t, result)
+        assert result.verdict == "pass", result.verdict
+    double_s, eq_result = timed[False]
+    exhaustive_s, _ = timed[True]
+    eq = eq_result.equivalence  # type: ignore[attr-defined]
+    print(f"double matrix: {eq.run + eq.equivalent} executions, {eq.run} run and "
+          f"{eq.equivalent} proven equivalent ({eq.sampled} of them run as a check) in "
+          f"{double_s:.2f} s; exhaustive {exhaustive_s:.2f} s", flush=True)
     first, last, leaks = long_run(args.long, args.jobs)
     print(f"long run: {args.long} executions, first 100 {first:.1f} ms each, last 100 "
           f"{last:.1f} ms each; leaks {leaks}", flush=True)
@@ -124,13 +141,18 @@ def main() -> int:
           f"({split['workers_per_execution']}); a forked worker doing nothing {noop:.1f} ms",
           flush=True)
     figures = {
+        "harness_cpu_ms_per_execution": round(split["harness_cpu_ms"], 1),
+        "speedup_per_execution": round(spawn["per_execution_ms"] / fork["per_execution_ms"], 2),
+        "double_matrix_s": round(double_s, 3),
+        "double_matrix_exhaustive_s": round(exhaustive_s, 3),
+        "double_matrix_executions": {"run": eq.run, "equivalent": eq.equivalent,
+                                     "sampled": eq.sampled, "total": eq.run + eq.equivalent},
+        "single_matrix_s": round(fork["matrix_wall_s"], 3),
         "speedup_fork_vs_spawn": round(spawn["per_worker_ms"] / fork["per_worker_ms"], 2),
         "speedup_worker_lifetime": round(spawn["worker_lifetime_ms"]
                                          / fork["worker_lifetime_ms"], 2),
         "worker_lifetime_ms": {"fork": fork["worker_lifetime_ms"],
                                "spawn": spawn["worker_lifetime_ms"]},
-        "single_matrix_s": round(fork["matrix_wall_s"], 3),
-        "double_matrix_s": round(double_s, 3),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "per_execution_ms_100": round(first, 1),
         "per_execution_ms_5000": round(last, 1),

@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeat", type=v.REPEAT, default=1, metavar="N",
                    help="soak: run the whole matrix N times (the same ids each time; "
                         "soak.json says which repeat each execution belongs to)")
+    p.add_argument("--exhaustive", action="store_true",
+                   help="run every execution of a double-crash matrix: without it, for the "
+                        "reference, one whose first crash left a state already run is "
+                        "reported as equivalent to it (a seeded 5%% still run and checked)")
     p.add_argument("--fail-fast", action="store_true",
                    help="stop at the first failing execution (no new execution, no further "
                         "repeat)")

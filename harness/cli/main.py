@@ -257,8 +257,9 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
         ev = res.evidence
         notes = (f" notes={len(ev.gateway.notes_for(ev.case_id))}"
                  if len(ev.gates) > 1 else "")  # the order note is the second gated action
+        twin = f"  equivalent to {res.equivalent_to}" if res.equivalent_to else ""
         say(f"{line.prefix(done, total, final)} {mark:<7} {res.plan.id:<55} "
-            f"{res.elapsed_s:6.2f}s  deliveries={ev.deliveries}{notes}{power_note(res)}")
+            f"{res.elapsed_s:6.2f}s  deliveries={ev.deliveries}{notes}{power_note(res)}{twin}")
 
     def on_repeat(rep: int) -> None:
         line.started = time.monotonic()
@@ -274,7 +275,7 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
                          schedule=schedule, worker_timeout_s=args.timeout, progress=progress,
                          repeat=args.repeat, fail_fast=args.fail_fast, on_repeat=on_repeat,
                          sut=sut, shard=shard, durations=durations,
-                         keep_databases=args.keep_all,
+                         keep_databases=args.keep_all, exhaustive=args.exhaustive,
                          where_planned=schedule is not None and len(scenarios) > 1)
     except Exception as exc:  # a harness error is never a verdict about the loop
         import traceback
@@ -422,6 +423,12 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
           f"({len(result.results)} executions"
           f"{f' in {len(set(result.repeats))} repeats' if soak else ''}, "
           f"{result.elapsed_s:.1f} s)")
+    eq = result.equivalence
+    if eq.equivalent or eq.mismatches:
+        say(f"  crash states counted once: {eq.run} run, {eq.equivalent} proven equivalent "
+            f"({eq.sampled} of them run as a check); --exhaustive runs them all")
+    for line in eq.mismatches:
+        say(f"  HARNESS ERROR (equivalence): {line}")
     for res, rep in zip(result.results, result.repeats or [1] * len(result.results),
                         strict=True):
         if res.verdict is not Verdict.PASS:

@@ -275,7 +275,7 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
 
     result = run(scenarios, run_dir, jobs=jobs, launcher=chosen,
                  worker_timeout_s=worker_timeout_s, sut=sut, progress=progress,
-                 schedule=schedule)
+                 schedule=schedule, exhaustive=True)  # grading is always exhaustive
     if result.interrupted:  # no retries, no scores: its reports say interrupted
         write_reports(result, run_dir)
         raise _Interrupted(len(result.results))

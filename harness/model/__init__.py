@@ -60,7 +60,14 @@ from harness.model.plan import (
     Sut,
 )
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
-from harness.model.results import CheckResult, Counts, ExecutionResult, RunResult, roll_up
+from harness.model.results import (
+    CheckResult,
+    Counts,
+    Equivalence,
+    ExecutionResult,
+    RunResult,
+    roll_up,
+)
 from harness.model.shard import Shard, ShardError, ShardPlan, Unit
 from harness.model.story import (
     DEFAULT_GATE,
@@ -86,7 +93,7 @@ __all__ = [
     "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KEY",
     "NO_KILL", "NO_RECOVERY", "NOTE_GATE", "PAST_LEASE", "REFERENCE", "SRC", "ApprovalRecord",
     "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashMode", "CrashSchedule",
-    "Delivery",
+    "Delivery", "Equivalence",
     "Draft", "DurableWrite", "Event", "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan",
     "ExecutionResult", "FaultKind", "FaultSpec", "GatewayDialect", "Gap", "GateState",
     "GatewayLog", "History", "HistoryMark", "HistorySource", "HitCounter", "HoldStep",

@@ -310,6 +310,8 @@ class Evidence:
             ``python -m MODULE``) or a target's name (``python``, ``langgraph``, ``dbos``).
         power_cuts: the power cuts after kills, in order (``PowerCut``): what was
             committed before each and what it lost.
+        crash_state: the fingerprint of the durable state the first kill left
+            (``StoryRecord.crash_state``); never read by a check.
     """
 
     execution_id: str
@@ -337,6 +339,7 @@ class Evidence:
     checkpoints_file: tuple[int, int] | None = None
     history: History = History(HistorySource.CHECKPOINT_STORE)
     power_cuts: tuple[PowerCut, ...] = ()
+    crash_state: str | None = None
 
     @property
     def cut_short(self) -> bool:

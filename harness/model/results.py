@@ -13,7 +13,7 @@ from harness.model.kinds import CheckId, CheckStatus, Verdict
 from harness.model.plan import ExecutionPlan
 from harness.model.shard import Shard, ShardPlan
 
-__all__ = ["CheckResult", "Counts", "ExecutionResult", "RunResult", "roll_up"]
+__all__ = ["CheckResult", "Counts", "Equivalence", "ExecutionResult", "RunResult", "roll_up"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,10 @@ class CheckResult:
 @dataclass(frozen=True)
 class ExecutionResult:
     """The outcome of one execution: its ``evidence``, the decided ``checks``, the
-    ``verdict``, the ``reasons`` behind it and ``elapsed_s`` (seconds)."""
+    ``verdict``, the ``reasons`` behind it and ``elapsed_s`` (seconds). ``equivalent_to``:
+    the id of the execution this one was proven equivalent to and not run (its first crash
+    left the same state, ``harness.run.equivalence``): then the evidence, checks and
+    verdict are that one's, and ``elapsed_s`` is 0."""
 
     plan: ExecutionPlan
     evidence: Evidence
@@ -66,6 +69,7 @@ class ExecutionResult:
     verdict: Verdict
     reasons: tuple[str, ...]
     elapsed_s: float
+    equivalent_to: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.verdict, Verdict):
@@ -123,6 +127,32 @@ def roll_up(verdicts: Iterable[str], *, complete: bool = True) -> Verdict:
 
 
 @dataclass(frozen=True)
+class Equivalence:
+    """What equivalence did in a run (``harness.run.equivalence``).
+
+    Attributes:
+        enabled: equivalence was on (a trusted implementation, ``--exhaustive`` not given).
+        run: executions run.
+        equivalent: executions reported as equivalent to one run (not run themselves).
+        sampled: equivalent executions run all the same to check the claim (counted in
+            ``run``).
+        mismatches: harness errors: a sampled execution whose verdict differs from its
+            twin's, or a state whose second kill points differ from its class's.
+    """
+
+    enabled: bool = False
+    run: int = 0
+    equivalent: int = 0
+    sampled: int = 0
+    mismatches: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``summary.json`` object."""
+        return {"enabled": self.enabled, "run": self.run, "equivalent": self.equivalent,
+                "sampled": self.sampled, "mismatches": list(self.mismatches)}
+
+
+@dataclass(frozen=True)
 class RunResult:
     """All executions of one ``shopops-chaos run``.
 
@@ -142,6 +172,8 @@ class RunResult:
             ``merge`` compares across shards; ``None`` when not sharded.
         skipped: ``(scenario, why)`` of the scenarios a ``--schedule`` was not run on
             because it is not in their kill matrix (``run(where_planned=True)``).
+        equivalence: executions run and proven equivalent (``harness.run.equivalence``);
+            a mismatch in it is a harness error: the run's verdict is then never a pass.
     """
 
     run_id: str
@@ -156,6 +188,7 @@ class RunResult:
     shard: Shard | None = None
     shard_plan: ShardPlan | None = None
     skipped: tuple[tuple[str, str], ...] = ()
+    equivalence: Equivalence = Equivalence()
 
     @property
     def counts(self) -> Counts:
@@ -164,8 +197,10 @@ class RunResult:
 
     @property
     def verdict(self) -> Verdict:
-        """``roll_up`` of the executions; an interrupted run is never a pass."""
-        return roll_up((r.verdict for r in self.results), complete=not self.interrupted)
+        """``roll_up`` of the executions; an interrupted run, or one whose equivalence
+        claims did not hold (``Equivalence.mismatches``), is never a pass."""
+        return roll_up((r.verdict for r in self.results),
+                       complete=not self.interrupted and not self.equivalence.mismatches)
 
     @property
     def exit_status(self) -> int:

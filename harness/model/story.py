@@ -200,6 +200,9 @@ class StoryRecord:
             API (``harness.targets.drive``); ``None`` for a loop with a checkpoint store.
         target_error: why a target's state could not be read, or ``None``.
         power_cuts: the power cuts after kills, in order (``PowerCut``).
+        crash_state: the fingerprint of the durable state the first kill left
+            (``harness.story.crash_state``), or ``None``: no kill, or a state no fingerprint
+            can stand for.
     """
 
     steps: tuple[Step, ...]
@@ -217,3 +220,4 @@ class StoryRecord:
     target_error: str | None = None
     history_at_approval: HistoryMark | None = None
     power_cuts: tuple[PowerCut, ...] = ()
+    crash_state: str | None = None

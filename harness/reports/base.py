@@ -115,6 +115,7 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
                      "timed_out": w.timed_out, "elapsed_s": w.elapsed_s}
                     for w in ev.workers],
         "elapsed_s": result.elapsed_s,
+        "equivalent_to": result.equivalent_to,  # not run: its twin's evidence and verdict
         "workdir": ev.workdir,
         "replay": plan.replay,
     }

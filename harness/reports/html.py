@@ -117,6 +117,7 @@ def _execution(index: int, r: ExecutionResult) -> dict[str, Any]:
         "deliveries": ev.deliveries, "outcome": OUTCOME_TEXT[delivery_outcome(r)],
         "idem_keys": [NO_KEY if k is None else k for k in case_keys(r)] or ["none sent"],
         "workdir": ev.workdir, "workers": ev.workers, "total_ms": total, "lanes": lane_list,
+        "equivalent_to": r.equivalent_to,
         "events": [{"t_ms": e.t_ms, "who": _who(e, roles), "kind": e.kind,
                     "label": e.label, "detail": e.detail} for e in ev.events],
     }

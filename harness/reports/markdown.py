@@ -102,13 +102,15 @@ def _matrix(run: RunResult) -> list[str]:
                  else "?" if c.undecided else "✗*" if is_expected(r, c.check_id)
                  else "✗" for c in r.checks}
         power = f" ({power_note(r).strip()})" if power_note(r) else ""
-        cells = [_code(r.plan.id, True) + power, *(marks.get(c, "–") for c in CHECK_IDS),
+        twin = f" ≡ {_code(r.equivalent_to, True)}" if r.equivalent_to else ""
+        cells = [_code(r.plan.id, True) + power + twin, *(marks.get(c, "–") for c in CHECK_IDS),
                  str(r.evidence.deliveries), f"**{r.verdict}**" if r.verdict != PASS
                  else r.verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, "", "✓ passed, ✗ failed, ✗* failed as the scenario expects, ? undecided (its "
             "evidence is missing), n/a not applicable (the target does not expose the state it "
-            "needs), – not run."]
+            "needs), – not run; ≡ X: proven equivalent to X (its first crash left X's state) "
+            "and not run."]
 
 
 def _section(r: ExecutionResult) -> list[str]:
@@ -118,7 +120,11 @@ def _section(r: ExecutionResult) -> list[str]:
            f"Scenario {_code(plan.scenario.name)}{source}, schedule {_code(plan.schedule.id)}"
            f"{f' ({power_note(r).strip()})' if power_note(r) else ''}, "
            f"{r.evidence.deliveries} delivery(ies), {r.elapsed_s:.2f} s, "
-           f"workdir {_code(visible_line(r.evidence.workdir))}.", "", "Reasons:", ""]
+           f"workdir {_code(visible_line(r.evidence.workdir))}.", ""]
+    if r.equivalent_to:
+        out += [f"Not run: equivalent to {_code(r.equivalent_to)} (its first crash left the "
+                "same durable state); what follows is that execution's.", ""]
+    out += ["Reasons:", ""]
     out += [f"- {_prose(reason)}" for reason in r.reasons] or ["- (none)"]
     for c in undecided_checks(r):
         out += ["", f"#### {_code(c.check_id)} undecided", "",
@@ -190,6 +196,12 @@ def render(run: RunResult) -> str:
            f"**{verdict.upper()}**{state} — {run.counts.sentence()} ({len(run.results)} "
            f"executions, {run.elapsed_s:.1f} s, "
            f"launcher {run.launcher}, started {run.started_at or 'n/a'}).", ""]
+    eq = run.equivalence
+    if eq.equivalent or eq.mismatches:
+        out += [f"Crash states counted once: {eq.run} executions run, {eq.equivalent} proven "
+                f"equivalent to one run and not run ({eq.sampled} of them run all the same, "
+                "as a check); `--exhaustive` runs them all.", ""]
+    out += [f"> HARNESS ERROR (equivalence): {_prose(line)}" for line in eq.mismatches]
     if run.interrupted:
         out += ["> The run was interrupted: only the executions that finished are here, "
                 "and its verdict is unknown.", ""]

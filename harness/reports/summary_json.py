@@ -21,6 +21,7 @@ def summary(run: RunResult) -> dict[str, Any]:
         "interrupted": run.interrupted,
         "verdict": run.verdict,
         "counts": run.counts.as_dict(),
+        "equivalence": run.equivalence.as_dict(),  # executions run / proven equivalent
         "skipped": [{"scenario": name, "why": why} for name, why in run.skipped],
         "executions": [execution_dict(r) for r in run.results],
     }

@@ -62,6 +62,7 @@ from harness.model import (
     Sut,
     Verdict,
 )
+from harness.run.equivalence import applies
 from harness.sandbox.code_copy import CopyRefused, copy_tree
 from harness.sandbox.scratch import DATABASE_SUFFIXES, in_scratch, move_home
 from harness.sandbox.users import (
@@ -222,7 +223,9 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
                        channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
                        data_dir=sandbox.path if sandbox is not None else None,
-                       approvals=approvals.address, seal=seal)
+                       approvals=approvals.address, seal=seal,
+                       pending_faults=gateway.pending_faults,
+                       fingerprint=applies(plan) and len(plan.schedule.kills) == 1)
     return record, controller
 
 
@@ -305,7 +308,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         max_attempts=s.max_attempts,
         gates=(DEFAULT_GATE, NOTE_GATE) if s.order_note else (DEFAULT_GATE,),
         target="reference" if target is None else target.name,
-        history=history,
+        history=history, crash_state=record.crash_state,
     )
 
 

@@ -22,6 +22,7 @@ from harness.model import (
     NO_KILL,
     REFERENCE,
     CrashSchedule,
+    Equivalence,
     ExecutionPlan,
     ExecutionResult,
     KillPoint,
@@ -34,6 +35,7 @@ from harness.model import (
 )
 from harness.plan.matrix import double_kill_plans, points_from_trace, single_kill_plans
 from harness.plan.shard import cut_matrix
+from harness.run.equivalence import DEFAULT_SAMPLE, Classes, equivalent_result, twin_plan
 from harness.run.execution import execute
 from harness.sandbox import users as sandbox
 
@@ -110,6 +112,9 @@ def run(
     durations: dict[str, float] | None = None,
     keep_databases: bool = True,
     where_planned: bool = False,
+    exhaustive: bool = False,
+    sample: float = DEFAULT_SAMPLE,
+    seed: int = 0,
 ) -> RunResult:
     """Run the kill matrix of every scenario; results in ``RunResult`` (no reports written).
 
@@ -146,6 +151,12 @@ def run(
             the scratch area instead of copying them into ``out_dir``
             (``execution.execute``), for a run that drops them anyway (``--keep-all``
             not given).
+        exhaustive: run every execution of the double-crash matrix. Without it, for trusted
+            code (``sut`` not untrusted) in a whole, unsharded matrix, a double whose first
+            crash left the state of an earlier single's (``harness.run.equivalence``) is
+            reported as equivalent to that one's double with the same second kill, not run;
+            ``sample`` (0 to 1) of them, drawn with ``seed``, run all the same and must give
+            the same verdict (``RunResult.equivalence``).
 
     Returns:
         the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
@@ -175,6 +186,12 @@ def run(
         submitted.append(fut)
         return fut
     salt = secrets.token_hex(16) if sut.untrusted else ""
+    equivalence = (not exhaustive and not sut.untrusted and shard is None
+                   and schedule is None)
+    if not 0.0 <= sample <= 1.0:
+        raise ValueError(f"sample: {sample!r} must be between 0 and 1")
+    tally = {"equivalent": 0, "sampled": 0}
+    mismatches: list[str] = []
 
     def matrix(rep: int) -> bool:
         """One repeat of the whole matrix; ``True`` if ``fail_fast`` stopped it."""
@@ -197,6 +214,21 @@ def run(
         cut: ShardPlan | None = None
         total = done_here = 0
         stop = False
+        classes = Classes(seed, sample) if equivalence else None
+        waiting: dict[str, list[ExecutionPlan]] = {}  # twin's id: the plans equivalent to it
+        samples: list[tuple[str, str]] = []  # (a sampled equivalent's id, its twin's id)
+
+        def defer(plan: ExecutionPlan, twin: str) -> None:
+            """``plan`` is equivalent to the execution ``twin``: reported once that one is."""
+            nonlocal total
+            if stop or (rep, plan.id) in order:
+                return
+            order.append((rep, plan.id))
+            total += 1
+            if (rep, twin) in finished:
+                report(equivalent_result(plan, finished[(rep, twin)]))
+            else:
+                waiting.setdefault(twin, []).append(plan)
 
         def submit(plan: ExecutionPlan) -> None:
             nonlocal total
@@ -221,6 +253,8 @@ def run(
         def report(res: ExecutionResult) -> None:
             nonlocal done_here, stop, total
             finished[(rep, res.plan.id)] = res
+            if res.equivalent_to is not None:
+                tally["equivalent"] += 1
             done_here += 1
             if progress and not with_final:
                 progress(done_here, total, res)
@@ -235,6 +269,8 @@ def run(
                     for f in [f for f in queued if f.cancel()]:
                         del queued[f]
                         total -= 1
+            for plan in waiting.pop(res.plan.id, []):
+                report(equivalent_result(plan, res))
 
         def mine(scenario: Scenario, key: str) -> bool:
             assert cut is not None and shard is not None
@@ -312,11 +348,31 @@ def run(
                 else:
                     plan = pending.pop(fut)
                     if plan.scenario.double and schedule is None:
-                        for second in double_kill_plans(plan, res.evidence):
-                            if cut is None or cut.owner_of(plan.scenario.name,
-                                                           second.schedule.id) is None:
-                                submit(second)  # a listed schedule is a unit of its own
+                        seconds = double_kill_plans(plan, res.evidence)
+                        twin = (classes.twin_of(plan, res, seconds)
+                                if classes is not None else None)
+                        for second in seconds:
+                            if cut is not None and cut.owner_of(
+                                    plan.scenario.name, second.schedule.id) is not None:
+                                continue  # a listed schedule is a unit of its own
+                            if twin is None:
+                                submit(second)
+                            elif classes is not None and classes.sampled(second):
+                                submit(second)  # run all the same: checked against its twin
+                                samples.append((second.id, twin_plan(second, twin).id))
+                            else:
+                                defer(second, twin_plan(second, twin).id)
                 report(res)
+        for plans in waiting.values():  # their twins never ran (a stopped run)
+            for plan in plans:
+                order.remove((rep, plan.id))
+        for ran_id, twin_id in samples:
+            if (rep, ran_id) in finished and (rep, twin_id) in finished:
+                tally["sampled"] += 1
+                assert classes is not None
+                classes.compare(finished[(rep, ran_id)], finished[(rep, twin_id)])
+        if classes is not None:
+            mismatches.extend(classes.mismatches)
         return stop
 
     try:
@@ -353,5 +409,8 @@ def run(
         result = RunResult(out_dir.name, out_dir, tuple(finished[k] for k in keys),
                            started_at, round(time.monotonic() - started, 3), interrupted,
                            launcher.name, tuple(rep for rep, _ in keys), stopped_early,
-                           shard, cuts[0] if cuts else None, tuple(skipped))
+                           shard, cuts[0] if cuts else None, tuple(skipped),
+                           Equivalence(equivalence, len(keys) - tally["equivalent"],
+                                       tally["equivalent"], tally["sampled"],
+                                       tuple(mismatches)))
     return result

@@ -36,9 +36,7 @@ from harness.model import (
     KillPoint,
     ReleaseStep,
     Step,
-    StorageFault,
     StorageStep,
-    StoredRow,
     StoryRecord,
     TicketKind,
     Wait,
@@ -49,11 +47,12 @@ from harness.model import (
 )
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
+from harness.story import crash_state
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
 from harness.story.queue_acts import draft_not_durable as _draft_not_durable
 from harness.story.queue_acts import request_migrated
-from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
-from harness.story.workers import RUN_ID, Started, Workers
+from harness.story.storage_steps import FORGED_TICKET, StorageSteps
+from harness.story.workers import Started, Workers
 from harness.targets.drive import TargetSeal
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
@@ -63,20 +62,23 @@ from shopops_contract import labels
 __all__ = ["APPROVER", "drive"]
 
 APPROVER = "maya"
-FORGED_TICKET = "apr-forged-1"
 OTHER_CASE = ("case-O-1002", "O-1002")
 
 
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
           data_dir: Path | None = None, approvals: str | None = None,
-          email_env: Mapping[str, str] | None = None,
-          seal: TargetSeal | None = None) -> StoryRecord:
+          email_env: Mapping[str, str] | None = None, seal: TargetSeal | None = None,
+          pending_faults: Callable[[], tuple[object, ...]] | None = None,
+          fingerprint: bool = False) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``): the workers' cwd and databases, a sealed execution's sandbox;
     ``seal``: how that execution runs a target (``TargetSeal``). ``approvals``: the address
     of the harness's approval service over ``workdir/approvals.db`` (``None``: the workers
     open that file). ``email_env``: what points an app's email client at the gateway.
+    ``pending_faults``: the gateway faults not yet spent. ``fingerprint``: take the
+    fingerprint of the state the first kill leaves (``StoryRecord.crash_state``; only where
+    equivalence may use it: it costs a read of every file).
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -91,6 +93,8 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
                      approvals=approvals, email_env=email_env, seal=seal)
+    engine.pending_faults = pending_faults or tuple
+    engine.fingerprint = fingerprint
     try:
         engine.play()
         engine.read_target()
@@ -131,30 +135,36 @@ class _Engine:
                          gateway_url=gateway_url, channel=channel,
                          timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
                          approvals=approvals, email_env=email_env, seal=seal)
+        self.storage = StorageSteps(self.w, controller, events, s.case_id)
         # the budget of workers: one per kill, the largest group, and a margin
         self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
                                                            default=1) + 4)
         self.approval_event: int | None = None
         self.checkpoint_seq_at_approval: int | None = None
         self.history_at_approval: HistoryMark | None = None
-        self.v1_rows = 0
         self._migrated_asked = False  # the migrated case's request is in the queue
         self.unrecovered = False  # the latest workers step left a harness kill behind
         self.holds: dict[KillPoint, Hold] = {}
         self.background: list[Started] = []
-        self._lock_holder: LockHolder | None = None
         self.target_history: History | None = None
         self.target_error: str | None = None
+        self.pending_faults: Callable[[], tuple[object, ...]] = tuple
+        self.fingerprint = False  # take crash_state at the first kill
+        self.step_index = 0  # the step being played
+        self.crash_state: str | None = None  # the fingerprint after the first kill
+        self._crashed = False  # a worker was killed by the harness (the first kill is past)
 
     def play(self) -> None:
         handlers: dict[type, Callable[[Step], None]] = {
             WorkersStep: self._workers, HumanStep: self._human, HoldStep: self._hold,
             ReleaseStep: self._release, ClockStep: self._clock, StorageStep: self._storage}
         try:
-            for step in self.steps:
+            for i, step in enumerate(self.steps):
+                self.step_index = i
                 if step.when is When.KILLED and not self.unrecovered:
                     continue
                 handlers[type(step)](step)
+                self._crashed = self._crashed or any(r.killed_by_harness for r in self.w.runs)
         except _CutShort:
             pass  # recorded in the errors; the steps after it cannot happen as written
         finally:
@@ -165,6 +175,17 @@ class _Engine:
                 self.w.finish(self.background.pop(0))
             if migrators:  # a held migrator committed only now: the queue as it was
                 self._request_migrated()
+            self._crashed = True  # no fingerprint after this
+
+    def _after_run(self, run: WorkerRun, step: WorkersStep, nth: int) -> None:
+        """After a worker of a sequential step: if it is the execution's first kill, take the
+        fingerprint of the state it left (``harness.story.crash_state``), unless another
+        worker is alive or held, or the story already recorded an error: then none."""
+        if self._crashed or not run.killed_by_harness:
+            return
+        self._crashed = True
+        if self.fingerprint:
+            self.crash_state = crash_state.after_first_kill(self, run, step, nth)
 
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
@@ -177,15 +198,15 @@ class _Engine:
                                if items is None else target.history_of(items))
 
     def close(self) -> None:
-        if self._lock_holder is not None:
-            self._lock_holder.close()
+        self.storage.close()
 
     def record(self) -> StoryRecord:
         w = self.w
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
-                           self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
+                           self.checkpoint_seq_at_approval, tuple(w.injected), self.storage.v1_rows,
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
-                           self.target_error, self.history_at_approval, tuple(w.power_cuts))
+                           self.target_error, self.history_at_approval, tuple(w.power_cuts),
+                           self.crash_state)
 
     def _workers(self, step: Step) -> None:
         assert isinstance(step, WorkersStep)
@@ -199,12 +220,14 @@ class _Engine:
             self._until_held(step)
         else:
             self.unrecovered = False
-            for _ in range(step.count):
+            for nth in range(step.count):
                 if not self._may_start(step.role):
                     break
                 run = self.w.run(step.role, step.owner, self._from_seq(step))
+                self._after_run(run, step, nth)
                 while self._again(run) and step.recover and self._may_start(step.recover):
                     run = self.w.run(step.recover, step.owner)
+                    self._after_run(run, step, nth)
                 self.unrecovered = self.unrecovered or run.killed_by_harness
         self._reap_released()
         if step.role is WorkerRole.MIGRATE and not self._migration_pending():
@@ -427,7 +450,7 @@ class _Engine:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
             elif kind is TicketKind.FORGED_IN_STATE:  # the email's only (story_parse)
-                self._forge_into_state()
+                self.storage.forge_ticket()
                 ticket = None
             elif kind is TicketKind.OTHER_CASE:
                 queue.request(OTHER_CASE[0], "0" * 64, gate=gate)
@@ -448,46 +471,9 @@ class _Engine:
                         f"{kind} ticket offered: {ticket}"
                         + (f" on gate {gate}" if gate != DEFAULT_GATE else ""), ref=ticket)
 
-    def _forge_into_state(self) -> None:
-        """The model writes an approval ticket into the state (Chapter 8, "Forged approval
-        on resume"): the harness appends the loop's latest state with a ticket the queue
-        never issued and phase ``approved`` as a checkpoint (``storage_faults.forge_ticket``,
-        in the contract's terms). Raises ``ShopOpsError`` if the loop left no readable
-        checkpoint to forge from: the story cannot go on."""
-        row = forge_ticket(self.w.ckpt_db, self.s.case_id, FORGED_TICKET)
-        self._injected(row, f"forged ticket written at seq {row.seq}")
-
     def _storage(self, step: Step) -> None:
         assert isinstance(step, StorageStep)
-        if step.fault is StorageFault.V1_CHECKPOINT:
-            self.v1_rows = install_v1_fixture(self.w.ckpt_db)
-            self.w.synced()
-            self.w.reset_phase()
-        elif step.fault is StorageFault.LOCK:
-            assert step.at is not None
-            self.controller.add_hook(step.at, lambda worker: self._take_lock(step.ms))
-        else:
-            self._inject(step.fault)
-
-    def _inject(self, kind: StorageFault) -> None:
-        row = inject_row(self.w.ckpt_db, self.s.case_id, RUN_ID, kind)
-        if row is None:
-            self.w.errors.append(f"storage fault {kind}: no checkpoint to corrupt")
-            return
-        self._injected(row, f"{kind} row at seq {row.seq}")
-
-    def _injected(self, row: StoredRow, text: str) -> None:
-        """Record a row the harness wrote into the store: kept by a power cut, in the trace."""
-        self.w.injected.append(row)
-        self.w.synced()
-        self.events.add(EventKind.INJECT, None, None, None, text, ref=str(row.seq))
-
-    def _take_lock(self, ms: int) -> None:
-        if self._lock_holder is None:
-            self._lock_holder = LockHolder(self.w.ckpt_db, ms)
-        self._lock_holder.take()
-        self.events.add(EventKind.LOCK, None, None, None,
-                        f"exclusive lock on checkpoints.db for {ms} ms")
+        self.storage.play(step)
 
     def _request_migrated(self) -> None:
         """After a migration the queue holds the parked case's request once; an unreadable
