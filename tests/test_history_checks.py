@@ -81,6 +81,23 @@ def test_a_deduplicated_request_after_completion_fails() -> None:
                "checkpoint" in line for line in res.evidence)
 
 
+def test_a_request_breaking_both_rules_is_counted_once_in_the_headline() -> None:
+    """Issue 26: a request by a worker that started from the completed checkpoint, made
+    after that checkpoint in the trace, breaks two rules: the headline counts it once."""
+    gw = good_gateway()
+    repeat = replace(request(3, gw.requests[0].idempotency_key, status=200, duplicate=True),
+                     worker_pid=STALE_PID)
+    evs = events(good_specs())
+    late = replace(evs[-1], seq=len(evs), kind="request", label=None, pid=STALE_PID,
+                   worker=None, detail="status 200 duplicate", ref="3")
+    ev = evidence(workers=after_completion_worker(), events=(*evs, late),
+                  gateway=GatewayLog(gw.requests + (repeat,), gw.deliveries))
+    res = no_request_after_done(ev)
+    assert not res.passed
+    assert sum("gateway request 3" in line for line in res.evidence) == 2  # both rules
+    assert res.detail == "1 gateway request(s) after the case was done"
+
+
 def test_a_stale_worker_sending_after_the_completed_checkpoint_fails() -> None:
     specs = [*good_specs(), ("request", None, 2, "status 200 duplicate")]
     evs = events(specs)

@@ -81,16 +81,19 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
     done, problems = writes(ev)
     acked_before = {w.index for w in ev.workers if w.phase_before in TERMINAL}
     lines, bad = [], []
+    late_refs: set[str] = set()  # each request once, however many rules it breaks
     notes = [r for r in ev.gateway.note_requests if r.case_id == ev.case_id]
     for r in _requests(ev) + notes:
         who = next((w for w in ev.workers if w.pid == r.worker_pid), None)
         if who is not None and who.index in acked_before:
+            late_refs.add(f"note:{r.seq}" if r in notes else str(r.seq))
             bad.append(f"gateway request {r.seq} (status {r.status}) by worker {who.index}, "
                        f"which started from a {who.phase_before} checkpoint")
     done_at = [e.seq for e in ev.events if e.kind == EventKind.HIT
                and e.label == COMPLETED_SAVED]
     if done_at:
         late = [e for e in ev.events if e.kind == EventKind.REQUEST and e.seq > done_at[0]]
+        late_refs.update(str(e.ref) for e in late)
         bad += [f"trace seq {e.seq}: gateway request {e.ref} from {_worker_of(ev, e.pid)} "
                 f"after the completed checkpoint (trace seq {done_at[0]})" for e in late]
         lines.append(f"trace seq {done_at[0]}: completed checkpoint committed")
@@ -100,6 +103,7 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
         late = [e for e in ev.events if e.kind == EventKind.REQUEST and e.seq > acked_at[0]
                 and not (e.ref or "").startswith("note:")
                 and not (done_at and e.seq > done_at[0])]  # those are counted above
+        late_refs.update(str(e.ref) for e in late)
         bad += [f"trace seq {e.seq}: email request {e.ref} from {_worker_of(ev, e.pid)} after "
                 f"the checkpoint acknowledging the email (trace seq {acked_at[0]})"
                 for e in late]
@@ -113,7 +117,7 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
                            tuple(lines + problems))
     if bad:
         return CheckResult(CheckId.NO_REQUEST_AFTER_DONE, False,
-                           f"{len(bad)} gateway request(s) after the case was done",
+                           f"{len(late_refs)} gateway request(s) after the case was done",
                            tuple(lines))
     return CheckResult(CheckId.NO_REQUEST_AFTER_DONE, True,
                        "no request once the case was done", tuple(lines))
