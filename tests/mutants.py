@@ -365,4 +365,21 @@ MUTANTS: tuple[Mutant, ...] = (
         ("History",),
         "order-note-send[t6.email_sent_saved]",
     ),
+    Mutant(  # the attempt made durable only after the first point past load (issue 26)
+        "attempt-saved-after-load",
+        (("worker.py", "    else:\n        if state.phase in (Phase.APPROVED, Phase.SENDING)",
+          "    else:\n        failpoint(\"t6.checkpoint_loaded\")\n"
+          "        if state.phase in (Phase.APPROVED, Phase.SENDING)"),
+         ("worker.py", "        # after the attempt is durable: a worker killed here was still "
+          "counted (issue 26)\n        failpoint(\"t6.checkpoint_loaded\")\n", "")),
+        ("Recovery attempts",),
+        "crash-at-load[t6.request_leaving>t6.checkpoint_loaded>t6.checkpoint_loaded]",
+    ),
+    Mutant(  # a worker that finds the case parked counts a recovery attempt (issue 26)
+        "parked-pickup-counted",
+        (("worker.py", "        if not state.done and Phase(state.phase) not in TERMINAL:",
+          "        if Phase(state.phase) not in TERMINAL:"),),
+        ("Recovery attempts",),
+        "o1001[no-kill]",
+    ),
 )
