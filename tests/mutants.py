@@ -375,6 +375,22 @@ MUTANTS: tuple[Mutant, ...] = (
         ("Recovery attempts",),
         "crash-at-load[t6.request_leaving>t6.checkpoint_loaded>t6.checkpoint_loaded]",
     ),
+    Mutant(  # the ticket is bound to the send only after the gateway took it (issue 26)
+        "ticket-consumed-after-send",
+        (("tools.py", "    svc.approvals.consume(\n"
+          "        state.approval_ticket, state.case_id, draft.digest(), state.send_idempotency_key\n"
+          "    )\n    result = svc.require_gateway().send(\n"
+          "        case_id=state.case_id, to=draft.to, subject=draft.subject, body=draft.body,\n"
+          "        idempotency_key=state.send_idempotency_key, before_attempt=guard,\n    )\n",
+          "    result = svc.require_gateway().send(\n"
+          "        case_id=state.case_id, to=draft.to, subject=draft.subject, body=draft.body,\n"
+          "        idempotency_key=state.send_idempotency_key, before_attempt=guard,\n    )\n"
+          "    svc.approvals.consume(\n"
+          "        state.approval_ticket, state.case_id, draft.digest(), state.send_idempotency_key\n"
+          "    )\n"),),
+        ("No send without",),
+        "o1001[no-kill]",
+    ),
     Mutant(  # a worker that finds the case parked counts a recovery attempt (issue 26)
         "parked-pickup-counted",
         (("worker.py", "        if not state.done and Phase(state.phase) not in TERMINAL:",

@@ -218,3 +218,25 @@ def test_close_ends_a_connection_still_open_and_its_sqlite_connections(
         assert reader.readline() == b""  # the service ended the connection
         assert not wal.exists()  # and closed its SQLite connections before returning
     svc.close()  # idempotent
+
+
+def test_the_service_reports_each_ticket_it_binds_once(tmp_path: Path) -> None:
+    """Issue 26: the service's own record of a consumption (``on_consumed``, the trace's
+    ``consumed`` event), made before the worker has its answer: once, for the first binding
+    only; a second ``mark_consumed`` of the same ticket (another key, or the same) and one of
+    a ticket that does not exist report nothing."""
+    seen: list[tuple[int, str, str]] = []
+    with ApprovalService(tmp_path / "approvals.db",
+                         on_consumed=lambda *a: seen.append(a)) as svc:
+        human = ApprovalQueue(svc.db_path, kind=SERVICE_QUEUE)
+        human.request(CASE, DIGEST)
+        ticket = human.approve(CASE, approver="maya")
+        replies = _raw(svc.address, *[{"op": "mark_consumed", "ticket_id": t, "key": k,
+                                       "at": "now"}
+                                      for t, k in ((ticket.ticket_id, "key-1"),
+                                                   (ticket.ticket_id, "key-2"),
+                                                   (ticket.ticket_id, "key-1"),
+                                                   ("apr-nope", "key-1"))])
+        assert [r["ok"] for r in replies] == [True, True, True, True]
+        assert seen == [(os.getpid(), ticket.ticket_id, "key-1")]
+        human.close()

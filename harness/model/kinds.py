@@ -68,6 +68,7 @@ class CheckId(StrEnum):
     HISTORY_NOT_REPLACED = "history_not_replaced"
     PER_ACTION = "per_action"
     ASKED_ONCE = "asked_once"
+    TICKET_CONSUMED_FIRST = "ticket_consumed_first"
 
 
 class EventKind(StrEnum):
@@ -79,6 +80,7 @@ class EventKind(StrEnum):
     KILL = "kill"  # the harness SIGKILLed a worker
     DELIVERY = "delivery"  # the harness's gateway committed a delivery
     REQUEST = "request"  # the gateway received a request (ref: its seq in the gateway log)
+    CONSUMED = "consumed"  # the approval service bound a ticket to a send (ref: ticket id)
     APPROVE = "approve"  # the human approved (the queue issued a ticket)
     HUMAN = "human"  # any other human act: reject, a second approval, a bad ticket
     INJECT = "inject"  # the harness wrote a storage fault or a forged row

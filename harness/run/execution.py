@@ -161,7 +161,9 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
         events.add(EventKind.TAMPERING, None, None, None, line)
 
     with FailpointChannel(controller.on_hit, tampered) as channel, gateway, ApprovalService(
-            workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered) as approvals:
+            workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered,
+            on_consumed=lambda pid, ticket_id, key: events.add(
+                EventKind.CONSUMED, None, pid, None, f"key {key}", ref=ticket_id)) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
