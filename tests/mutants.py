@@ -391,6 +391,25 @@ MUTANTS: tuple[Mutant, ...] = (
         ("No send without",),
         "o1001[no-kill]",
     ),
+    Mutant(  # the binding to the case is not checked: only the digest is (issue 26)
+        "ticket-case-not-checked",
+        (("approvals.py", "        if ticket.case_id != case_id:\n            raise ApprovalRefused(",
+          "        if False:\n            raise ApprovalRefused("),),
+        ("No send without",),
+        "ticket-other-case-same-draft[no-kill]",
+    ),
+    Mutant(  # a ticket found in a parked checkpoint is taken for the approval (issue 26)
+        "parked-checkpoint-ticket-trusted",
+        (("worker.py", "    case_id, digest = state.case_id, state.draft.digest()\n    if ticket is None:\n",
+          "    case_id, digest = state.case_id, state.draft.digest()\n"
+          "    if ticket is None and state.approval_ticket is not None:  # the state says so\n"
+          "        state.transition(Phase.APPROVED)\n"
+          "        store.save(state, run_id=run_id, lease=lease)\n"
+          "        return\n"
+          "    if ticket is None:\n"),),
+        ("No send without",),
+        "forged-ticket-in-parked-state[no-kill]",
+    ),
     Mutant(  # a worker that finds the case parked counts a recovery attempt (issue 26)
         "parked-pickup-counted",
         (("worker.py", "        if not state.done and Phase(state.phase) not in TERMINAL:",

@@ -130,6 +130,10 @@ class TicketKind(StrEnum):
     OTHER_CASE = "other_case"
     STALE_DRAFT = "stale_draft"
     CONSUMED = "consumed"
+    #: issued for another case over this case's own draft digest: only the case binds it
+    OTHER_CASE_SAME_DRAFT = "other_case_same_draft"
+    #: written into a checkpoint that stays ``awaiting_approval``: the queue never issued it
+    FORGED_IN_PARKED_STATE = "forged_in_parked_state"
 
 
 class StorageFault(StrEnum):

@@ -349,11 +349,19 @@ class _Engine:
         with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
-            elif kind is TicketKind.FORGED_IN_STATE:
-                self._forge_into_state()
+            elif kind in (TicketKind.FORGED_IN_STATE, TicketKind.FORGED_IN_PARKED_STATE):
+                self._forge_into_state(advance=kind is TicketKind.FORGED_IN_STATE)
                 ticket = None
             elif kind is TicketKind.OTHER_CASE:
                 queue.request(OTHER_CASE[0], "0" * 64)
+                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
+            elif kind is TicketKind.OTHER_CASE_SAME_DRAFT:  # the digest alone cannot refuse it
+                asked = [r for r in queue.requests(case) if r.status == RequestStatus.PENDING]
+                if not asked:
+                    self.w.errors.append(f"the human could not offer a {kind} ticket: {case} "
+                                         "asked for no approval, no draft digest to copy")
+                    return
+                queue.request(OTHER_CASE[0], asked[-1].draft_digest)
                 ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
             elif kind is TicketKind.STALE_DRAFT:
                 queue.request(case, "f" * 64)  # an older draft's digest
@@ -367,13 +375,14 @@ class _Engine:
         self.events.add(EventKind.HUMAN, None, None, None, f"{kind} ticket offered: {ticket}",
                         ref=ticket)
 
-    def _forge_into_state(self) -> None:
+    def _forge_into_state(self, *, advance: bool = True) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval
         on resume"): the harness appends the loop's latest state with a ticket the queue
-        never issued and phase ``approved`` as a checkpoint (``storage_faults.forge_ticket``,
-        in the contract's terms). Raises ``ShopOpsError`` if the loop left no readable
-        checkpoint to forge from: the story cannot go on."""
-        row = forge_ticket(self.w.ckpt_db, self.s.case_id, FORGED_TICKET)
+        never issued and phase ``approved`` (with ``advance`` false: its phase as it was,
+        parked) as a checkpoint (``storage_faults.forge_ticket``, in the contract's terms).
+        Raises ``ShopOpsError`` if the loop left no readable checkpoint to forge from: the
+        story cannot go on."""
+        row = forge_ticket(self.w.ckpt_db, self.s.case_id, FORGED_TICKET, advance=advance)
         self.w.injected.append(row)
         self.events.add(EventKind.INJECT, None, None, None,
                         f"forged ticket written at seq {row.seq}", ref=str(row.seq))
