@@ -410,6 +410,21 @@ MUTANTS: tuple[Mutant, ...] = (
         ("No send without",),
         "forged-ticket-in-parked-state[no-kill]",
     ),
+    Mutant(  # a rejected order note drops the note, and the approved email still goes out
+        "email-sent-despite-rejected-note",
+        (("worker.py", "    if note == RequestStatus.REJECTED:  # the note was refused: nothing of the "
+          "case is done\n        state.transition(Phase.REJECTED)\n",
+          "    if note == RequestStatus.REJECTED:  # the note was refused: nothing of the "
+          "case is done\n"
+          "        if ticket is not None:  # but the email was approved: send it first\n"
+          "            from shopops import tools\n"
+          "            state.approval_ticket = ticket\n"
+          "            state.send_idempotency_key = tools.send_key(state)\n"
+          "            tools.send_email(state, services)\n"
+          "        state.transition(Phase.REJECTED)\n"),),
+        ("Per action",),
+        "order-note-rejected[no-kill]",
+    ),
     Mutant(  # a worker that finds the case parked counts a recovery attempt (issue 26)
         "parked-pickup-counted",
         (("worker.py", "        if not state.done and Phase(state.phase) not in TERMINAL:",

@@ -495,6 +495,7 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
                            "reject_feedback": "Please offer free express shipping on the "
                                               "next order."},
     "dead-letter": {"max_attempts": 2, "baseline": False, "expect_deliveries": 0},
+    "order-note-rejected": {"order_note": True, "expect_deliveries": 0},
     "crash-at-load": {"max_attempts": 2, "baseline": False, "expect_deliveries": 0},
     "ticket-other-case-same-draft": {"ticket": "other_case_same_draft", "expect_deliveries": 0,
                                      "expect_worker_error": "ApprovalRefused"},
