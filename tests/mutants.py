@@ -425,6 +425,12 @@ MUTANTS: tuple[Mutant, ...] = (
         ("Per action",),
         "order-note-rejected[no-kill]",
     ),
+    Mutant(  # the redraft keeps the first draft's revision (issue 26)
+        "redraft-keeps-revision",
+        (("worker.py", "    state.draft_revision += 1\n", ""),),
+        ("Rejections",),
+        "rejection-feedback[no-kill]",
+    ),
     Mutant(  # a worker that finds the case parked counts a recovery attempt (issue 26)
         "parked-pickup-counted",
         (("worker.py", "        if not state.done and Phase(state.phase) not in TERMINAL:",

@@ -481,3 +481,25 @@ def test_an_email_a_checkpoint_claims_but_its_ledger_lacks_fails_per_action() ->
     assert not result.passed
     assert any("seq 5 says it was done, but its ledger at the gateway holds no delivery"
                in line for line in result.evidence), result.evidence
+
+
+def test_a_redraft_must_raise_the_draft_revision() -> None:
+    """Issue 26: the redraft answering a rejection with feedback carries a higher
+    ``draft_revision`` than the rejected draft; one that keeps revision 0 fails
+    ``rejection_respected``, naming the write."""
+    redrafted = replace(DRAFT, body=DRAFT.body + FEEDBACK)
+
+    def story(revision: int) -> Evidence:
+        states = good_states()[:3] + [
+            state("drafting", 5, draft=None, draft_revision=1, review_feedback=[FEEDBACK]),
+            state("awaiting_approval", 6, draft=redrafted, draft_revision=revision,
+                  review_feedback=[FEEDBACK])]
+        rejected = ApprovalRequest(REQUEST_ID, CASE, DIGEST, "t", "rejected", FEEDBACK)
+        return evidence(states=states, approval_requests=(rejected,),
+                        gateway=GatewayLog((), ()))
+
+    res = rejection_respected(story(0))
+    assert not res.passed
+    assert res.detail == ("checkpoint seq 5: a new draft with revision 0, not more than the "
+                          "previous draft's 0 (seq 3)")
+    assert not any("revision" in line for line in rejection_respected(story(1)).evidence)

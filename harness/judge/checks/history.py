@@ -195,8 +195,9 @@ def lease_exclusive(ev: Evidence) -> CheckResult:
 def rejection_respected(ev: Evidence) -> CheckResult:
     """A rejected draft is never sent, and a rejected case never parks forever: after a
     plain rejection the case ends ``rejected``; after a rejection with feedback the loop
-    drafts again — the feedback visible in a later checkpointed draft — and asks for a new
-    approval, or ends ``rejected``. Judged when a worker ran after the human's decision."""
+    drafts again — the feedback visible in a later checkpointed draft, its revision
+    (``draft_revision``, where recorded) higher than the rejected draft's — and asks for a
+    new approval, or ends ``rejected``. Judged when a worker ran after the human's decision."""
     done, problems = writes(ev)
     rejected = [r for r in ev.approval_requests if r.status == RequestStatus.REJECTED]
     if not rejected:
@@ -235,6 +236,7 @@ def rejection_respected(ev: Evidence) -> CheckResult:
     if final is not None and final.phase == PARKED and final.draft is not None and any(
             final.draft.digest == r.draft_digest for r in rejected) and ran_after:
         bad.append("the case is parked on a draft the human rejected: it waits forever")
+    bad += _revisions_not_raised(done)
     lines += bad
     if problems:
         return CheckResult(CheckId.REJECTION_RESPECTED, False, problems[0], tuple(lines + problems))
@@ -252,6 +254,18 @@ _PICKUPS = frozenset({WorkerRole.START, WorkerRole.RECHECK, WorkerRole.RESUME,
 
 def _hits(ev: Evidence, index: int) -> list[str]:
     return [str(e.label) for e in ev.events if e.kind == EventKind.HIT and e.worker == index]
+
+
+def _revisions_not_raised(done: list[Any]) -> list[str]:
+    """Each redraft raises the draft's revision (``draft_revision``, where the history
+    records it): a write whose draft differs from the previous draft's must carry a higher
+    revision, or a reviewer's approval of revision 1 and of revision 2 cannot be told
+    apart (issue 26)."""
+    drafted = [w for w in done if w.draft is not None and w.revision is not None]
+    return [f"checkpoint seq {b.seq}: a new draft with revision {b.revision}, not more than "
+            f"the previous draft's {a.revision} (seq {a.seq})"
+            for a, b in zip(drafted, drafted[1:], strict=False)
+            if b.draft.digest != a.draft.digest and b.revision <= a.revision]
 
 
 def _recoveries(ev: Evidence) -> list[int]:
