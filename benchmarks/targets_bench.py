@@ -14,7 +14,12 @@ start the preloading server saves. The last line is a JSON object::
                   "speedup": execution_s / fork_execution_s,
                   "workers": workers it started,
                   "per_worker_ms": execution_s / workers in ms (spawned),
-                  "import_ms": median ms to import the target's module}, ...,
+                  "import_ms": median ms to import the target's module,
+                  "fork_workers_s": median seconds its workers lived (launch to reap,
+                                    summed over the execution's workers), forked,
+                  "ratio": fork_execution_s / fork_workers_s,
+                  "within_budget": fork_execution_s <= 1.5 * fork_workers_s + 0.05
+                                   (issue 25: the harness pays only for the app)}, ...,
      "rounds": N}
 
 Run: ``python benchmarks/targets_bench.py [--rounds 3]``. Numbers, not a timed test.
@@ -61,10 +66,11 @@ def import_ms(scenario: Scenario, module: str) -> float:
 
 
 def _median_execution(scenario: Scenario, launcher: Launcher, rounds: int,
-                      name: str) -> tuple[float, int]:
-    """Median seconds of ``rounds`` no-kill executions with ``launcher``, and the workers
-    one execution started."""
-    times, workers = [], 0
+                      name: str) -> tuple[float, int, float]:
+    """Median seconds of ``rounds`` no-kill executions with ``launcher``, the workers one
+    execution started, and the median seconds those workers lived (summed: each worker's
+    ``WorkerRun.elapsed_s``, launch to reap)."""
+    times, lives, workers = [], [], 0
     for i in range(rounds):
         with tempfile.TemporaryDirectory() as tmp:
             result = execute(ExecutionPlan(scenario, CrashSchedule(())), Path(tmp) / str(i),
@@ -72,8 +78,9 @@ def _median_execution(scenario: Scenario, launcher: Launcher, rounds: int,
         if result.verdict != "pass":
             print(f"{name}: verdict {result.verdict}: {result.reasons}", file=sys.stderr)
         times.append(result.elapsed_s)
+        lives.append(sum(w.elapsed_s for w in result.evidence.workers))
         workers = len(result.evidence.workers)
-    return statistics.median(times), workers
+    return statistics.median(times), workers, statistics.median(lives)
 
 
 def main() -> int:
@@ -90,21 +97,27 @@ def main() -> int:
         if args.only and name not in args.only:
             continue
         scenario = load_scenario(path)
-        median, workers = _median_execution(scenario, SpawnLauncher(), args.rounds, name)
+        median, workers, _ = _median_execution(scenario, SpawnLauncher(), args.rounds, name)
         fork = make_launcher("fork")
         try:
             _median_execution(scenario, fork, 1, name)  # warm-up: the servers start
-            forked, _ = _median_execution(scenario, fork, args.rounds, name)
+            forked, _, lived = _median_execution(scenario, fork, args.rounds, name)
         finally:
             fork.close()
         out[name] = {"execution_s": round(median, 3), "fork_execution_s": round(forked, 3),
                      "speedup": round(median / forked, 2), "workers": workers,
                      "per_worker_ms": round(1000 * median / max(workers, 1), 1),
                      "import_ms": round(statistics.median(
-                         import_ms(scenario, module) for _ in range(args.rounds)), 1)}
+                         import_ms(scenario, module) for _ in range(args.rounds)), 1),
+                     "fork_workers_s": round(lived, 3),
+                     "ratio": round(forked / max(lived, 1e-6), 2),
+                     "within_budget": forked <= 1.5 * lived + 0.05}
         print(f"{name:<10} spawn {median:7.2f} s/execution, fork {forked:7.2f} s "
               f"({median / forked:.1f}x)  {workers} workers  "
-              f"import {out[name]['import_ms']} ms", flush=True)  # type: ignore[index]
+              f"import {out[name]['import_ms']} ms  workers lived {lived:.2f} s "
+              f"(execution {forked / max(lived, 1e-6):.1f}x of it; budget 1.5x + 50 ms: "
+              f"{'within' if forked <= 1.5 * lived + 0.05 else 'over'})",
+              flush=True)  # type: ignore[index]
     print(json.dumps(out, sort_keys=True))
     return 0
 

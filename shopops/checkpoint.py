@@ -289,6 +289,7 @@ class CheckpointStore:
                 checked read-only before the write transaction (issue 14).
         """
         self._check_migratable()
+        failpoint("ckpt.migration_started")
         with self._write():
             rows = [CheckpointRow._from_sql(r, self.path) for r in self._conn.execute(
                 f"{_ROW_SQL} WHERE schema_version = 1 ORDER BY seq")]

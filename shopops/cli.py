@@ -17,9 +17,13 @@ import os
 import sqlite3
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from shopops import validators as v
 from shopops.errors import ConfigError, InputError, ShopOpsError
+
+if TYPE_CHECKING:  # imported lazily at run time (the CLI starts fast)
+    from shopops.checkpoint import CheckpointStore
 
 _DB = v.argtype(v.file_path, "path")
 _ID = v.IDENT
@@ -76,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-attempts", default=None, metavar="N", type=v.MAX_ATTEMPTS,
                        help="recovery attempts before the case is dead-lettered "
                             f"($SHOPOPS_MAX_ATTEMPTS, default 5; {v.MAX_ATTEMPTS.allowed})")
+        p.add_argument("--note-ticket", default=None, type=_ID,
+                       help="ticket to grant on the order note's gate (default: the queue's)")
+        p.add_argument("--from-seq", default=None, metavar="N", type=v.FROM_SEQ,
+                       help="resume from the case's checkpoint with seq N instead of the "
+                            "latest (time travel): it must exist and load; work recorded "
+                            "after it is not redone, so the case goes on from the latest")
         p.add_argument("--order-note", action="store_true",
                        help="a case started now also adds an order note saying the customer "
                             "was emailed: a second gated action (gate add_order_note)")
@@ -205,19 +215,43 @@ def _work(args: argparse.Namespace, approvals: str) -> int:
     with CheckpointStore(args.db, clock=clock_from_env(env),
                          create=args.command == "run") as store:
         (store.load if args.command == "resume" else store.find)(args.case, args.run_id)
+        if args.from_seq is not None:
+            _chosen_checkpoint(store, args.case, args.run_id, args.from_seq)
         services = services_from_env(env)
         set_default_services(services)
         result = work(args.case, order, store=store, services=services, run_id=args.run_id,
                       owner=args.owner, lease_ttl_s=args.lease_ttl, ticket=args.ticket,
+                      note_ticket=args.note_ticket,
                       require_checkpoint=args.command == "resume", max_attempts=max_attempts,
                       order_note=args.order_note)
     s = result.state
     print(json.dumps({"stopped": result.stopped, "phase": s.phase, "step": s.step,
+                      **({"from_seq": args.from_seq} if args.from_seq is not None else {}),
                       "email_sent": s.email_sent, "delivery_id": s.delivery_id,
                       "idempotency_key": s.send_idempotency_key,
                       **({"note_sent": s.note_sent, "note_id": s.note_delivery_id}
                          if s.order_note else {})}))
     return 0
+
+
+def _chosen_checkpoint(store: CheckpointStore, case_id: str, run_id: str, seq: int) -> None:
+    """``--from-seq N``: the case's checkpoint ``N`` must exist in this run and load. A
+    replay from it finds every effect recorded after it in the later rows (the history is
+    the loop's effect log, Chapter 8) and redoes none: the case goes on from the latest row,
+    never behind recorded progress (no second intake, draft, request or send).
+
+    Raises:
+        CheckpointNotFound: no row ``N`` of this case and run.
+        CheckpointCorrupt, UnsupportedSchemaVersion: row ``N`` does not load.
+    """
+    from shopops.errors import CheckpointNotFound
+
+    row = next((r for r in store.history(case_id, run_id) if r.seq == seq), None)
+    if row is None:
+        raise CheckpointNotFound(f"checkpoint {store.path}: no row seq={seq} for "
+                                 f"case_id={case_id!r} run_id={run_id!r}", path=store.path,
+                                 case_id=case_id, run_id=run_id, seq=seq)
+    row.state()
 
 
 def _preflight(args: argparse.Namespace, approvals: str, order: str,

@@ -48,7 +48,13 @@ from shopops.path_checks import output_file as output_file
 from shopops.path_checks import show as _show
 from shopops.path_checks import socket_path as socket_path
 from shopops.path_checks import url as url
-from shopops_contract.limits import DAY_S, MAX_OCCURRENCE, MAX_SHARDS, MAX_SLEEP_MS
+from shopops_contract.limits import (
+    DAY_S,
+    MAX_HISTORY_ROWS,
+    MAX_OCCURRENCE,
+    MAX_SHARDS,
+    MAX_SLEEP_MS,
+)
 
 #: Simulated clock offsets (SHOPOPS_CLOCK_OFFSET_S) up to ten years either way.
 MAX_CLOCK_OFFSET_S = 10 * 366 * DAY_S
@@ -189,6 +195,8 @@ LEASE_TTL_S = Number(0.001, DAY_S, "seconds")
 READ_TIMEOUT_S = Number(0.001, 3600, "seconds")
 #: Recovery attempts before the loop dead-letters a case (``--max-attempts``).
 MAX_ATTEMPTS = Number(1, 1000, "attempts", integer=True)
+#: ``resume --from-seq N``: a checkpoint's ``seq`` (the contract's bound on a history).
+FROM_SEQ = Number(1, MAX_HISTORY_ROWS, "(a checkpoint's seq)", integer=True)
 PORT = Number(0, 65535, integer=True)
 REPEAT = Number(1, 10_000, integer=True)
 EXAMPLES = Number(1, 100_000, integer=True)
@@ -257,13 +265,34 @@ def _failpoints(text: str) -> str:
     return text
 
 
+#: Kernel filesystems no execution's files can live in (``SHOPOPS_SCRATCH``): ``/proc``
+#: passed "an existing folder" and the run then failed after writing its folder (issue 24).
+_PSEUDO_ROOTS = ("/proc", "/sys", "/dev")
+
+
 def _scratch(text: str) -> str:
+    """``SHOPOPS_SCRATCH``: ``auto``, ``off``, or an existing folder outside ``/proc``,
+    ``/sys`` and ``/dev`` (``/dev/shm`` is allowed) in which a folder can be created — proven
+    by creating and removing one, so a bad place is refused before any run folder exists."""
+    allowed = ("allowed: auto, off, or an existing folder where files can be written, "
+               "outside /proc, /sys and /dev (except /dev/shm)")
     if text in ("auto", "off"):
         return text
     try:
         existing_folder(text)
     except ValueError as exc:
-        raise ValueError(f"{exc} (allowed: auto, off, or an existing folder)") from None
+        raise ValueError(f"{exc} ({allowed})") from None
+    real = os.path.realpath(text)
+    if (any(real == r or real.startswith(r + "/") for r in _PSEUDO_ROOTS)
+            and not (real == "/dev/shm" or real.startswith("/dev/shm/"))):
+        raise ValueError(f"{_show(text)} is on a kernel filesystem ({real}); {allowed}")
+    probe = os.path.join(real, f".shopops-probe-{os.getpid()}")
+    try:
+        os.mkdir(probe, 0o700)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise ValueError(f"{_show(text)}: cannot create a folder in it "
+                         f"({exc.strerror}); {allowed}") from None
     return text
 
 
@@ -287,6 +316,9 @@ ENV_VARS: Mapping[str, Callable[[str], Any]] = {
     "SHOPOPS_SHARD": shard_spec,  # shopops-chaos run: harness.plan.shard
     "SHOPOPS_MAX_ATTEMPTS": MAX_ATTEMPTS.parse,
     "SHOPOPS_SCRATCH": _scratch,  # the harness: harness.sandbox.scratch
+    # the power-cut shim (harness.launch.power): the state folder it watches, its shadow
+    "SHOPOPS_POWER_DIR": existing_folder,
+    "SHOPOPS_POWER_SHADOW": str,
 }
 
 

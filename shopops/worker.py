@@ -43,6 +43,7 @@ def work(
     owner: str | None = None,
     lease_ttl_s: float = 60.0,
     ticket: str | None = None,
+    note_ticket: str | None = None,
     require_checkpoint: bool = False,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     order_note: bool = False,
@@ -60,6 +61,8 @@ def work(
             stays until it expires).
         ticket: a ticket id to grant; default: the newest unconsumed ticket the approval
             queue issued for the case, if any.
+        note_ticket: likewise for the order note's gate (``add_order_note``), verified with
+            the queue like any other (``grant_note``).
         require_checkpoint: refuse to start a new case (``shopops resume``).
         max_attempts: recovery attempts allowed. A worker that finds the case in flight
             (the latest checkpoint is neither parked nor terminal: the last worker was
@@ -100,7 +103,7 @@ def work(
         # after the attempt is durable: a worker killed here was still counted (issue 26)
         failpoint("t6.checkpoint_loaded")
         if state.phase == Phase.AWAITING_APPROVAL and state.draft is not None:
-            _decide(state, ticket, services, store, run_id, lease)
+            _decide(state, ticket, services, store, run_id, lease, note_ticket)
     try:
         result = _run(state, store, run_id, services, lease)
         if (result.stopped is Stopped.PARKED and state.draft is not None
@@ -132,7 +135,7 @@ def _run(state: State, store: CheckpointStore, run_id: str, services: Services,
 
 
 def _decide(state: State, ticket: str | None, services: Services, store: CheckpointStore,
-            run_id: str, lease: Lease | None) -> None:
+            run_id: str, lease: Lease | None, note_ticket: str | None = None) -> None:
     """The human's decision on a parked case (``awaiting_approval`` with a draft): take
     ``ticket`` or the queue's usable ticket for this draft (and the note's decision), end
     the case on a refused note, or redraft / reject on a rejection of this draft; else it
@@ -145,6 +148,8 @@ def _decide(state: State, ticket: str | None, services: Services, store: Checkpo
         ticket = issued.ticket_id if issued else None
     latest = services.approvals.latest_request(case_id)
     note = _note_decision(state, services)
+    if note_ticket is not None and note not in (None, RequestStatus.REJECTED):
+        note = note_ticket  # offered instead of the queue's: verified like it
     if note == RequestStatus.REJECTED:  # the note was refused: nothing of the case is done
         state.transition(Phase.REJECTED)
         store.save(state, run_id=run_id, lease=lease)

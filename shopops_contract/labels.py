@@ -69,8 +69,15 @@ CATALOGUE: tuple[Label, ...] = (
     Label("b.http.after_response", "target: the gateway's reply arrived; nothing of it durable"),
     Label("b.langgraph.node_start", "target: a LangGraph node is about to run"),
     Label("b.langgraph.node_end", "target: a LangGraph node returned; its writes not yet saved"),
+    Label("b.langgraph.task_start", "target: a LangGraph @task is about to run"),
+    Label("b.langgraph.task_end", "target: a LangGraph @task returned; its result not yet saved"),
     Label("b.dbos.step_start", "target: a DBOS step is about to run"),
     Label("b.dbos.step_end", "target: a DBOS step returned; its output not yet recorded"),
+    Label(
+        "ckpt.migration_started",
+        "the v1->v2 migration: rows checked, about to take the write lock (a second migrator "
+        "waits there for the first)",
+    ),
     Label(
         "ckpt.migration_before_commit",
         "inside the v1->v2 migration: every row rewritten, the transaction not committed",
@@ -79,6 +86,9 @@ CATALOGUE: tuple[Label, ...] = (
 
 BY_NAME: dict[str, Label] = {label.name: label for label in CATALOGUE}
 
+#: Labels only the harness's own components reach (the gateway's, the queue's): a worker that
+#: reports one is refused and the report recorded as tampering (``harness.story.controller``).
+HARNESS_OWNED = frozenset(lab.name for lab in CATALOGUE if lab.side != "worker")
 #: Labels a worker can be killed at (every side but the human's ``queue``), in order.
 KILLABLE: tuple[str, ...] = tuple(lab.name for lab in CATALOGUE if lab.side != "queue")
 
@@ -105,6 +115,11 @@ AFTER_A_CHECKPOINT = frozenset({"t3.checkpoint_saved", "t6.checkpoint_loaded",
                                 "t7.completed_saved"})
 #: The point every resuming worker passes first (concurrent resumers are held there).
 CHECKPOINT_LOADED = "t6.checkpoint_loaded"
+#: The point every migrator passes before it takes the write lock (overlapping migrators:
+#: the held one is released once the others got there, ``harness.story.engine``).
+MIGRATION_STARTED = "ckpt.migration_started"
+#: The point inside the migration's transaction (a migrator held there holds the lock).
+MIGRATION_BEFORE_COMMIT = "ckpt.migration_before_commit"
 #: The point a fresh case start passes (a case started over after a fault passes it again).
 CASE_STARTED = "t0.case_started"
 #: Every checkpoint save passes it once, in row order.

@@ -17,11 +17,15 @@ MAX_SLEEP_MS = DAY_S * 1000
 #: 90,000 held a grade for minutes at ~1.9 GB. More is a gap: the checks over the history
 #: cannot be decided (``shopops.errors.HistoryTooLong``).
 MAX_HISTORY_ROWS = 10_000
-#: Kills in one crash schedule: the explorer draws up to 3; with the longest label and
-#: ``#1000`` four still fit an execution folder's name (NAME_MAX) after a 64-char name.
-MAX_KILLS = 4
+#: Kills in one crash schedule: the explorer draws up to 3; a story may need more (a
+#: recovery killed again and again). An execution folder named after eight of the longest
+#: labels would pass NAME_MAX: ``ExecutionPlan.dirname`` shortens such a name with a digest.
+MAX_KILLS = 8
+#: The longest execution folder name the harness makes (``ExecutionPlan.dirname``): NAME_MAX
+#: (255) less room for the prefixes the runner and the explorer add (``0001--``, ``replay--``).
+MAX_DIRNAME = 200
 #: Shards a run may be cut into (``--shard I/N``, ``SHOPOPS_SHARD``).
 MAX_SHARDS = 1000
 
-__all__ = ["DAY_S", "MAX_HISTORY_ROWS", "MAX_KILLS", "MAX_OCCURRENCE", "MAX_SHARDS",
+__all__ = ["DAY_S", "MAX_DIRNAME", "MAX_HISTORY_ROWS", "MAX_KILLS", "MAX_OCCURRENCE", "MAX_SHARDS",
            "MAX_SLEEP_MS"]

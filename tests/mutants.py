@@ -439,3 +439,23 @@ MUTANTS: tuple[Mutant, ...] = (
         "o1001[no-kill]",
     ),
 )
+
+
+#: Mutants only a power cut shows (``[crash] mode = "power"``, ``harness.launch.power``):
+#: under SIGKILL alone the page cache keeps every write, so they pass every other scenario
+#: and lose no rubric point; ``tests/test_power.py`` runs each on ``shown_by`` and asserts
+#: ``fail`` on ``commits_durable``, the check that names the lost checkpoints.
+POWER_MUTANTS: tuple[Mutant, ...] = (
+    Mutant(  # commits reach the page cache only: SQLite never fsyncs
+        "synchronous-off",
+        (("checkpoint.py", "PRAGMA synchronous = FULL", "PRAGMA synchronous = OFF"),),
+        (),
+        "o1001-power[t4.parked]",
+    ),
+    Mutant(  # WAL with NORMAL: a commit is not synced (only checkpoints of the WAL are)
+        "wal-synchronous-normal",
+        (("checkpoint.py", "PRAGMA synchronous = FULL", "PRAGMA synchronous = NORMAL"),),
+        (),
+        "o1001-power[t6.send_key_persisted]",
+    ),
+)

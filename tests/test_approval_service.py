@@ -109,7 +109,9 @@ def test_asking_the_service_to_rewrite_or_approve_is_refused_and_reported(
 
 def test_a_consumed_ticket_cannot_be_unconsumed_or_rebound(
         service: tuple[ApprovalService, list[str]]) -> None:
-    svc, _ = service
+    """Strict (issue 24): consuming a consumed ticket under another key used to answer ok;
+    it is refused and reported as tampering. The same key again is a resumed send: ok."""
+    svc, tampering = service
     human = ApprovalQueue(svc.db_path, kind=SERVICE_QUEUE)
     human.request(CASE, DIGEST)
     ticket = human.approve(CASE, approver="maya")
@@ -119,11 +121,78 @@ def test_a_consumed_ticket_cannot_be_unconsumed_or_rebound(
                     "at": "now"},
                    {"op": "mark_consumed", "ticket_id": ticket.ticket_id, "key": None,
                     "at": "now"},
-                   {"op": "unconsume", "ticket_id": ticket.ticket_id})
-    assert [r["ok"] for r in replies] == [True, False, False]
+                   {"op": "unconsume", "ticket_id": ticket.ticket_id},
+                   {"op": "mark_consumed", "ticket_id": ticket.ticket_id, "key": "key-1",
+                    "at": "now"})
+    assert [r["ok"] for r in replies] == [False, False, False, True]
+    assert "consumed under key 'key-1'" in str(replies[0]["error"])
+    assert len(tampering) == 2 and "key-2" in tampering[0], tampering
     human.close()
     (kept,) = read_approvals(svc.db_path, CASE)[1]
     assert kept.consumed_by_key == "key-1"
+
+
+def test_consuming_a_ticket_the_queue_never_issued_is_refused_and_reported(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    svc, tampering = service
+    (reply,) = _raw(svc.address, {"op": "mark_consumed", "ticket_id": "T-made-up",
+                                  "key": "k", "at": "now"})
+    assert reply["ok"] is False and "never issued" in str(reply["error"])
+    assert len(tampering) == 1 and "T-made-up" in tampering[0]
+    calls = _service_calls(svc.db_path)
+    assert calls[-1][:3] == ("mark_consumed", "T-made-up", 0)
+
+
+def _service_calls(db: Path) -> list[tuple[str | None, str | None, int]]:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        return list(conn.execute("SELECT op, ticket_id, ok FROM service_calls ORDER BY seq"))
+
+
+def test_requests_past_the_cap_are_refused_the_connection_closed_and_reported(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    from harness.services.approvals import MAX_REQUESTS_PER_WORKER
+
+    svc, tampering = service
+    ask = json.dumps({"op": "requests", "case_id": CASE}).encode() + b"\n"
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect("\0" + svc.address[1:])
+        reader = sock.makefile("rb")
+        for _ in range(MAX_REQUESTS_PER_WORKER):
+            sock.sendall(ask)
+            assert json.loads(reader.readline())["ok"] is True
+        sock.sendall(ask)
+        over = json.loads(reader.readline())
+        assert over["ok"] is False and "over the cap" in str(over["error"])
+        assert reader.readline() == b""  # closed by the service
+    (again,) = _raw(svc.address, {"op": "requests", "case_id": CASE})  # a new connection:
+    assert again["ok"] is False  # the same pid, still over its cap
+    assert len(tampering) == 1 and "flooded" in tampering[0]
+
+
+def test_connections_past_the_cap_are_closed_and_reported(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    from harness.services.approvals import MAX_CONNECTIONS_PER_WORKER
+
+    svc, tampering = service
+    held = []
+    try:
+        for _ in range(MAX_CONNECTIONS_PER_WORKER):  # each answered: admitted
+            sock = socket.socket(socket.AF_UNIX)
+            held.append(sock)
+            sock.connect("\0" + svc.address[1:])
+            sock.sendall(json.dumps({"op": "requests", "case_id": CASE}).encode() + b"\n")
+            assert json.loads(sock.makefile("rb").readline())["ok"] is True
+        extra = socket.socket(socket.AF_UNIX)
+        held.append(extra)
+        extra.connect("\0" + svc.address[1:])  # the kernel accepts; the service closes it
+        extra.sendall(json.dumps({"op": "requests", "case_id": CASE}).encode() + b"\n")
+        assert extra.makefile("rb").readline() == b""
+        assert len(tampering) == 1 and "connection of pid" in tampering[0]
+    finally:
+        for sock in held:
+            sock.close()
 
 
 def test_malformed_calls_get_an_error_naming_the_field(
@@ -223,8 +292,8 @@ def test_close_ends_a_connection_still_open_and_its_sqlite_connections(
 def test_the_service_reports_each_ticket_it_binds_once(tmp_path: Path) -> None:
     """Issue 26: the service's own record of a consumption (``on_consumed``, the trace's
     ``consumed`` event), made before the worker has its answer: once, for the first binding
-    only; a second ``mark_consumed`` of the same ticket (another key, or the same) and one of
-    a ticket that does not exist report nothing."""
+    only; a second ``mark_consumed`` of the same ticket (another key: refused; or the same)
+    and one of a ticket that does not exist (refused) report nothing."""
     seen: list[tuple[int, str, str]] = []
     with ApprovalService(tmp_path / "approvals.db",
                          on_consumed=lambda *a: seen.append(a)) as svc:
@@ -237,6 +306,6 @@ def test_the_service_reports_each_ticket_it_binds_once(tmp_path: Path) -> None:
                                                    (ticket.ticket_id, "key-2"),
                                                    (ticket.ticket_id, "key-1"),
                                                    ("apr-nope", "key-1"))])
-        assert [r["ok"] for r in replies] == [True, True, True, True]
+        assert [r["ok"] for r in replies] == [True, False, True, False]
         assert seen == [(os.getpid(), ticket.ticket_id, "key-1")]
         human.close()

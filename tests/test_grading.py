@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from input_helpers import call
 
-from harness.grading.grade import RubricError, RubricItem, grade, load_rubric
-from harness.model import CrashSchedule
+from harness.grading.grade import DEFAULT_RUBRIC, RubricError, RubricItem, grade, load_rubric
+from harness.model import CheckId, CrashSchedule
 from harness.model.plan import Sut
 from harness.sandbox import users as sandbox
 
@@ -140,14 +140,21 @@ def test_an_implementation_cannot_write_its_own_score(tmp_path: Path) -> None:
     ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["nope"]\n', "tests[0].scenarios"),
     ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = ["bogus"]\n',
      "tests[0].checks"),
-    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nvisibility = "secret"\n',
+    # issue 24: an item naming no check gave 10/10 to a mutant whose executions all failed
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\n', "tests[0].checks"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = []\n',
+     "tests[0].checks"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "some"\n',
+     "tests[0].checks"),
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "all"\n'
+     'visibility = "secret"\n',
      "tests[0].visibility"),
-    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nweight = 2\n',
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "all"\nweight = 2\n',
      "tests[0].weight"),
     ('[[tests]]\nname = "x"\npoints = nan\nscenarios = ["o1001"]\n', "tests[0].points"),
     ('[[tests]]\nname = "x"\npoints = inf\nscenarios = ["o1001"]\n', "tests[0].points"),
     ('[[tests]]\nname = "x"\npoints = 1e308\nscenarios = ["o1001"]\n', "tests[0].points"),
-    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\n'
+    ('[[tests]]\nname = "x"\npoints = 1\nscenarios = ["o1001"]\nchecks = "all"\n'
      '[[tests]]\nname = "x"\npoints = 2\nscenarios = ["rejection"]\n', "tests[1].name"),
 ])
 def test_a_bad_rubric_names_the_field(tmp_path: Path, text: str, field: str) -> None:
@@ -156,6 +163,22 @@ def test_a_bad_rubric_names_the_field(tmp_path: Path, text: str, field: str) -> 
     with pytest.raises(RubricError) as info:
         load_rubric(path)
     assert info.value.field == field and str(path) in str(info.value)
+
+
+@pytest.mark.pure
+def test_checks_all_means_every_check(tmp_path: Path) -> None:
+    path = tmp_path / "rubric.toml"
+    path.write_text('[[tests]]\nname = "All"\npoints = 5\nscenarios = ["o1001"]\n'
+                    'checks = "all"\n')
+    (item,) = load_rubric(path)
+    assert set(item.checks) == set(CheckId) and item.checks
+
+
+@pytest.mark.pure
+def test_an_item_without_checks_cannot_be_made() -> None:
+    with pytest.raises(ValueError, match="names no check"):
+        RubricItem("x", 10, ("o1001",))
+    assert all(item.checks for item in DEFAULT_RUBRIC)
 
 
 @pytest.mark.pure

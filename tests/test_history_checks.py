@@ -433,7 +433,7 @@ def test_an_approval_over_a_history_without_the_approved_draft_is_unreadable() -
     so is an already unreadable mark."""
     from harness.judge.evidence import rows_digest
     from harness.model import HistoryMark
-    from harness.story.engine import _draft_not_durable
+    from harness.story.queue_acts import draft_not_durable as _draft_not_durable
     from tests.test_checks import DIGEST, good_states, rows
 
     full = rows(good_states()[:3])

@@ -21,9 +21,13 @@ OK_SCENARIO = 'name = "ok"\n[crash]\npoints = ["t4.parked"]\nbaseline = false\n'
 
 @pytest.fixture
 def cwd(tmp_path: Path) -> Path:
-    """A folder with one valid scenario file, ``ok.toml``, and an existing ``reports/``."""
+    """A folder with one valid scenario file, ``ok.toml``, an existing ``reports/`` and a
+    plain Python target, ``impl/loop.py`` (``start``, ``resume``)."""
     (tmp_path / "ok.toml").write_text(OK_SCENARIO)
     (tmp_path / "reports").mkdir()
+    (tmp_path / "impl").mkdir()
+    (tmp_path / "impl" / "loop.py").write_text("def start(ctx):\n    pass\n\n\n"
+                                               "def resume(ctx):\n    pass\n")
     return tmp_path
 
 
@@ -49,7 +53,7 @@ CHAOS_OPTIONS = [
     ((*RUN, "--schedule", "t4.nope"), ("--schedule", "unknown label")),
     ((*RUN, "--schedule", "  "), ("--schedule", "empty")),
     ((*RUN, "--schedule", ">".join(["ckpt.migration_before_commit#1000"] * 12)),
-     ("--schedule", "at most 4")),
+     ("--schedule", "at most 8")),
     ((*RUN, "--repeat", "0"), ("--repeat", "'0'")),
     ((*RUN, "--repeat", "99999999"), ("--repeat", "1 to 10000")),
     (("run", "ok.toml", "--report-dir", "ok.toml"), ("--report-dir", "is a file")),
@@ -76,6 +80,9 @@ def test_chaos_option_refused(cwd: Path, argv: tuple[str, ...], names: tuple[str
     assert_refused(call("shopops-chaos", argv, cwd), 2, *names)
 
 
+_TARGET = ('name = "x"\n[target]\nkind = "python"\nfolder = "impl"\nstart = "{start}"\n'
+           'resume = "loop:resume"\n')
+
 SCENARIOS = [
     # (file text, names): valid TOML, bad values
     ('name = "' + "a" * 5000 + '"\n', ("field 'name'", "1 to 64 characters", "5000 chars")),
@@ -100,6 +107,17 @@ SCENARIOS = [
      ("field 'crash.schedules'", "1 to 1000")),
     ('name = "x"\n[crash]\npoints = 3\n', ("field 'crash.points'",)),
     ('name = "x"\nsurprise = 1\n', ("field 'surprise'", "unknown")),
+    # issue 24: nesting bounded before tomllib recurses (a RecursionError traceback)
+    ('name = "x"\nv = ' + "[" * 5000 + "]" * 5000 + "\n",
+     ("line 2", "nested more than 16 levels", "at most 16")),
+    ('name = "x"\nv = ' + "{ a = " * 3000 + "1" + " }" * 3000 + "\n",
+     ("nested more than 16 levels",)),
+    # issue 24: a [target] refused before any worker starts
+    (_TARGET.format(start="loop:nope"), ("field 'target.start'", "defines no 'nope'")),
+    (_TARGET.format(start="os:system"), ("field 'target.start'", "no module 'os'",
+                                         "inside")),
+    (_TARGET.format(start="loop:start").replace('"impl"', '"' + "../" * 30 + 'etc"'),
+     ("field 'target.folder'", "/etc", "outside the allowed places")),
 ]
 
 
@@ -109,6 +127,62 @@ def test_scenario_field_refused(cwd: Path, text: str, names: tuple[str, ...]) ->
     for argv in (("run", "bad.toml", "--report-dir", "reports"),
                  ("explore", "bad.toml", "--report-dir", "reports")):
         assert_refused(call("shopops-chaos", argv, cwd), 2, "bad.toml", *names)
+
+
+@pytest.mark.parametrize("make", ["fifo", "socket"])
+def test_a_scenario_that_is_not_a_regular_file_is_refused(cwd: Path, make: str) -> None:
+    """A FIFO given as a scenario file hung ``run`` forever (issue 24): opened without
+    blocking and refused as what it is."""
+    import socket
+
+    if make == "fifo":
+        os.mkfifo(cwd / "bad.toml")
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(cwd / "bad.toml"))
+        sock.close()
+    for argv in (("run", "bad.toml", "--report-dir", "reports"),
+                 ("explore", "bad.toml", "--report-dir", "reports")):
+        assert_refused(call("shopops-chaos", argv, cwd), 2, "bad.toml",
+                       f"is a {'FIFO' if make == 'fifo' else 'socket'}",
+                       "allowed: a regular file")
+
+
+@pytest.mark.parametrize(("make", "names"), [
+    ("fifo", ("FIFO", "not a regular file")),
+    ("nested", ("nested more than 64 levels", "at most 64")),
+    ("garbage", ("not a summary.json",)),
+])
+def test_a_bad_durations_file_is_refused_with_or_without_shard(
+        cwd: Path, make: str, names: tuple[str, ...]) -> None:
+    """``--durations`` was read only with ``--shard`` (a nested file passed silently) and a
+    FIFO would block: read whenever given, a regular file, nesting bounded."""
+    summary = cwd / "summary.json"
+    if make == "fifo":
+        os.mkfifo(summary)
+    else:
+        summary.write_text("[" * 100_000 + "]" * 100_000 if make == "nested" else "{}")
+    for shard in ((), ("--shard", "1/2")):
+        o = call("shopops-chaos", (*RUN, "--durations", "summary.json", *shard), cwd)
+        assert_refused(o, 2, "--durations", "summary.json", *names)
+
+
+@pytest.mark.parametrize(("make", "names"), [
+    ("fifo", ("is a FIFO", "allowed: a regular file")),
+    ("nested", ("nested more than 64 levels",)),
+])
+def test_merge_refuses_a_bad_run_json_before_writing(cwd: Path, make: str,
+                                                     names: tuple[str, ...]) -> None:
+    """A deeply nested ``run.json`` ended ``merge`` in a ``RecursionError`` traceback."""
+    for shard in ("a", "b"):
+        (cwd / shard).mkdir()
+        if make == "fifo":
+            os.mkfifo(cwd / shard / "run.json")
+        else:
+            (cwd / shard / "run.json").write_text('{"run": ' + "[" * 50_000 + "]" * 50_000
+                                                  + "}")
+    o = call("shopops-chaos", ("merge", "a", "b", "--report-dir", "reports"), cwd)
+    assert_refused(o, 2, "a/run.json", *names)
 
 
 def test_symlink_loop_is_named_as_a_loop(cwd: Path) -> None:
@@ -132,6 +206,12 @@ CHAOS_ENV = [
     ({"SHOPOPS_CLOCK_OFFSET_S": "nan"}, ("SHOPOPS_CLOCK_OFFSET_S", "nan")),
     ({"SHOPOPS_FAILPOINTS": "bogus"}, ("SHOPOPS_FAILPOINTS", "bogus")),
     ({"SHOPOPS_POLCY": "varying"}, ("SHOPOPS_POLCY", "unknown variable")),
+    # issue 24: /proc passed as "an existing folder", then the run wrote its folder and
+    # moved latest before failing as a harness error
+    ({"SHOPOPS_SCRATCH": "/proc"}, ("SHOPOPS_SCRATCH", "/proc", "kernel filesystem",
+                                    "allowed: auto, off")),
+    ({"SHOPOPS_SCRATCH": "/proc/self"}, ("SHOPOPS_SCRATCH", "kernel filesystem")),
+    ({"SHOPOPS_SCRATCH": "/sys/kernel"}, ("SHOPOPS_SCRATCH", "kernel filesystem")),
 ]
 
 
@@ -260,3 +340,20 @@ def test_a_sut_folder_that_cannot_be_copied_as_root_is_refused_before_anything_r
     o = call("shopops-chaos", (*RUN, "--sut", "impl"), cwd)
     assert_refused(o, 2, "--sut impl", "'root' is a " + ("symlink" if make == "symlink"
                                                        else "FIFO"))
+
+
+def test_nesting_counts_brackets_outside_strings_and_comments() -> None:
+    """``harness.model.input_files.check_nesting``: brackets in strings (all four TOML
+    forms, JSON with escapes) and TOML comments do not count; real nesting does, and the
+    refusal names the line."""
+    from harness.model.input_files import InputFileError, check_nesting
+
+    toml_ok = ('a = "[[[[\\"[["\nb = \'[[[[\'\nc = """\n[[[[\n"""\nd = \'\'\'[[[[\'\'\'\n'
+               '# [[[[[[\ne = [[1]]\n')
+    check_nesting(toml_ok, "ok.toml", 2, toml=True)
+    with pytest.raises(InputFileError, match="line 8: nested more than 1"):
+        check_nesting(toml_ok, "ok.toml", 1, toml=True)
+    json_ok = '{"a": "[[[[\\"[[[", "b":\n[[1]]}'
+    check_nesting(json_ok, "run.json", 3, toml=False)
+    with pytest.raises(InputFileError, match="line 2: nested more than 2"):
+        check_nesting(json_ok, "run.json", 2, toml=False)

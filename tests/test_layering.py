@@ -235,8 +235,8 @@ def test_model_exports_are_locked() -> None:
     exported = set(harness.model.__all__)
     public = {n for n in dir(harness.model) if not n.startswith(("_", "@"))}  # "@": pytest
     assert exported == public - {
-        "evidence", "hits", "kinds", "observations", "plan", "points", "results", "shard",
-        "story", "target", "annotations"}
+        "evidence", "hits", "input_files", "kinds", "observations", "plan", "points",
+        "results", "shard", "story", "target", "annotations"}
     for name in exported:
         assert getattr(harness.model, name) is not None
 

@@ -225,7 +225,7 @@ def test_a_note_gate_needs_the_order_note(tmp_path: Path) -> None:
     ('[sut]\norder_note = true\n[[story]]\nstep = "human"\ngate = "refund"\n', "gate",
      "allowed: send_email, add_order_note"),
     ('[sut]\norder_note = true\n[[story]]\nstep = "human"\ngate = "add_order_note"\n'
-     'ticket = "forged"\n', "ticket", "gate 'add_order_note' takes ticket = \"issued\""),
+     'ticket = "forged_in_state"\n', "ticket", "is the email's: gate 'add_order_note' takes"),
     ('[sut]\norder_note = true\n[target]\nkind = "dbos"\n', "sut.order_note",
      "a [target] has none"),
 ])

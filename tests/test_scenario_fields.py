@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from scenario_helpers import ROOT, SHIPPED, assert_names, refused
 
-from harness.model import CrashSchedule, KillPoint
+from harness.model import CrashMode, CrashSchedule, KillPoint
 from harness.plan.scenario import (
     HUMAN_ACTIONS,
     STORAGE_FAULTS,
@@ -534,6 +534,12 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "checkpoint-unknown-version": {"storage_fault": "unknown_version",
                                    "expect_worker_error": "UnsupportedSchemaVersion"},
     "v1-migration": {"storage_fault": "v1_checkpoint", "expect_worker_error": None},
+    "overlapping-migrators": {"leases": False, "expect_worker_error": None},
+    "migrators-together": {"leases": False, "expect_worker_error": None, "baseline": True},
+    "eight-kills": {"max_attempts": 10, "expect_worker_error": None},
+    "resume-from-earlier": {"baseline": True, "expect_worker_error": None},
+    "note-ticket-other-case": {"order_note": True, "expect_worker_error": "ApprovalRefused",
+                               "expect_deliveries": 0},
     "db-lock-before-send": {"storage_fault": "lock", "lock_at": KillPoint("t6.approval_granted"),
                             "lock_ms": 300},
     "db-lock-after-reply": {"storage_fault": "lock", "lock_at": KillPoint("t6.reply_received"),
@@ -549,6 +555,11 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "rechecks-together": {"leases": True, "expect_worker_error": "LeaseHeld"},
     "corrupt-after-approval": {"expect_worker_error": "CheckpointCorrupt",
                                "expect_deliveries": 0},
+    "o1001-power": {"crash_mode": CrashMode.POWER, "power_points": None},
+    "power-after-approval": {"crash_mode": CrashMode.POWER,
+                             "power_points": frozenset({"t6.send_key_persisted",
+                                                        "t6.gateway_accepted",
+                                                        "t7.completed_saved"})},
 }
 
 

@@ -13,6 +13,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,7 +94,11 @@ def test_a_python_target_resolves_its_folder_against_the_scenario_file(tmp_path)
      "required for kind = \"python\""),
     (python_target(start="-"), "target.start", "required for kind"),
     (python_target(resume="loop"), "target.resume", "'loop' must be module:function"),
-    (python_target(folder=Path("/nonexistent/x")), "target.folder", "is not a folder"),
+    (python_target(folder=Path("/nonexistent/x")), "target.folder", "outside the allowed"),
+    (python_target(folder=Path(tempfile.gettempdir()) / "nonexistent-x"), "target.folder",
+     "is not a folder"),
+    (python_target(start="os:system"), "target.start", "no module 'os'"),
+    (python_target(resume="loop:nope"), "target.resume", "defines no 'nope'"),
     ('kind = "reference"\nstart = "a:b"', "target.start", "takes no target fields"),
     ('kind = "reference"\noptions = { x = "y" }', "target.options.x", "takes no options"),
     ('kind = "langgraph"\nstart = "a:b"', "target.start", "give only kind and options"),
@@ -122,7 +127,7 @@ def test_a_bad_target_table_is_refused(tmp_path, target, field, says) -> None:
     ("[human]\naction = \"reject\"\n", "human.action"),
     ("[storage]\nfault = \"corrupt_json\"\n", "storage.fault"),
     ("[sut]\nmax_attempts = 3\n", "sut.max_attempts"),
-    ('[[story]]\nstep = "workers"\nrole = "start"\n', "story"),
+    ('[[story]]\nstep = "workers"\nrole = "start"\n[[story]]\nstep = "clock"\n', "story"),
 ])
 def test_reference_only_features_are_refused_for_a_target(tmp_path, extra, field) -> None:
     err = refused(write(tmp_path, python_target(), extra))
@@ -321,7 +326,11 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-async": Verdict.PASS, "langgraph-async-keys-off": Verdict.FAIL,
     "langgraph-exit": Verdict.PASS, "langgraph-exit-keys-off": Verdict.FAIL,
     "langgraph-double": Verdict.PASS, "dbos": Verdict.PASS, "dbos-keys-off": Verdict.FAIL,
-    "langgraph-reask": Verdict.FAIL,
+    "langgraph-reask": Verdict.FAIL, "langgraph-from-earlier": Verdict.PASS,
+    "langgraph-fanout": Verdict.PASS,
+    "langgraph-email-agent": Verdict.PASS, "langgraph-email-agent-keys-off": Verdict.FAIL,
+    "dbos-email-agent": Verdict.PASS, "dbos-email-agent-keys-off": Verdict.FAIL,
+    "langgraph-email-agent-reject": Verdict.PASS, "dbos-email-agent-reject": Verdict.PASS,
 }
 
 

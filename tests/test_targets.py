@@ -9,7 +9,10 @@ through its own API (``history``). A kill is a real SIGKILL to self at the label
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,3 +180,77 @@ def test_dbos_step_killed_after_the_reply_is_rerun_on_recovery(case_of, keys,
     again = case.run(Role.RESUME)
     assert again.returncode == 0, again.stderr
     assert case.deliveries() == deliveries
+
+
+_TASK_GRAPH = '''
+import json
+from typing import TypedDict
+
+import harness.targets.boundaries as boundaries
+
+hits = []
+boundaries.failpoint = hits.append  # the labels passed, in order
+boundaries.install(None)
+
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.func import task
+from langgraph.graph import END, START, StateGraph
+
+
+class S(TypedDict):
+    x: int
+
+
+@task
+def double(x: int) -> int:
+    return 2 * x
+
+
+def a(s: S) -> S:
+    return {"x": double(s["x"]).result()}
+
+
+def b(s: S) -> S:
+    return {"x": s["x"] + 1}
+
+
+g = StateGraph(S)
+g.add_node("a", a)
+g.add_node("b", b)
+g.add_edge(START, "a")
+g.add_edge("a", "b")
+g.add_edge("b", END)
+out = g.compile(checkpointer=InMemorySaver()).invoke({"x": 1}, {"configurable": {"thread_id": "t"}})
+assert out == {"x": 3}, out
+print(json.dumps([h for h in hits if h.startswith("b.langgraph.")]))
+'''
+
+
+@NEEDS_LANGGRAPH
+def test_a_task_is_a_point_of_its_own_and_node_numbers_stay(tmp_path: Path) -> None:
+    """A ``@task`` called from a node passes ``b.langgraph.task_*``, not ``node_*``: the
+    second node is still ``node_start#2`` (issue 25)."""
+    script = tmp_path / "graph.py"
+    script.write_text(_TASK_GRAPH, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [
+        "b.langgraph.node_start", "b.langgraph.task_start", "b.langgraph.task_end",
+        "b.langgraph.node_end", "b.langgraph.node_start", "b.langgraph.node_end"]
+
+
+def test_a_forked_target_worker_prints_no_runpy_warning(tmp_path: Path) -> None:
+    """The fork server imported ``harness.targets.worker``; a worker run from it with
+    ``-m`` printed runpy's "found in sys.modules" ``RuntimeWarning`` on every start
+    (issue 25). It runs as a fresh interpreter's ``python -m`` would: silent."""
+    with ForkLauncher(modules=("harness.targets.worker",), fallback=None,
+                      preload=("harness.targets.worker", "harness.targets.boundaries")
+                      ) as launcher:
+        case = TargetCase(STARTER, tmp_path, launcher=launcher)  # type: ignore[arg-type]
+        try:
+            done = case.run(Role.START)
+        finally:
+            case.close()
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr

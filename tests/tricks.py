@@ -60,6 +60,23 @@ _FIRST_PID = ("gateway_client.py", "from shopops.errors import GatewayRejected, 
               "    except OSError:\n"
               "        pass\n")
 
+# Send raw calls to the harness's approval service (``{calls}``: a list of dicts), ignoring
+# the answers and a connection the service closes.
+_RAW_SERVICE = (
+    "    import json, os, socket\n"
+    "    address = os.environ.get('SHOPOPS_APPROVALS_SOCKET', '')\n"
+    "    if address:\n"
+    "        with socket.socket(socket.AF_UNIX) as sock:\n"
+    "            sock.connect('\\0' + address[1:] if address[0] == '@' else address)\n"
+    "            reader = sock.makefile('rb')\n"
+    "            for call in {calls}:\n"
+    "                try:\n"
+    "                    sock.sendall(json.dumps(call).encode() + b'\\n')\n"
+    "                    if not reader.readline():\n"
+    "                        break\n"
+    "                except OSError:\n"
+    "                    break\n")
+
 TRICKS: tuple[Trick, ...] = (
     Trick(
         "delete-second-delivery",  # rewrite the gateway's log found next to the databases
@@ -123,6 +140,15 @@ TRICKS: tuple[Trick, ...] = (
         "Exactly one delivery", "o1001[t6.gateway_accepted]", "no_tampering",
     ),
     Trick(
+        "report-the-gateways-point",  # claim t6.gateway_accepted before any send: killed
+        "fresh-key-per-send",  # there, the resumer's one send would be the only delivery
+        (("gateway_client.py", "            failpoint(points[0])\n",
+          "            failpoint(points[0])\n"
+          "            if points[0] == 't6.request_leaving':\n"
+          "                failpoint('t6.gateway_accepted')\n"),),
+        "Exactly one delivery", "o1001[t6.gateway_accepted]", "no_tampering",
+    ),
+    Trick(
         "clear-fault-plan",  # switch off the gateway's faults before every send
         "retries-with-fresh-key",
         (("gateway_client.py", "        for attempt in range(1, self.max_attempts + 1):\n",
@@ -166,6 +192,23 @@ TRICKS: tuple[Trick, ...] = (
           "                    'op': op, 'case_id': case_id, 'status': 'pending',\n"
           "                    'request_id': latest.request_id}).encode() + b'\\n')\n"
           "                reader.readline()\n"),),
+        "Rejections", "rejection[no-kill]", "no_tampering",
+    ),
+    Trick(
+        "consume-a-made-up-ticket",  # bind a ticket the queue never issued (it answered ok)
+        "rejection-ignored",
+        (("worker.py", "    latest = services.approvals.latest_request(case_id)\n",
+          "    latest = services.approvals.latest_request(case_id)\n"
+          + _RAW_SERVICE.format(calls="[{'op': 'mark_consumed', 'ticket_id': 'T-999',"
+                                " 'key': 'mine', 'at': '2026-01-01T00:00:00Z'}]")),),
+        "Rejections", "rejection[no-kill]", "no_tampering",
+    ),
+    Trick(
+        "flood-the-approval-service",  # more requests than any worker needs: the harness's
+        "rejection-ignored",  # threads and its call log pay for each
+        (("worker.py", "    latest = services.approvals.latest_request(case_id)\n",
+          "    latest = services.approvals.latest_request(case_id)\n"
+          + _RAW_SERVICE.format(calls="[{'op': 'requests', 'case_id': case_id}] * 1500")),),
         "Rejections", "rejection[no-kill]", "no_tampering",
     ),
 )

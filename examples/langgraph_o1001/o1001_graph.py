@@ -13,7 +13,9 @@ nothing else, and the send carries an idempotency key derived from durable facts
 ``keys`` off to see what it prevents). ``options.durability`` picks LangGraph's durability
 mode: ``sync`` (checkpoint before the next step), ``async`` (while it runs, the default),
 ``exit`` (only when the graph exits or interrupts). ``options.resume_on`` (``tasks``, the
-default, or ``next``) picks how a resumed worker decides the thread has work left.
+default, or ``next``) picks how a resumed worker decides the thread has work left;
+``options.intake`` (``serial``, the default, or ``fanout``) reads the customer and the
+order one after the other or in two parallel branches (``Send``).
 
 The harness entry points are ``start``, ``resume`` and ``history`` (``[target]`` table);
 they take a ``harness.targets.context.TargetContext``.
@@ -30,12 +32,12 @@ import time
 import uuid
 from contextlib import closing
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 import requests
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Send, interrupt
 
 DURABILITY = ("sync", "async", "exit")
 #: What says a thread killed mid-run still has work: ``tasks`` (any pending task, even one
@@ -50,6 +52,10 @@ RESUME_ON = ("tasks", "next")
 #: under a fresh request id: the node runs again when it is resumed, so the human is asked
 #: again — the pitfall LangGraph's documentation warns of, which ``asked_once`` fails).
 ASK = ("own_node", "interrupt_node")
+#: How intake reads the customer and the order: ``serial`` (one node after the other) or
+#: ``fanout`` (two parallel branches started with ``Send`` from START, joined at ``draft``:
+#: LangGraph runs them in one superstep and checkpoints after both).
+INTAKE = ("serial", "fanout")
 
 
 class O1001(TypedDict, total=False):
@@ -66,6 +72,28 @@ class O1001(TypedDict, total=False):
     delivery_id: str
     sent: bool
     step: int
+
+
+def _larger(old: int, new: int) -> int:
+    """``step``'s reducer in the fan-out graph: the larger of two writes."""
+    return max(old, new)
+
+
+class O1001Fanout(TypedDict, total=False):
+    """The state of the fan-out graph: as ``O1001``, but ``step`` keeps the larger of the
+    values written in one superstep (both branches write it)."""
+
+    case_id: str
+    order_id: str
+    customer: dict[str, Any]
+    order: dict[str, Any]
+    draft: dict[str, str]
+    request_id: str
+    ticket: str
+    idempotency_key: str | None
+    delivery_id: str
+    sent: bool
+    step: Annotated[int, _larger]
 
 
 def _digest(draft: dict[str, str]) -> str:
@@ -94,6 +122,7 @@ def build(ctx: Any) -> StateGraph:
     """The O-1001 graph for one execution (its nodes close over ``ctx``)."""
     fixtures = Path(ctx.fixtures)
     ask = ctx.option("ask", "own_node", ASK)
+    fanout = ctx.option("intake", "serial", INTAKE) == "fanout"
 
     def get_customer(state: O1001) -> O1001:
         order = json.loads((fixtures / "orders.json").read_text())[state["order_id"]]
@@ -154,9 +183,19 @@ def build(ctx: Any) -> StateGraph:
     def done(state: O1001) -> O1001:
         return {"step": state["step"] + 1}
 
-    graph = StateGraph(O1001)
+    graph = StateGraph(O1001Fanout if fanout else O1001)
     nodes = (get_customer, get_order, draft, request_approval, await_approval, send, done)
     previous = START
+    if fanout:  # both reads at once, each a branch of its own; draft joins them
+        graph.add_node("get_customer", get_customer)
+        graph.add_node("get_order", get_order)
+        graph.add_conditional_edges(
+            START, lambda state: [Send("get_customer", state), Send("get_order", state)],
+            ["get_customer", "get_order"])
+        graph.add_edge("get_customer", "draft")
+        graph.add_edge("get_order", "draft")
+        graph.add_node("draft", draft)
+        nodes, previous = nodes[3:], "draft"
     for node in nodes:
         graph.add_node(node.__name__, node)
         graph.add_edge(previous, node.__name__)
@@ -173,6 +212,8 @@ def _run(ctx: Any, *, resume_value: Any | None) -> None:
     with closing(sqlite3.connect(Path(ctx.workdir) / "langgraph.db",
                                  check_same_thread=False)) as conn:
         app = build(ctx).compile(checkpointer=SqliteSaver(conn))
+        if getattr(ctx, "from_seq", None) is not None:
+            _chosen_checkpoint(app, config, ctx.from_seq)
         snapshot = app.get_state(config)
         if not snapshot.values:  # never checkpointed: start the case afresh
             app.invoke({"case_id": ctx.case_id, "order_id": ctx.order_id, "step": 0},
@@ -183,6 +224,29 @@ def _run(ctx: Any, *, resume_value: Any | None) -> None:
         elif snapshot.tasks if resume_on == "tasks" else snapshot.next:
             # killed mid-run: continue from the last checkpoint and its saved writes
             app.invoke(None, config, durability=durability)
+
+
+def _chosen_checkpoint(app: Any, config: dict[str, Any], from_seq: int) -> None:
+    """A resume from a chosen earlier checkpoint (``ctx.from_seq``, the contract's
+    ``--from-seq``): the ``from_seq``-th checkpoint of the thread, oldest first (as
+    ``history`` lists them), read back through LangGraph with its own config — its
+    ``checkpoint_id`` — as time travel would invoke it. Invoking the graph with that config
+    would fork the thread and run every node after it again (the send included); the nodes
+    after it already ran and recorded their writes, so the thread goes on from its latest
+    checkpoint instead: nothing recorded after the chosen one is done again.
+
+    Raises:
+        LookupError: the thread has no such checkpoint, or it cannot be read back.
+    """
+    snapshots = list(reversed(list(app.get_state_history(config))))
+    if not 1 <= from_seq <= len(snapshots):
+        raise LookupError(f"thread {config['configurable']['thread_id']!r} has "
+                          f"{len(snapshots)} checkpoint(s), not {from_seq}")
+    chosen = snapshots[from_seq - 1].config
+    if app.get_state(chosen).config["configurable"].get("checkpoint_id") != chosen[
+            "configurable"]["checkpoint_id"]:
+        raise LookupError(f"checkpoint {chosen['configurable']['checkpoint_id']} cannot be "
+                          "read back")
 
 
 def start(ctx: Any) -> None:

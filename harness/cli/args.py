@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the gateway's durable log")
     serve.add_argument("--port", type=v.PORT, default=0,
                        help="port 0-65535 (default 0: ephemeral)")
+    serve.add_argument("--smtp", action="store_true",
+                       help="also serve SMTP on an ephemeral loopback port (printed); Resend's "
+                            "POST /emails is always served")
     return parser
 
 

@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli.args import DEFAULT_EXPLORE, DEFAULT_SCENARIOS, build_parser
+from harness.cli.interrupts import Progress, interrupted, signal_exit
 from harness.grading.targets import all_on, from_cli
 from harness.model import PythonTarget, Verdict
 from harness.plan.scenario import ScenarioError
+from harness.reports.base import power_note
 from harness.reports.console import ProgressLine, console, quiet_closed_stdout
 from shopops import validators as v
 from shopops.errors import ShopOpsError
@@ -60,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "gateway":
             from harness.services.gateway_serve import serve_command
 
-            return serve_command(args.db, port=args.port)
+            return serve_command(args.db, port=args.port, smtp=args.smtp)
         return _run(args)
     except BrokenPipeError:  # a write outside the console (argparse, a library)
         quiet_closed_stdout()
@@ -71,19 +73,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _merge(args: argparse.Namespace) -> int:
-    """Exit status of the merged run (0/1/2), or 2 when the folders do not merge."""
+    """Exit status of the merged run (0/1/2), or 2 when the folders do not merge or the
+    merge was interrupted (SIGINT/SIGTERM: ``harness.cli.interrupts``; its folder is left incomplete,
+    removed by the next command's ``prune_runs``)."""
+    from harness.launch.processes import reaping_on_signals
+
+    at = Progress()
+    try:
+        with reaping_on_signals():
+            return _merge_command(args, at)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if not signal_exit(exc):
+            raise
+        return interrupted("merge", exc, at)
+
+
+def _merge_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.cli.merge import MergeError, check_junit, load_shards, merge_runs
+    from harness.reports.runs import DEFAULT_KEEP_RUNS, prune_runs
     from harness.reports.write import point_latest, write_reports
     from harness.run.runner import new_run_id
 
     out_dir: Path | None = None
     try:
         files = load_shards([Path(f) for f in args.folders])
-        out_dir = Path(args.report_dir) / new_run_id()
+        out_dir = at.out_dir = Path(args.report_dir) / new_run_id()
         merged = merge_runs(files, out_dir.name, out_dir)
         paths = write_reports(merged, out_dir, latest=False)
         check_junit(paths["junit"], [f.path.parent for f in files])
         point_latest(out_dir)  # only a merge that holds moves ``latest``
+        # like a run: old complete folders beyond the default, incomplete ones of gone
+        # processes (an interrupted merge's or run's)
+        prune_runs(out_dir.parent, DEFAULT_KEEP_RUNS, current=out_dir)
     except (MergeError, OSError) as exc:
         if out_dir is not None:  # a refused merge leaves no report that could be published
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -166,6 +187,27 @@ def _default_paths() -> list[Path]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    """``run``, with SIGINT/SIGTERM handled from the start (``harness.cli.interrupts``)."""
+    from harness.launch.processes import reaping_on_signals
+    from harness.model import RunResult
+    from harness.reports.write import finish_run
+
+    at = Progress()
+    keep = {"keep_runs": args.keep_runs, "keep_all": args.keep_all}
+    try:
+        with reaping_on_signals():
+            return _run_command(args, at)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if not signal_exit(exc):
+            raise
+
+        def report(out: Path) -> None:  # what a harness error writes: nothing finished
+            finish_run(RunResult(out.name, out, interrupted=True), out, **keep)
+
+        return interrupted("run", exc, at, report=report)
+
+
+def _run_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.launch.processes import reaping_on_signals
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.plan.catalogue import resolve
@@ -182,8 +224,9 @@ def _run(args: argparse.Namespace) -> int:
         schedule = CrashSchedule.parse(args.schedule) if args.schedule is not None else None
         shard = resolve_shard(args.shard, os.environ)
         step_summary.check_target(os.environ)
-        durations = earlier_durations(Path(args.durations)) \
-            if shard is not None and args.durations else {}
+        # read whenever given (a FIFO, a nested or bad file is refused even without --shard)
+        durations = earlier_durations(Path(args.durations)) if args.durations else {}
+        durations = durations if shard is not None else {}
         if args.sut and not target:
             from harness.sandbox.users import check_installable
 
@@ -201,6 +244,7 @@ def _run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"shopops-chaos: error: --report-dir {args.report_dir}: {exc}", file=sys.stderr)
         return 2
+    at.out_dir = out_dir
     part = f" (shard {shard})" if shard is not None else ""
     say(f"shopops-chaos: {len(scenarios)} scenario(s){part} -> {out_dir}")
     line = ProgressLine()
@@ -214,7 +258,7 @@ def _run(args: argparse.Namespace) -> int:
         notes = (f" notes={len(ev.gateway.notes_for(ev.case_id))}"
                  if len(ev.gates) > 1 else "")  # the order note is the second gated action
         say(f"{line.prefix(done, total, final)} {mark:<7} {res.plan.id:<55} "
-            f"{res.elapsed_s:6.2f}s  deliveries={ev.deliveries}{notes}")
+            f"{res.elapsed_s:6.2f}s  deliveries={ev.deliveries}{notes}{power_note(res)}")
 
     def on_repeat(rep: int) -> None:
         line.started = time.monotonic()
@@ -242,6 +286,7 @@ def _run(args: argparse.Namespace) -> int:
     if result.interrupted:
         print("shopops-chaos: interrupted; every worker was reaped; reporting the "
               f"{len(result.results)} execution(s) that finished", file=sys.stderr)
+    at.writing = True
     with reaping_on_signals():  # a second Ctrl-C while writing leaves latest where it was
         if shard is not None:  # before the reports: summary.json is written last
             from harness.reports.run_json import write_run_json
@@ -255,7 +300,7 @@ def _run(args: argparse.Namespace) -> int:
         if soak is not None:
             paths["soak"] = soak
     _summary(result, paths)
-    return result.exit_status
+    return 2 if result.interrupted else result.exit_status  # as grade: not a verdict
 
 
 def _write_soak(result: object, repeat: int, fail_fast: bool) -> Path:

@@ -75,10 +75,15 @@ def preload(extra: Sequence[str] = ()) -> None:
     failpoints.configure(None, None)
     runtime.set_default_services(None)
     _warm_up()
-    try:
-        _MAINS["shopops"] = _main_code("shopops")
-    except ImportError:
-        pass  # no __main__ to cache: each child's runpy says so, as a spawned one would
+    # the code a child runs as __main__, read once here; and a module imported above and
+    # run with -m (harness.targets.worker) must not go through runpy, which warns that it
+    # "found it in sys.modules" (RuntimeWarning) in every worker: it runs as in a fresh
+    # interpreter instead, its code in a fresh __main__
+    for name in ("shopops", *(m for m in extra if m in sys.modules)):
+        try:
+            _MAINS[name] = _main_code(name)
+        except ImportError:
+            pass  # no code to cache: each child's runpy says so, as a spawned one would
     gc.collect()
     gc.freeze()
 
@@ -186,15 +191,18 @@ def run_module(module: str, args: Sequence[str], env: dict[str, str], cwd: str) 
 _MAINS: dict[str, tuple[ModuleSpec, CodeType]] = {}
 
 
-def _main_code(package: str) -> tuple[ModuleSpec, CodeType]:
-    """The spec and code of ``package.__main__``, as ``runpy.run_module(package)`` finds them
-    (``importlib.util.find_spec``, the loader's ``get_code``).
+def _main_code(module: str) -> tuple[ModuleSpec, CodeType]:
+    """The spec and code ``runpy.run_module(module)`` runs — ``module.__main__``'s for a
+    package, else the module's own — found as it finds them (``importlib.util.find_spec``,
+    the loader's ``get_code``).
 
     Raises:
-        ImportError: ``package`` has no ``__main__`` or its code cannot be read.
+        ImportError: a package without ``__main__``, or code that cannot be read.
     """
-    name = f"{package}.__main__"
-    spec = importlib.util.find_spec(name)
+    found = importlib.util.find_spec(module)
+    package = found is not None and found.submodule_search_locations is not None
+    name = f"{module}.__main__" if package else module
+    spec = importlib.util.find_spec(name) if package else found
     get_code = getattr(spec.loader, "get_code", None) if spec is not None else None
     code = get_code(name) if get_code is not None else None
     if spec is None or code is None:

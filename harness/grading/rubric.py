@@ -10,7 +10,10 @@ from dataclasses import dataclass
 
 from harness.model import CheckId
 
-__all__ = ["DEFAULT_RUBRIC", "RubricItem"]
+__all__ = ["ALL_CHECKS", "DEFAULT_RUBRIC", "RubricItem"]
+
+#: What ``checks = "all"`` in a rubric file means: every check of the registry must hold.
+ALL_CHECKS: tuple[CheckId, ...] = tuple(CheckId)
 
 
 @dataclass(frozen=True)
@@ -21,9 +24,11 @@ class RubricItem:
         name: the Gradescope test name.
         points: its ``max_score``.
         scenarios: scenario names (files under ``scenarios/``) whose executions count.
-        checks: the check ids this item is about: in every one of those executions each
-            must come out as its scenario expects (pass, or fail for a teaching demo's
-            expected failure). Always, a scenario's expected worker error must have
+        checks: the check ids this item is about (at least one; ``ALL_CHECKS`` for every
+            one — an item about no check would give full points to failing executions, so
+            ``__post_init__`` refuses it with ``ValueError``): in every one of those
+            executions each must come out as its scenario expects (pass, or fail for a
+            teaching demo's expected failure). Always, a scenario's expected worker error must have
             happened and the verdict must be definite (not ``unknown``); other checks do
             not count here, so one bug costs the items about it, not every item.
         visibility: Gradescope visibility.
@@ -36,6 +41,11 @@ class RubricItem:
     checks: tuple[CheckId, ...] = ()
     visibility: str = "visible"
     explain: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.checks:
+            raise ValueError(f"rubric item {self.name!r} names no check: give its check ids "
+                             "or ALL_CHECKS (every check must hold)")
 
 
 DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
@@ -77,7 +87,7 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                (CheckId.SAME_KEY_ONE_DELIVERY,),
                explain="The keys-off switch must really send without a key."),
     RubricItem("Exercise 4: a lease owner rejects resume from another owner", 10,
-               ("two-resumers", "lease-takeover", "lease-same-owner"),
+               ("two-resumers", "lease-takeover", "lease-same-owner"), (CheckId.LEASE_EXCLUSIVE,),
                explain="Leases with an owner and an expiry; fence a taken-over worker."),
     RubricItem("History: nothing is sent or written once the case is done", 10,
                ("o1001", "lease-takeover", "lease-same-owner", "two-resumers", "rejection",

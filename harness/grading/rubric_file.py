@@ -1,10 +1,12 @@
 """Reading a rubric TOML file into ``harness.grading.rubric.RubricItem``s, refusing a bad one.
 
-A rubric file is ``[[tests]]`` tables with ``name``, ``points``, ``scenarios`` and
-optionally ``checks``, ``visibility`` (Gradescope's values) and ``explain``; it replaces
+A rubric file is ``[[tests]]`` tables with ``name``, ``points``, ``scenarios``, ``checks``
+(check ids, or ``"all"``: every check must hold) and optionally ``visibility``
+(Gradescope's values) and ``explain``; it replaces
 ``DEFAULT_RUBRIC``. Every field is checked before anything runs: a bad rubric is one clear
 error naming the file and the field (issue 10: non-finite or absurd points, duplicate
-names).
+names; issue 24: an item without ``checks`` gave full points to executions that all
+failed, so ``checks`` is required).
 """
 
 from __future__ import annotations
@@ -13,8 +15,15 @@ import math
 import tomllib
 from pathlib import Path
 
-from harness.grading.rubric import RubricItem
+from harness.grading.rubric import ALL_CHECKS, RubricItem
 from harness.model import CheckId
+from harness.model.input_files import (
+    MAX_TOML_BYTES,
+    MAX_TOML_NESTING,
+    InputFileError,
+    check_nesting,
+    read_input,
+)
 from harness.plan.catalogue import CATALOGUE
 from shopops.errors import ShopOpsError
 
@@ -32,12 +41,13 @@ class RubricError(ShopOpsError, ValueError):
 
 def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
     """Read a rubric TOML file: ``[[tests]]`` tables with ``name``, ``points``,
-    ``scenarios`` and optionally ``checks``, ``visibility``, ``explain``.
+    ``scenarios``, ``checks`` (a non-empty list of check ids, or ``"all"``: every check of
+    ``harness.model.CheckId`` must hold) and optionally ``visibility``, ``explain``.
 
     Raises:
         RubricError: unreadable, syntax error, unknown field, wrong type, unknown check id,
-            unknown visibility, unknown scenario, no tests, points that are not finite or
-            over ``MAX_POINTS``, a duplicate name.
+            unknown visibility, unknown scenario, no tests, no ``checks`` (or an empty
+            list), points that are not finite or over ``MAX_POINTS``, a duplicate name.
     """
     path = Path(path)
 
@@ -45,9 +55,13 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
         return RubricError(f"{path}: field '{fld}': {reason}", path=str(path), field=fld,
                            reason=reason)
 
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    try:  # a regular file, bounded in size and nesting before tomllib sees it
+        text = read_input(path, MAX_TOML_BYTES)
+        check_nesting(text, path, MAX_TOML_NESTING, toml=True)
+        data = tomllib.loads(text)
+    except InputFileError as exc:
+        raise RubricError(str(exc), path=str(path), field=None, reason="unreadable") from None
+    except tomllib.TOMLDecodeError as exc:
         raise RubricError(f"{path}: cannot read the rubric: {exc}", path=str(path),
                           field=None, reason="unreadable") from exc
     tests = data.get("tests")
@@ -64,7 +78,7 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
             raise fail(f"{where}.{sorted(extra)[0]}", "unknown field; allowed: name, points, "
                        "scenarios, checks, visibility, explain")
         name, points = raw.get("name"), raw.get("points")
-        scenarios, checks = raw.get("scenarios"), raw.get("checks", [])
+        scenarios, checks = raw.get("scenarios"), raw.get("checks")
         if not isinstance(name, str) or not name:
             raise fail(f"{where}.name", "a non-empty string is required")
         if (isinstance(points, bool) or not isinstance(points, int | float)
@@ -78,8 +92,16 @@ def load_rubric(path: str | Path) -> tuple[RubricItem, ...]:
                 s not in known for s in scenarios):
             raise fail(f"{where}.scenarios", "a non-empty list of scenario names; known: "
                        + ", ".join(sorted(known)))
-        if not isinstance(checks, list) or any(c not in set(CheckId) for c in checks):
-            raise fail(f"{where}.checks", f"check ids from: {', '.join(CheckId)}")
+        if checks is None:
+            raise fail(f"{where}.checks", f"test {name!r} names no checks: every test must "
+                       "say which checks it is about (a list of check ids) or checks = \"all\" "
+                       f"(every check must hold); check ids: {', '.join(CheckId)}")
+        if checks == "all":
+            checks = list(ALL_CHECKS)
+        if (not isinstance(checks, list) or not checks
+                or any(c not in set(CheckId) for c in checks)):
+            raise fail(f"{where}.checks", f"test {name!r}: a non-empty list of check ids "
+                       f"from: {', '.join(CheckId)}; or \"all\"")
         visibility = raw.get("visibility", "visible")
         if visibility not in VISIBILITIES:
             raise fail(f"{where}.visibility", f"{visibility!r}; allowed: "

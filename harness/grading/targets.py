@@ -32,7 +32,15 @@ from pathlib import Path
 
 from harness.grading.rubric import RubricItem
 from harness.model import PythonTarget, Scenario
+from harness.model.input_files import (
+    MAX_TOML_BYTES,
+    MAX_TOML_NESTING,
+    InputFileError,
+    check_nesting,
+    read_input,
+)
 from harness.plan.scenario import ScenarioError, impossible
+from harness.targets.apps import FIELDS_OF
 from harness.targets.extras import ExtraMissing, require
 from harness.targets.spec import parse_target
 
@@ -64,9 +72,11 @@ def load_target_dir(kind: str, folder: Path) -> PythonTarget:
         return ScenarioError(f"{path}: field '{fld}': {reason}", path=str(path), field=fld,
                              line=None, reason=reason)
 
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    try:  # a regular file, bounded in size and nesting before tomllib sees it
+        text = read_input(path, MAX_TOML_BYTES)
+        check_nesting(text, path, MAX_TOML_NESTING, toml=True)
+        data = tomllib.loads(text)
+    except (InputFileError, tomllib.TOMLDecodeError) as exc:
         raise ScenarioError(f"{path}: cannot read the target file: {exc} (--target needs "
                             f"a {FILENAME} naming start and resume)", path=str(path),
                             field=None, line=None, reason="unreadable") from exc
@@ -75,7 +85,10 @@ def load_target_dir(kind: str, folder: Path) -> PythonTarget:
         raise fail("target", f"{FILENAME} holds exactly one [target] table")
     if "kind" in table:
         raise fail("target.kind", "given on the command line (--target), not here")
-    target = parse_target({"folder": ".", **table, "kind": "python"}, path, fail)
+    # a framework app named by its graph or workflow (harness.targets.apps), else functions
+    app = kind in FIELDS_OF and FIELDS_OF[kind][0] in table
+    target = parse_target({"folder": ".", **table, "kind": kind if app else "python"},
+                          path, fail)
     assert target is not None
     extra = None if kind == "python" else kind
     if extra is not None:

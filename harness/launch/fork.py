@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from harness.forkserver.server import kill_worker
+from harness.launch import power
 from harness.launch.fork_conn import Conn, ForkServerError
 from harness.launch.fork_packages import package_root as _package_root
 from harness.launch.fork_packages import shadowing_copy as _shadowing_copy
@@ -119,6 +120,19 @@ class ForkWorker(Worker):
                               f"worker {self.index} (pid {self.pid}); its group was SIGKILLed")
 
 
+def _with_power_shim(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the power-cut shim preloaded (``harness.launch.power``): a forked worker
+    never execs, so the shim must be in the server already; it stays inert in every worker
+    whose environment does not name a state folder. Without a C compiler the server starts
+    without it, and a power-cut execution fails to start its workers with the reason."""
+    try:
+        shim = str(power.shim_path())
+    except power.PowerUnavailable:
+        return env
+    preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and p != shim]
+    return {**env, "LD_PRELOAD": ":".join([shim, *preload])}
+
+
 class _Server:
     """The fork server process, its socket folder and the control connection."""
 
@@ -133,6 +147,7 @@ class _Server:
             env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (code_path, _SRC, env.get("PYTHONPATH")) if p)
+            env = _with_power_shim(env)
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.forkserver.server", "--fd", str(listener.fileno()),
                  self.path, *(["--sealed"] if sealed else []),

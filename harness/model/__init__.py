@@ -4,8 +4,8 @@ Data flows one way — plan → story record → evidence → checks → verdict
 every stage hands the next one of these frozen dataclasses. This package imports nothing
 of the harness outside itself (a test reads the import graph), so any module may use it:
 reports, the explorer and the pytest plugin take their types from here, never from the
-runner. It imports no other package of the harness (only ``shopops``'s labels and records,
-until the contract moves out of the loop under test).
+runner. It imports no other package of the harness and nothing of the loop under test: of
+the project, only ``shopops_contract`` (labels, limits, phases, approval records).
 """
 
 from harness.model.evidence import (
@@ -17,6 +17,7 @@ from harness.model.evidence import (
     GatewayLog,
     HistoryMark,
     NoteDelivery,
+    PowerCut,
     RequestRecord,
     WorkerRun,
     key_text,
@@ -26,9 +27,11 @@ from harness.model.hits import HIT_KINDS, HitCounter, number_trace
 from harness.model.kinds import (
     CheckId,
     CheckStatus,
+    CrashMode,
     EventKind,
     EvidenceSource,
     FaultKind,
+    GatewayDialect,
     HumanAction,
     StorageFault,
     TicketKind,
@@ -82,11 +85,13 @@ from harness.model.target import PythonTarget, TargetRole
 __all__ = [
     "DEFAULT_GATE", "DEFAULT_OWNER", "FAULT_KINDS", "HIT_KINDS", "MAX_FAULT_MS", "NO_KEY",
     "NO_KILL", "NO_RECOVERY", "NOTE_GATE", "PAST_LEASE", "REFERENCE", "SRC", "ApprovalRecord",
-    "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashSchedule", "Delivery",
+    "CheckId", "CheckResult", "CheckStatus", "ClockStep", "Counts", "CrashMode", "CrashSchedule",
+    "Delivery",
     "Draft", "DurableWrite", "Event", "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan",
-    "ExecutionResult", "FaultKind", "FaultSpec", "Gap", "GateState", "GatewayLog", "History",
-    "HistoryMark", "HistorySource", "HitCounter", "HoldStep", "HumanAction", "HumanStep",
-    "key_text", "KillPoint", "NoteDelivery", "number_trace", "Observable", "PythonTarget",
+    "ExecutionResult", "FaultKind", "FaultSpec", "GatewayDialect", "Gap", "GateState",
+    "GatewayLog", "History", "HistoryMark", "HistorySource", "HitCounter", "HoldStep",
+    "HumanAction", "HumanStep", "key_text", "KillPoint", "NoteDelivery", "PowerCut",
+    "number_trace", "Observable", "PythonTarget",
     "ReleaseStep", "RequestRecord", "roll_up", "rows_digest", "RunResult", "Scenario", "Shard",
     "ShardError", "ShardPlan", "Step", "StepKind", "StorageFault", "StorageStep", "StoredRow",
     "StoryRecord", "Sut", "TargetRole", "TicketKind", "TicketRecord", "Unit", "Verdict", "Wait",

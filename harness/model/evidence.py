@@ -22,7 +22,8 @@ from harness.model.observations import (
 from harness.model.points import KillPoint
 
 __all__ = ["NO_KEY", "OWN_FAULT_SIGNALS", "Delivery", "Event", "Evidence", "Gap", "GatewayLog",
-           "HistoryMark", "NoteDelivery", "RequestRecord", "WorkerRun", "key_text", "rows_digest"]
+           "HistoryMark", "NoteDelivery", "PowerCut", "RequestRecord", "WorkerRun", "key_text",
+           "rows_digest"]
 
 #: How a request or delivery without an idempotency key is written, in check evidence and
 #: in every report (one spelling: ``key_text``).
@@ -123,6 +124,24 @@ class Gap:
 
     source: EvidenceSource
     reason: str
+
+
+@dataclass(frozen=True)
+class PowerCut:
+    """A power cut after the kill at ``point`` (of worker ``worker``): the state folder went
+    back to its last sync (``harness.launch.power``). ``committed``: the case's checkpoint
+    ``seq`` numbers readable just before the cut (what the loop had committed); ``lost``:
+    those the cut took away or changed (committed but never made durable; all of them when
+    the store cannot be read after the cut); ``files_lost``: the folder's files removed or
+    rolled back; ``unread``: why the rows could not be read before the cut (``None``: they
+    were; a target's own storage is not read)."""
+
+    point: KillPoint
+    worker: int
+    committed: tuple[int, ...] = ()
+    lost: tuple[int, ...] = ()
+    files_lost: tuple[str, ...] = ()
+    unread: str | None = None
 
 
 @dataclass(frozen=True)
@@ -284,6 +303,8 @@ class Evidence:
             happen at all, one listed must happen once when the case completes.
         target: the loop under test: ``reference`` (the reference or a package run as
             ``python -m MODULE``) or a target's name (``python``, ``langgraph``, ``dbos``).
+        power_cuts: the power cuts after kills, in order (``PowerCut``): what was
+            committed before each and what it lost.
     """
 
     execution_id: str
@@ -310,6 +331,7 @@ class Evidence:
     history_at_approval: HistoryMark | None = None
     checkpoints_file: tuple[int, int] | None = None
     history: History = History(HistorySource.CHECKPOINT_STORE)
+    power_cuts: tuple[PowerCut, ...] = ()
 
     @property
     def cut_short(self) -> bool:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["CheckId", "CheckStatus", "EventKind", "EvidenceSource", "FaultKind", "HumanAction",
-           "StorageFault", "TicketKind", "Verdict", "WorkerRole"]
+__all__ = ["CheckId", "CheckStatus", "EventKind", "EvidenceSource", "FaultKind",
+           "GatewayDialect", "HumanAction", "StorageFault", "TicketKind", "Verdict", "WorkerRole"]
 
 
 class Verdict(StrEnum):
@@ -68,6 +68,7 @@ class CheckId(StrEnum):
     HISTORY_NOT_REPLACED = "history_not_replaced"
     PER_ACTION = "per_action"
     ASKED_ONCE = "asked_once"
+    COMMITS_DURABLE = "commits_durable"
     TICKET_CONSUMED_FIRST = "ticket_consumed_first"
 
 
@@ -92,6 +93,7 @@ class EventKind(StrEnum):
     ERROR = "error"  # a harness-side problem seen while the story ran
     TAMPERING = "tampering"  # a forged hit refused, a planted file removed (harness.sandbox.users)
     LEFTOVER = "leftover"  # a process of a sealed execution's uid found after its workers
+    POWER_CUT = "power_cut"  # after a kill, the state folder went back to its last sync
 
 
 class EvidenceSource(StrEnum):
@@ -136,6 +138,16 @@ class TicketKind(StrEnum):
     FORGED_IN_PARKED_STATE = "forged_in_parked_state"
 
 
+class CrashMode(StrEnum):
+    """How a scheduled kill crashes the worker (``[crash] mode``): ``kill`` is a SIGKILL
+    (the page cache survives: every write the worker made stays); ``power`` is a SIGKILL and
+    then a power cut — the execution's state folder goes back to what was last synced
+    (``harness.launch.power``)."""
+
+    KILL = "kill"
+    POWER = "power"
+
+
 class StorageFault(StrEnum):
     """A fault the harness injects into the checkpoint database (``none``: no fault)."""
 
@@ -172,6 +184,15 @@ class FaultKind(StrEnum):
     def takes_ms(self) -> bool:
         """The fault's ``ms`` is required (and allowed)."""
         return self in (FaultKind.LATENCY, FaultKind.DELAY_AFTER_ACCEPT)
+
+
+class GatewayDialect(StrEnum):
+    """The wire a scenario's or target's app sends email with (``[gateway] dialect``,
+    ``docs/targets.md``). The ledger records the same evidence for each."""
+
+    NATIVE = "native"  # the mock gateway's own ``POST /v1/messages``
+    RESEND = "resend"  # Resend's ``POST /emails`` (its ``Idempotency-Key`` header)
+    SMTP = "smtp"  # SMTP (``Resend-Idempotency-Key`` header, else ``Message-ID``, as key)
 
 
 class WorkerRole(StrEnum):

@@ -8,6 +8,7 @@ validated.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import re
@@ -17,10 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from harness.model.kinds import CheckId, FaultKind, HumanAction, StorageFault, TicketKind
+from harness.model.kinds import (
+    CheckId,
+    CrashMode,
+    FaultKind,
+    GatewayDialect,
+    HumanAction,
+    StorageFault,
+    TicketKind,
+)
 from harness.model.points import NO_KILL, CrashSchedule, KillPoint
 from harness.model.story import Step
 from harness.model.target import PythonTarget
+from shopops_contract.limits import MAX_DIRNAME
 
 __all__ = ["FAULT_KINDS", "MAX_FAULT_MS", "NO_KILL", "REFERENCE", "SRC", "CrashSchedule",
            "ExecutionPlan", "FaultSpec", "KillPoint", "Scenario", "Sut"]
@@ -107,6 +117,10 @@ class Scenario:
         points: kill points for single-kill executions; ``None``: every point the trace
             run reaches.
         schedules: extra multi-kill schedules.
+        crash_mode: ``kill`` (SIGKILL) or ``power`` (SIGKILL, then a power cut:
+            ``harness.launch.power``).
+        power_points: with ``power``, the kill labels that are power cuts (their every
+            occurrence); ``None``: every kill is one.
         baseline: also run the no-kill execution.
         double: also run every ordered pair (first kill, second kill reached during the
             recovery from the first), learned from the single-kill executions.
@@ -116,6 +130,9 @@ class Scenario:
         reject_feedback: with ``reject``: the reviewer's feedback; the loop must redraft
             answering it and park, then the human approves the redraft.
         gateway_faults: the mock gateway's fault plan, one per send request in order.
+        gateway_dialect: the email wire the workers send with (``[gateway] dialect``): the
+            gateway also serves SMTP for ``smtp``; every dialect's address is in the
+            workers' environment (``MockGateway.worker_env``).
         resumers, leases, lease_ttl_s, takeover_at, same_owner: the ``[concurrency]``
             table (``same_owner``: every worker leases as ``worker-0``, a restarted worker
             reusing its identity).
@@ -142,6 +159,8 @@ class Scenario:
     order_note: bool = False
     points: tuple[KillPoint, ...] | None = None
     schedules: tuple[CrashSchedule, ...] = ()
+    crash_mode: CrashMode = CrashMode.KILL
+    power_points: frozenset[str] | None = None
     baseline: bool = True
     double: bool = False
     human_action: HumanAction = HumanAction.APPROVE
@@ -151,6 +170,7 @@ class Scenario:
     approve_twice: bool = False
     ticket: TicketKind = TicketKind.ISSUED
     gateway_faults: tuple[FaultSpec, ...] = ()
+    gateway_dialect: GatewayDialect = GatewayDialect.NATIVE
     resumers: int = 1
     leases: bool = False
     lease_ttl_s: float = 30.0
@@ -168,8 +188,15 @@ class Scenario:
     def __post_init__(self) -> None:
         # a scenario built in code may spell a closed set as its string: hold the enum
         for name, enum in (("human_action", HumanAction), ("ticket", TicketKind),
+                           ("crash_mode", CrashMode),
                            ("storage_fault", StorageFault)):
             object.__setattr__(self, name, enum(getattr(self, name)))
+
+    def is_power_cut(self, point: KillPoint) -> bool:
+        """Whether the kill at ``point`` is a power cut (``crash_mode`` and
+        ``power_points``: the one rule; the story engine and the reports read it here)."""
+        return self.crash_mode is CrashMode.POWER and (self.power_points is None
+                                                        or point.label in self.power_points)
 
 
 def _origin(package: str) -> str:
@@ -264,8 +291,20 @@ class ExecutionPlan:
 
     @property
     def dirname(self) -> str:
-        """A filesystem-safe folder name (``o1001--t6.gateway_accepted``)."""
-        return re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario.name}--{self.schedule.id}")
+        """A filesystem-safe folder name (``o1001--t6.gateway_accepted``). A name longer
+        than ``MAX_DIRNAME`` (eight long kill points) is cut and ends with 16 hex digits of
+        the SHA-256 of the full name instead, so that two schedules that share a long prefix
+        still get two folders (the reports keep the schedule itself)."""
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", f"{self.scenario.name}--{self.schedule.id}")
+        if len(name) <= MAX_DIRNAME:
+            return name
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        return f"{name[:MAX_DIRNAME - 18]}--{digest}"
+
+    @property
+    def power_cuts(self) -> tuple[KillPoint, ...]:
+        """The kills of this execution's schedule that are power cuts, in order."""
+        return tuple(k for k in self.schedule.kills if self.scenario.is_power_cut(k))
 
     @property
     def expected_failing(self) -> frozenset[CheckId]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from harness.model.evidence import HistoryMark, WorkerRun
+from harness.model.evidence import HistoryMark, PowerCut, WorkerRun
 from harness.model.kinds import HumanAction, StorageFault, TicketKind, WorkerRole
 from harness.model.observations import History, StoredRow
 from harness.model.points import KillPoint
@@ -69,7 +69,10 @@ class WorkersStep:
             lease) or ``migrate`` (the explicit v1->v2 migration).
         count: how many workers.
         together: start them at once; the first to load the checkpoint is held there until
-            every other one has stopped, so they truly overlap. Otherwise one after another.
+            every other one has stopped, so they truly overlap (migrators: the first inside
+            its migration, ``ckpt.migration_before_commit``, is held there until every
+            other one reached ``ckpt.migration_started``, about to wait for its lock).
+            Otherwise one after another.
         recover: the role of the worker that follows one the harness SIGKILLed (again
             after each kill, within the execution's worker budget; with leases the killed
             holder's lease expires first on the simulated clock), or ``None`` (``"none"``).
@@ -77,6 +80,11 @@ class WorkersStep:
             fixed id reuses one identity across restarts. Only with leases.
         wait: ``exit`` or ``held`` (see ``Wait``).
         when: see ``When``.
+        from_seq: resume from the checkpoint with this ``seq`` instead of the latest (the
+            contract's ``resume --from-seq N``; a LangGraph target: that checkpoint's
+            ``checkpoint_id``), or ``None``.
+        from_phase: resume from the newest checkpoint of the loop in this phase when the
+            worker starts (resolved by the harness to its ``seq``), or ``None``.
     """
 
     role: WorkerRole = WorkerRole.RESUME
@@ -87,6 +95,8 @@ class WorkersStep:
     wait: Wait = Wait.EXIT
     when: When = When.ALWAYS
     kind: StepKind = StepKind.WORKERS
+    from_seq: int | None = None
+    from_phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -130,11 +140,16 @@ class HoldStep:
 
 @dataclass(frozen=True)
 class ReleaseStep:
-    """Let the worker held at ``at`` go on, and wait for every worker still running."""
+    """Let the worker held at ``at`` go on, and wait for every worker still running; or,
+    with ``on``, let it go on only when a worker reaches ``on`` (counted from the start of
+    the execution), in the middle of a later step, and wait for nothing: the held worker is
+    reaped at the end of the step that released it. A held migrator released when a second
+    one reaches ``ckpt.migration_started#2`` commits while the second waits for its lock."""
 
     at: KillPoint
     when: When = When.ALWAYS
     kind: StepKind = StepKind.RELEASE
+    on: KillPoint | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +199,7 @@ class StoryRecord:
         target_history: a target's durable writes, read after the story through its own
             API (``harness.targets.drive``); ``None`` for a loop with a checkpoint store.
         target_error: why a target's state could not be read, or ``None``.
+        power_cuts: the power cuts after kills, in order (``PowerCut``).
     """
 
     steps: tuple[Step, ...]
@@ -200,3 +216,4 @@ class StoryRecord:
     target_history: History | None = None
     target_error: str | None = None
     history_at_approval: HistoryMark | None = None
+    power_cuts: tuple[PowerCut, ...] = ()

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from harness.model import (
     CheckId,
+    CrashMode,
     CrashSchedule,
     FaultKind,
     FaultSpec,
+    GatewayDialect,
     HumanAction,
     KillPoint,
     Scenario,
@@ -28,7 +30,15 @@ from harness.model import (
     WorkerRole,
     WorkersStep,
 )
+from harness.model.input_files import (
+    MAX_TOML_BYTES,
+    MAX_TOML_NESTING,
+    InputFileError,
+    check_nesting,
+    read_input,
+)
 from harness.plan.story_parse import mistyped, parse_story
+from harness.targets.apps import APP_TYPES
 from harness.targets.spec import parse_target, target_limits
 from shopops.errors import ShopOpsError
 from shopops.policy import POLICIES
@@ -84,33 +94,59 @@ _ALLOWED: dict[str, dict[str, type | tuple[type, ...]]] = {
     "case": {"case_id": str, "order_id": str},
     "sut": {"policy": str, "idempotency_keys": bool, "read_timeout_s": _NUM,
             "max_attempts": int, "order_note": bool},
-    "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool},
+    "crash": {"points": (str, list), "schedules": list, "baseline": bool, "double": bool,
+              "mode": str, "power_points": list},
     "human": {"action": str, "approve_at": str, "delay_hours": _NUM, "twice": bool,
               "ticket": str, "feedback": str},
-    "gateway": {"faults": list},
+    "gateway": {"faults": list, "dialect": str},
     "concurrency": {"resumers": int, "leases": bool, "lease_ttl_s": _NUM, "takeover_at": str,
                     "same_owner": bool},
     "storage": {"fault": str, "lock_at": str, "lock_ms": int},
     "expect": {"failing_checks": list, "deliveries": int, "worker_error": str},
     "target": {"kind": str, "folder": str, "start": str, "resume": str, "decide": str,
-               "history": str, "options": dict},
+               "history": str, "options": dict, **APP_TYPES},
 }
+
+
+def _crash_mode(crash: dict[str, Any], fail: Callable[[str, str], Exception]
+                ) -> tuple[CrashMode, frozenset[str] | None]:
+    """``[crash] mode`` (``kill``, ``power``) and ``power_points`` (labels whose kills are
+    power cuts; only with ``mode = "power"``; absent: every kill)."""
+    raw = crash.get("mode", CrashMode.KILL.value)
+    try:
+        mode = CrashMode(raw)
+    except ValueError:
+        raise fail("crash.mode", f"{raw!r}; allowed: "
+                   + ", ".join(repr(m.value) for m in CrashMode)) from None
+    if "power_points" not in crash:
+        return mode, None
+    if mode is not CrashMode.POWER:
+        raise fail("crash.power_points", 'only with crash.mode = "power"')
+    known = set(labels.KILLABLE)
+    for label in crash["power_points"]:
+        if not isinstance(label, str) or label not in known:
+            raise fail("crash.power_points", f"{label!r}; allowed: labels of "
+                       "`shopops-chaos points` (without #N: every occurrence)")
+    return mode, frozenset(crash["power_points"])
 
 
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate one scenario file.
 
     Raises:
-        ScenarioError: unreadable file, TOML syntax error (with its line), unknown table or
+        ScenarioError: unreadable file, not a regular file (a FIFO), over
+            ``MAX_TOML_BYTES`` or nested deeper than ``MAX_TOML_NESTING``
+            (``harness.model.input_files``), TOML syntax error (with its line), unknown table or
             field, wrong type, bad name, unknown policy, unknown label, bad schedule, unknown
             check id.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc}", path=str(path), field=None,
-                            line=None, reason="unreadable") from exc
+    try:  # a regular file, bounded in size and nesting before tomllib sees it
+        text = read_input(path, MAX_TOML_BYTES)
+        check_nesting(text, path, MAX_TOML_NESTING, toml=True)
+    except InputFileError as exc:
+        raise ScenarioError(str(exc), path=str(path), field=None, line=None,
+                            reason="unreadable") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -222,6 +258,7 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         raise fail("crash.schedules", str(exc)) from None
     if any(not s.kills for s in schedules):
         raise fail("crash.schedules", "'no-kill' is the baseline: set crash.baseline = true")
+    crash_mode, power_points = _crash_mode(crash, fail)
     failing = expect.get("failing_checks", [])
     for check in failing:
         if check not in set(CheckId):
@@ -262,6 +299,8 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
             faults.append(FaultSpec.from_dict(raw))
         except ValueError as exc:
             raise fail("gateway.faults", f"fault {i + 1}: {exc}") from None
+    dialect = GatewayDialect(choice(gw, "gateway.dialect", GatewayDialect.NATIVE,
+                                    tuple(GatewayDialect)))
     action = HumanAction(choice(human, "human.action", "approve", HUMAN_ACTIONS))
     ticket = TicketKind(choice(human, "human.ticket", "issued", TICKETS))
     fault = StorageFault(choice(storage, "storage.fault", "none", STORAGE_FAULTS))
@@ -293,12 +332,14 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         order_id=case.get("order_id", "O-1001"), policy=policy,
         idempotency_keys=sut.get("idempotency_keys", True), read_timeout_s=read_timeout,
         max_attempts=max_attempts, order_note=sut.get("order_note", False), points=points,
-        schedules=schedules, baseline=crash.get("baseline", True),
+        schedules=schedules, crash_mode=crash_mode, power_points=power_points,
+        baseline=crash.get("baseline", True),
         double=crash.get("double", False), human_action=action, reject_feedback=feedback,
         approve_at=point(human, "human.approve_at"),
         approve_delay_h=positive(human, "human.delay_hours", 0),
         approve_twice=human.get("twice", False), ticket=ticket,
-        gateway_faults=tuple(faults), resumers=resumers, leases=conc.get("leases", False),
+        gateway_faults=tuple(faults), gateway_dialect=dialect, resumers=resumers,
+        leases=conc.get("leases", False),
         lease_ttl_s=positive(conc, "concurrency.lease_ttl_s", 30),
         takeover_at=point(conc, "concurrency.takeover_at"),
         same_owner=conc.get("same_owner", False), storage_fault=fault,

@@ -52,7 +52,11 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
               "[crash]",
               f"points = {_list(s.points) if s.points is not None else _q('all')}",
               f"schedules = {_list(x.id for x in s.schedules)}",
-              f"baseline = {_b(s.baseline)}", f"double = {_b(s.double)}", ""]
+              f"baseline = {_b(s.baseline)}", f"double = {_b(s.double)}",
+              f"mode = {_q(s.crash_mode)}"]
+    if s.power_points is not None:
+        lines.append(f"power_points = {_list(sorted(s.power_points))}")
+    lines.append("")
     if not s.story:
         lines += ["[human]", f"action = {_q(s.human_action)}"]
         if s.reject_feedback is not None:
@@ -62,6 +66,7 @@ def scenario_toml(s: Scenario, *, comment: str = "") -> str:
         lines += [f"delay_hours = {float(s.approve_delay_h)!r}",
                   f"twice = {_b(s.approve_twice)}", f"ticket = {_q(s.ticket)}", ""]
     lines += ["[gateway]", "faults = [" + ", ".join(_fault(f) for f in s.gateway_faults) + "]",
+              f"dialect = {_q(s.gateway_dialect)}",
               "", "[concurrency]", f"leases = {_b(s.leases)}",
               f"lease_ttl_s = {float(s.lease_ttl_s)!r}"]
     if not s.story:

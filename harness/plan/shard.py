@@ -27,11 +27,19 @@ no such variables: set ``SHOPOPS_SHARD: ${{ matrix.shard }}/N`` (README, "Shardi
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from harness.model import NO_KILL, CrashSchedule, KillPoint
+from harness.model.input_files import (
+    MAX_JSON_BYTES,
+    MAX_JSON_NESTING,
+    InputFileError,
+    check_nesting,
+    read_input,
+)
 from harness.model.plan import REFERENCE, Sut
 from harness.model.shard import Shard, ShardError, ShardPlan, Unit
 from harness.plan.matrix import single_kill_plans
@@ -132,15 +140,22 @@ def earlier_durations(path: Path | None) -> dict[str, float]:
     folder holding one); ``{}`` when ``path`` is ``None`` or does not exist.
 
     Raises:
-        ShardError: the file exists but is not a summary (names the file and the field).
+        ShardError: the file exists but is not a summary (names the file and the field),
+            or is not a regular file, too big or too deeply nested
+            (``harness.model.input_files``).
     """
     if path is None:
         return {}
     file = path / "summary.json" if path.is_dir() else path
-    if not file.is_file():
+    if not os.path.lexists(file):
         return {}
+    try:  # a regular file (a FIFO hung the run), bounded before json sees it
+        text = read_input(file, MAX_JSON_BYTES)
+        check_nesting(text, file, MAX_JSON_NESTING, toml=False)
+    except InputFileError as exc:
+        raise ShardError(f"--durations {exc}") from None
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = json.loads(text)
         out = {}
         for e in data["executions"]:
             seconds = float(e["elapsed_s"])

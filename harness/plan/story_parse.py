@@ -35,6 +35,8 @@ from harness.model import (
 )
 from shopops.validators import DELAY_HOURS, FREE_TEXT, LOCK_MS, Number
 from shopops_contract import labels
+from shopops_contract.limits import MAX_HISTORY_ROWS
+from shopops_contract.phases import Phase
 
 __all__ = ["GATES", "STEP_FIELDS", "parse_story"]
 
@@ -44,11 +46,11 @@ GATES = (DEFAULT_GATE, NOTE_GATE)
 _NUM = (int, float)
 STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
     StepKind.WORKERS: {"role": str, "count": int, "together": bool, "recover": str,
-                       "owner": str, "wait": str},
+                       "owner": str, "wait": str, "from_seq": int, "from_phase": str},
     StepKind.HUMAN: {"action": str, "gate": str, "twice": bool, "feedback": str,
                      "ticket": str, "delay_hours": _NUM, "at": str},
     StepKind.HOLD: {"at": str, "ms": int},
-    StepKind.RELEASE: {"at": str},
+    StepKind.RELEASE: {"at": str, "on": str},
     StepKind.CLOCK: {"advance_s": (str, int, float)},
     StepKind.STORAGE: {"fault": str, "at": str, "ms": int},
 }
@@ -56,10 +58,13 @@ STEP_FIELDS: dict[StepKind, dict[str, type | tuple[type, ...]]] = {
 #: (the delay of a decision, a lock's ms and feedback text use ``shopops.validators``).
 MAX_COUNT, MAX_MS, MAX_CLOCK_S = 4, 600_000, 10 * 365 * 86400.0
 _COUNT = Number(1, MAX_COUNT, "workers", integer=True)
+#: ``from_seq``: a checkpoint's ``seq`` (a history longer than the harness reads is a gap).
+_FROM_SEQ = Number(1, MAX_HISTORY_ROWS, "(a checkpoint's seq)", integer=True)
 _HOLD_MS = Number(0, MAX_MS, "milliseconds", integer=True)
 #: The range of each numeric step field (``mistyped`` names it when the type is wrong too).
 _RANGES: dict[tuple[StepKind, str], Number] = {
-    (StepKind.WORKERS, "count"): _COUNT, (StepKind.HOLD, "ms"): _HOLD_MS,
+    (StepKind.WORKERS, "count"): _COUNT, (StepKind.WORKERS, "from_seq"): _FROM_SEQ,
+    (StepKind.HOLD, "ms"): _HOLD_MS,
     (StepKind.STORAGE, "ms"): LOCK_MS, (StepKind.HUMAN, "delay_hours"): DELAY_HOURS}
 #: Roles that start by loading a checkpoint (where workers started together are made to
 #: overlap: ``labels.CHECKPOINT_LOADED``).
@@ -142,7 +147,8 @@ def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail,
     if kind is StepKind.HOLD:
         return HoldStep(point("at", True), ms("ms", 0), when)  # type: ignore[arg-type]
     if kind is StepKind.RELEASE:
-        return ReleaseStep(point("at", True), when)  # type: ignore[arg-type]
+        return ReleaseStep(point("at", True), when,  # type: ignore[arg-type]
+                           on=point("on", False))
     if kind is StepKind.CLOCK:
         advance = table.get("advance_s", PAST_LEASE)
         if isinstance(advance, str):
@@ -191,13 +197,15 @@ def _workers(table: dict[str, Any], when: When, leases: bool,
                   "one {index} (the worker's launch index)")
     if together and count < 2:
         raise bad("together", "needs count >= 2")
-    if together and role not in _LOADING:
-        raise bad("together", "workers overlap where they load the checkpoint: roles "
-                  + ", ".join(_LOADING))
+    if together and role not in (*_LOADING, WorkerRole.MIGRATE):
+        raise bad("together", "workers overlap where they load the checkpoint, or migrate: "
+                  "roles " + ", ".join((*_LOADING, WorkerRole.MIGRATE)))
     if together and recover is not None:
         raise bad("recover", "workers started together recover in a later step (when = "
                   "\"killed\")")
-    if (together or role is WorkerRole.TAKEOVER or owner != DEFAULT_OWNER) and not leases:
+    # migrators take no lease: they overlap on the database's write lock
+    lease_together = together and role is not WorkerRole.MIGRATE
+    if (lease_together or role is WorkerRole.TAKEOVER or owner != DEFAULT_OWNER) and not leases:
         raise bad("together" if together else "role" if role is WorkerRole.TAKEOVER
                   else "owner", "needs concurrency.leases = true")
     if wait is Wait.HELD and (count != 1 or together or recover is not None):
@@ -205,7 +213,24 @@ def _workers(table: dict[str, Any], when: When, leases: bool,
                   "\"none\")")
     if role is WorkerRole.MIGRATE and recover not in (None, WorkerRole.MIGRATE):
         raise bad("recover", "a migration is recovered by another migration")
-    return WorkersStep(role, count, together, recover, owner, wait, when)
+    from_seq, from_phase = table.get("from_seq"), table.get("from_phase")
+    for key, value in (("from_seq", from_seq), ("from_phase", from_phase)):
+        if value is None:
+            continue
+        if role not in _LOADING or together:
+            raise bad(key, "a resume from a chosen checkpoint: roles "
+                      + ", ".join(_LOADING) + ", not together")
+        if from_seq is not None and from_phase is not None:
+            raise bad(key, "from_seq or from_phase, not both")
+    if from_seq is not None:
+        try:
+            from_seq = int(_FROM_SEQ.check(from_seq))
+        except ValueError as exc:
+            raise bad("from_seq", str(exc)) from None
+    if from_phase is not None and from_phase not in tuple(Phase):
+        raise bad("from_phase", f"{from_phase!r}; allowed: {', '.join(Phase)}")
+    return WorkersStep(role, count, together, recover, owner, wait, when,
+                       from_seq=from_seq, from_phase=from_phase)
 
 
 def _human(table: dict[str, Any], when: When, at: KillPoint | None,
@@ -239,9 +264,11 @@ def _human(table: dict[str, Any], when: When, at: KillPoint | None,
     if ticket is not TicketKind.ISSUED and (twice or "delay_hours" in table):
         raise bad("ticket", "a bad ticket is offered instead of an approval: twice and "
                   "delay_hours need ticket = \"issued\"")
-    if ticket is not TicketKind.ISSUED and gate != DEFAULT_GATE:
-        raise bad("ticket", f"a bad ticket is offered for the email: gate {gate!r} takes "
-                  "ticket = \"issued\" only")
+    if ticket in (TicketKind.FORGED_IN_STATE, TicketKind.FORGED_IN_PARKED_STATE) \
+            and gate != DEFAULT_GATE:
+        raise bad("ticket", f"a ticket forged into the state is the email's: gate {gate!r} "
+                  "takes issued, forged, other_case, stale_draft, consumed or "
+                  "other_case_same_draft")
     if at is not None:
         if action is HumanAction.APPROVE and (ticket is not TicketKind.ISSUED or twice):
             raise bad("at", "an approval at a point issues the ticket itself: ticket and twice "
@@ -267,6 +294,13 @@ def _order(steps: list[Step], text: str, fail: Fail) -> None:
             hold = held.pop(step.at, None)
             if hold is None or hold.ms:
                 raise bad("at", f"no earlier hold (without ms) at {step.at} to release")
+            if step.on is not None and step.on.label in labels.AFTER_APPROVAL and not any(
+                    isinstance(s, HumanStep) for s in steps[:i]):
+                raise bad("on", f"{step.on.label} is only reached after an approval")
+            if step.on is not None and not any(isinstance(s, WorkersStep)
+                                               for s in steps[i + 1:]):
+                raise bad("on", "a release when a worker reaches a point needs a later step "
+                          "= \"workers\" to get there")
         elif isinstance(step, WorkersStep):
             if step.wait is Wait.HELD and not any(not h.ms for h in held.values()):
                 raise bad("wait", "\"held\" needs an earlier hold step (without ms) not yet "

@@ -320,7 +320,7 @@ def crash_runner(request: pytest.FixtureRequest) -> Callable[..., Any]:
 
         def test_kill_after_accept(crash_runner):
             result = crash_runner("t3.checkpoint_saved>t6.gateway_accepted")
-            assert result.verdict == "pass"
+            assert result.verdict is Verdict.PASS
             assert result.evidence.deliveries == 1
 
     Call as ``crash_runner(schedule, scenario=None, **scenario_fields)``: ``schedule`` is a

@@ -77,6 +77,18 @@ def is_expected(result: ExecutionResult, check_id: CheckId) -> bool:
     return check_id in result.plan.expected_failing
 
 
+def power_cuts(result: ExecutionResult) -> list[str]:
+    """The kill points of the execution that were power cuts (``label#N``), in order: those
+    the harness performed (``Evidence.power_cuts``), the one list every report shows."""
+    return [str(c.point) for c in result.evidence.power_cuts]
+
+
+def power_note(result: ExecutionResult) -> str:
+    """``" power cut at t4.parked"`` (every power cut, comma-separated), or ``""``."""
+    cuts = power_cuts(result)
+    return f" power cut at {', '.join(cuts)}" if cuts else ""
+
+
 def execution_dict(result: ExecutionResult) -> dict[str, Any]:
     """One execution as the JSON object of ``summary.json``."""
     ev, plan = result.evidence, result.plan
@@ -85,6 +97,7 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
         "scenario": plan.scenario.name,
         "scenario_file": str(plan.scenario.path) if plan.scenario.path else None,
         "schedule": schedule_list(result),
+        "power_cuts": power_cuts(result),  # kills after which the state went back to its sync
         "expect_failing": sorted(plan.scenario.expect_failing),
         "verdict": result.verdict,
         "reasons": list(result.reasons),

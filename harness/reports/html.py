@@ -31,6 +31,7 @@ from harness.reports.base import (
     case_keys,
     failing_checks,
     is_expected,
+    power_note,
     undecided_checks,
     write_atomic,
 )
@@ -109,6 +110,7 @@ def _execution(index: int, r: ExecutionResult) -> dict[str, Any]:
         "index": index, "id": r.plan.id, "scenario": r.plan.scenario.name,
         "description": r.plan.scenario.description, "verdict": r.verdict,
         "reasons": list(r.reasons), "replay": r.plan.replay, "elapsed_s": r.elapsed_s,
+        "power": power_note(r).strip(),
         "failing": [{"check_id": c.check_id, "detail": c.detail, "evidence": list(c.evidence),
                      "expected": is_expected(r, c.check_id)} for c in failing_checks(r)],
         "undecided": [(c.check_id, c.undecided) for c in undecided_checks(r)],

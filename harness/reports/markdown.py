@@ -23,6 +23,7 @@ from harness.reports.base import (
     duplicate_entries,
     failing_checks,
     is_expected,
+    power_note,
     undecided_checks,
     write_atomic,
 )
@@ -39,7 +40,8 @@ __all__ = ["PASS", "Markdown", "render", "timeline"]
 
 PASS = Verdict.PASS
 
-_MARKS = {EventKind.KILL: "*** SIGKILL", EventKind.DELIVERY: ">>> delivery"}
+_MARKS = {EventKind.KILL: "*** SIGKILL", EventKind.DELIVERY: ">>> delivery",
+          EventKind.POWER_CUT: "*** POWER CUT"}
 
 
 def _code(text: str, cell: bool = False) -> str:
@@ -99,7 +101,8 @@ def _matrix(run: RunResult) -> list[str]:
         marks = {c.check_id: "n/a" if c.status is CheckStatus.NOT_APPLICABLE else "✓" if c.passed
                  else "?" if c.undecided else "✗*" if is_expected(r, c.check_id)
                  else "✗" for c in r.checks}
-        cells = [_code(r.plan.id, True), *(marks.get(c, "–") for c in CHECK_IDS),
+        power = f" ({power_note(r).strip()})" if power_note(r) else ""
+        cells = [_code(r.plan.id, True) + power, *(marks.get(c, "–") for c in CHECK_IDS),
                  str(r.evidence.deliveries), f"**{r.verdict}**" if r.verdict != PASS
                  else r.verdict]
         lines.append("| " + " | ".join(cells) + " |")
@@ -112,7 +115,8 @@ def _section(r: ExecutionResult) -> list[str]:
     plan = r.plan
     source = f" from {_code(visible_line(str(plan.scenario.path)))}" if plan.scenario.path else ""
     out = [f"### {_code(plan.id)} — {r.verdict}", "",
-           f"Scenario {_code(plan.scenario.name)}{source}, schedule {_code(plan.schedule.id)}, "
+           f"Scenario {_code(plan.scenario.name)}{source}, schedule {_code(plan.schedule.id)}"
+           f"{f' ({power_note(r).strip()})' if power_note(r) else ''}, "
            f"{r.evidence.deliveries} delivery(ies), {r.elapsed_s:.2f} s, "
            f"workdir {_code(visible_line(r.evidence.workdir))}.", "", "Reasons:", ""]
     out += [f"- {_prose(reason)}" for reason in r.reasons] or ["- (none)"]

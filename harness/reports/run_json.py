@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -16,6 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.model import RunResult, Scenario
+from harness.model.input_files import (
+    MAX_JSON_BYTES,
+    MAX_JSON_NESTING,
+    InputFileError,
+    check_nesting,
+    read_input,
+)
 from harness.reports.base import write_atomic
 from harness.reports.codec import CodecError, decode, encode
 
@@ -92,14 +100,21 @@ def read_run_json(folder: Path) -> RunFile:
 
     Raises:
         RunFileError: no such file (a folder of an unsharded run, or not a run folder),
+            not a regular file, over ``MAX_JSON_BYTES`` or nested deeper than
+            ``MAX_JSON_NESTING`` (``harness.model.input_files``),
             another format, or content that is not a run; the message names the file.
     """
     path = folder / FILENAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise RunFileError(f"{path}: no such file; merge reads the run folders that "
                            "'shopops-chaos run --shard I/N' writes")
+    try:  # a regular file, bounded in size and nesting before json and the codec see it
+        text = read_input(path, MAX_JSON_BYTES)
+        check_nesting(text, path, MAX_JSON_NESTING, toml=False)
+    except InputFileError as exc:
+        raise RunFileError(str(exc)) from None
     try:
-        doc: Any = json.loads(path.read_text(encoding="utf-8"))
+        doc: Any = json.loads(text)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
             raise RunFileError(f"{path}: format {got!r}; allowed: {FORMAT!r}")

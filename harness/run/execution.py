@@ -49,6 +49,7 @@ from harness.model import (
     ExecutionPlan,
     ExecutionResult,
     Gap,
+    GatewayDialect,
     History,
     HistorySource,
     KillPoint,
@@ -135,7 +136,8 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     uid = sandbox.uid if sandbox is not None else None
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
     gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
-                          candidates=lambda: list(controller.by_pid))
+                          candidates=lambda: list(controller.by_pid),
+                          smtp=plan.scenario.gateway_dialect is GatewayDialect.SMTP)
     # the worker pid the gateway logged for each request (the kernel's answer), by
     # (ledger, seq): on_request runs before on_accepted for the same request
     senders: dict[tuple[str, int], int | None] = {}
@@ -156,6 +158,7 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
         note, senders.get(("note", note.request_seq)), labels.NOTE_ACCEPTED)
     gateway.set_faults(plan.scenario.gateway_faults)
     gateway.fault_case = plan.scenario.case_id  # only the loop's own sends meet the faults
+    gateway.case_id = plan.scenario.case_id  # a Resend or SMTP message is the execution's
     gateway.faults_for = controller.stands_for_a_worker
     def tampered(line: str) -> None:
         events.add(EventKind.TAMPERING, None, None, None, line)
@@ -165,7 +168,8 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
             on_consumed=lambda pid, ticket_id, key: events.add(
                 EventKind.CONSUMED, None, pid, None, f"key {key}", ref=ticket_id)) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
-                       gateway_url=gateway.url, channel=channel.path,
+                       gateway_url=gateway.url, email_env=gateway.worker_env(),
+                       channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
                        data_dir=sandbox.path if sandbox is not None else None,
                        approvals=approvals.address)
@@ -226,6 +230,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         tickets=tickets, gateway=gateway_log, approval_event=record.approval_event,
         checkpoint_seq_at_approval=record.checkpoint_seq_at_approval,
         history_at_approval=record.history_at_approval,  # none for a target
+        power_cuts=record.power_cuts,
         checkpoints_file=identity,
         unreached=tuple(controller.pending) + _unreached_points(controller),
         errors=tuple(at_home(e) for e in record.errors),

@@ -180,9 +180,14 @@ def run(
         """One repeat of the whole matrix; ``True`` if ``fail_fast`` stopped it."""
         exe_dir = out_dir / "executions" / (f"repeat-{rep}" if repeat > 1 else "")
 
-        def do(plan: ExecutionPlan) -> ExecutionResult:
-            return execute(plan, exe_dir / execution_dirname(plan, salt), launcher=launcher,
+        def do(plan: ExecutionPlan, home: Path = exe_dir) -> ExecutionResult:
+            return execute(plan, home / execution_dirname(plan, salt), launcher=launcher,
                            worker_timeout_s=worker_timeout_s, keep_databases=keep_databases)
+
+        def scout(plan: ExecutionPlan) -> ExecutionResult:
+            # a folder of its own: the no-kill schedule's plan has the scout's id, and in
+            # one folder the real execution would inherit the scout's durable state
+            return do(plan, out_dir / "scouts" / (f"repeat-{rep}" if repeat > 1 else ""))
 
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
         traces: dict[Future[ExecutionResult], Scenario] = {}
@@ -261,7 +266,7 @@ def run(
         for scenario in scenarios:
             if shard is None and schedule is not None and where_planned:
                 if scenario.points is None:  # learn its matrix first
-                    scouts[launch(do, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
+                    scouts[launch(scout, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
                         scenario)
                 elif _in_matrix(scenario, schedule, ()):
                     submit(ExecutionPlan(scenario, schedule, sut))

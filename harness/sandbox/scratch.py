@@ -12,7 +12,9 @@ mounted with room to spare, and moves the finished folder to its place under the
 report folder before anything reads it there (``harness.run.execution.execute``).
 
 ``SHOPOPS_SCRATCH`` chooses: unset or ``auto`` (the default above), ``off`` (run in place,
-on the report folder's filesystem), or a folder (used as given; it must exist).
+on the report folder's filesystem), or a folder (used as given; it must exist, accept a new
+folder, and not be under ``/proc``, ``/sys`` or ``/dev`` other than ``/dev/shm``:
+``shopops.validators``, checked with the other variables before anything is written).
 
 Each harness process has its own area, ``shopops-scratch-<pid>-XXXX``, removed at exit;
 areas of processes that are gone (a harness killed with SIGKILL) are removed by the next
@@ -70,11 +72,13 @@ def _root() -> Path | None:
         return default_root()
     if value == "off":
         return None
-    path = Path(value)
-    if not path.is_dir():
-        raise ValueError(f"{ENV}: {value!r} is not an existing folder (allowed: auto, off, "
-                         f"or a folder)")
-    return path
+    from shopops.validators import ENV_VARS  # the one rule (a kernel filesystem: refused)
+
+    try:
+        ENV_VARS[ENV](value)
+    except ValueError as exc:
+        raise ValueError(f"{ENV}: {exc}") from None
+    return Path(value)
 
 
 def _prune(root: Path) -> None:

@@ -15,6 +15,15 @@ call is logged in the table ``service_calls`` (who, what, answer); an operation 
 a worker's (``approve``, ``reject``, ``delete``...) or a refused sender is handed to
 ``on_tamper`` (the execution records a ``tampering`` event, which fails ``no_tampering``).
 
+Strict (issue 24): ``mark_consumed`` of a ticket the queue never issued, or of one already
+consumed under another key, is refused and handed to ``on_tamper`` (it used to answer ok,
+so a worker could believe it held a ticket); the same key again is ok (a resumed worker
+repeating its send). Caps per worker process (the kernel's pid) and per execution bound
+what a flood costs the harness: ``MAX_CONNECTIONS_PER_WORKER`` open connections
+(``MAX_CONNECTIONS`` in all) and ``MAX_REQUESTS_PER_WORKER`` requests
+(``MAX_REQUESTS`` in all); past one, the connection is closed and the first refusal per
+pid recorded as tampering.
+
 Transport: ``socketserver.ThreadingUnixStreamServer`` on a Linux abstract socket (no file
 to protect or leave behind), one thread per connection, JSON lines; the same shape as the
 failpoint channel (``harness.services.channel``).
@@ -47,7 +56,8 @@ from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
 from shopops.errors import ShopOpsError
 from shopops_contract.approvals import DEFAULT_GATE, GATES, RequestStatus
 
-__all__ = ["MAX_FIELD", "WORKER_OPS", "ApprovalService"]
+__all__ = ["MAX_CONNECTIONS", "MAX_CONNECTIONS_PER_WORKER", "MAX_FIELD", "MAX_REQUESTS",
+           "MAX_REQUESTS_PER_WORKER", "WORKER_OPS", "ApprovalService"]
 
 #: The operations a worker may ask for (``shopops.approval_client``).
 WORKER_OPS = ("add_request", "requests", "tickets", "ticket", "mark_consumed")
@@ -56,6 +66,20 @@ MAX_FIELD = 1000
 #: Seconds ``ApprovalService.close`` waits for each connection's thread to end.
 HANDLER_WAIT_S = 10.0
 _MAX_LINE = 64 * 1024
+#: Connections one worker process (the kernel's pid) may hold open at once: the client
+#: (``shopops.approval_client.RemoteStore``) holds one; every connection is a thread of the
+#: harness, so a flood is refused (closed at once) and recorded as tampering.
+MAX_CONNECTIONS_PER_WORKER = 4
+#: Connections open at once from all of an execution's processes (a fork spray: each child
+#: is a new pid).
+MAX_CONNECTIONS = 32
+#: Requests one worker process may make in an execution: a reference worker makes a few
+#: (measured: at most 6 over the 26 executions of ``o1001``, ``two-resumers`` and
+#: ``reject-twice-then-approve``); past it every request
+#: is refused, its connection closed, and the first refusal recorded as tampering.
+MAX_REQUESTS_PER_WORKER = 1000
+#: Requests all of an execution's processes may make together.
+MAX_REQUESTS = 10_000
 
 _LOG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS service_calls (
@@ -111,9 +135,18 @@ def _dispatch(store: SqliteStore, op: str, args: dict[str, Any]) -> Any:
     if op == "ticket":
         found = store.ticket(_text(args, "ticket_id") or "")
         return None if found is None else to_wire(found)
-    if op == "mark_consumed":
-        store.mark_consumed(_text(args, "ticket_id") or "", _text(args, "key") or "",
-                            _text(args, "at") or "")
+    if op == "mark_consumed":  # strict: only an issued, unconsumed ticket (or the same key)
+        ticket_id, key = _text(args, "ticket_id") or "", _text(args, "key") or ""
+        at = _text(args, "at") or ""
+        found = store.ticket(ticket_id)
+        if found is None:
+            raise _Refused(f"mark_consumed of ticket {ticket_id!r}, which the queue never "
+                           "issued: refused", tampering=True)
+        if found.consumed_by_key not in (None, key):
+            raise _Refused(f"mark_consumed of ticket {ticket_id} under key {key!r}: it was "
+                           f"consumed under key {found.consumed_by_key!r}: refused",
+                           tampering=True)
+        store.mark_consumed(ticket_id, key, at)
         return None
     raise _Refused(f"{op!r} is not a worker's operation (allowed: {', '.join(WORKER_OPS)})",
                    tampering=True)
@@ -133,6 +166,8 @@ class _Handler(socketserver.StreamRequestHandler):
             reply = service.serve(pid, uid, line)
             self.wfile.write(json.dumps(reply).encode() + b"\n")
             self.wfile.flush()
+            if reply.get("capped"):
+                return  # past the request cap: the connection is closed
 
 
 class _Server(socketserver.ThreadingUnixStreamServer):
@@ -142,8 +177,29 @@ class _Server(socketserver.ThreadingUnixStreamServer):
     def __init__(self, address: str, service: ApprovalService) -> None:
         self.service = service
         self._active: dict[threading.Thread, socket.socket] = {}
+        self._by_pid: dict[int, int] = {}  # open connections per worker pid
+        self._pid_of: dict[int, int] = {}  # id(connection) -> its pid
         self._lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        """Admit a connection unless its process already holds
+        ``MAX_CONNECTIONS_PER_WORKER`` or the service ``MAX_CONNECTIONS`` (in the server's
+        own thread, before a handler thread exists); a refused one is closed and recorded."""
+        try:
+            pid, uid, _ = peer_credentials(request)
+        except OSError:
+            return False
+        with self._lock:
+            mine = self._by_pid.get(pid, 0)
+            full = (mine >= MAX_CONNECTIONS_PER_WORKER
+                    or sum(self._by_pid.values()) >= MAX_CONNECTIONS)
+            if not full:
+                self._by_pid[pid] = mine + 1
+                self._pid_of[id(request)] = pid
+        if full:
+            self.service.refuse_connection(pid, uid, mine)
+        return not full
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         me = threading.current_thread()
@@ -154,6 +210,11 @@ class _Server(socketserver.ThreadingUnixStreamServer):
         finally:
             with self._lock:
                 self._active.pop(me, None)
+                pid = self._pid_of.pop(id(request), None)
+                if pid is not None:
+                    self._by_pid[pid] -= 1
+                    if not self._by_pid[pid]:
+                        del self._by_pid[pid]
 
     def finish_handlers(self, timeout_s: float) -> None:
         """End every connection still served (a worker killed mid-call, a stray process of
@@ -206,6 +267,9 @@ class ApprovalService:
                                     check_same_thread=False)
         self._log.executescript(_LOG_SCHEMA)
         self._calls = threading.Lock()
+        self._requests: dict[int, int] = {}  # requests per worker pid
+        self._total = 0  # requests from all pids
+        self._capped: set[int] = set()  # pids already recorded past a cap
         self.address = f"@shopops-apr-{os.getpid()}-{uuid.uuid4().hex[:16]}"
         self._serving = ServerThread(_Server("\0" + self.address[1:], self),
                                      "approval-service")
@@ -214,7 +278,35 @@ class ApprovalService:
         """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
         (calls from all connections run one at a time)."""
         with self._calls:
+            count = self._requests[pid] = self._requests.get(pid, 0) + 1
+            self._total += 1
+            if count > MAX_REQUESTS_PER_WORKER or self._total > MAX_REQUESTS:
+                return self._over_cap(pid, uid, count)
             return self._answer(pid, uid, line)
+
+    def _over_cap(self, pid: int, uid: int, count: int) -> dict[str, Any]:
+        """Refuse a request past ``MAX_REQUESTS_PER_WORKER``/``MAX_REQUESTS`` (the caller
+        holds ``_calls``): logged, recorded as tampering once per pid, connection closed."""
+        why = (f"request {count} of pid {pid}: over the cap of {MAX_REQUESTS_PER_WORKER} "
+               f"per worker and {MAX_REQUESTS} per execution")
+        _log(self._log, pid, uid, None, {}, False, why)
+        if pid not in self._capped:
+            self._capped.add(pid)
+            self.on_tamper(f"pid {pid} (uid {uid}) flooded the approval service: {why}; "
+                           "refused")
+        return {"ok": False, "error": why, "capped": True}
+
+    def refuse_connection(self, pid: int, uid: int, open_now: int) -> None:
+        """A connection refused at ``_Server.verify_request``: logged, recorded as
+        tampering once per pid."""
+        why = (f"connection of pid {pid} refused: it holds {open_now} (at most "
+               f"{MAX_CONNECTIONS_PER_WORKER} per worker, {MAX_CONNECTIONS} in all)")
+        with self._calls:
+            _log(self._log, pid, uid, None, {}, False, why)
+            first = pid not in self._capped
+            self._capped.add(pid)
+        if first:
+            self.on_tamper(f"pid {pid} (uid {uid}) flooded the approval service: {why}")
 
     def _answer(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
         """The reply to one request ``line`` from ``pid``/``uid`` (the kernel's), run on the

@@ -68,10 +68,13 @@ from werkzeug.wrappers import Request, Response
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
 from harness.model.kinds import FaultKind
 from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
+from harness.services import dialects
 from harness.services import ledger as ledgers
+from harness.services.dialects import MOCK_RESEND_KEY, RESEND_PATH, Outcome
 from harness.services.ledger import EMAIL, Ledger, read_log
-from harness.services.peers import tcp_peer
+from harness.services.peers import Peer, tcp_peer
 from harness.services.serving import ServerThread
+from harness.services.smtp import SmtpFront
 from shopops.checkpoint_file import OurSchema, inspect
 
 _log = logging.getLogger(__name__)
@@ -123,6 +126,11 @@ class MockGateway:
         candidates: pids that may own a connection, looked at first (default: this
             process); then every process of the connection's uid when ``allowed_uid`` is
             set, else every process. Keeps the kernel look-up cheap.
+        smtp: also serve SMTP on an ephemeral loopback port (``smtp_port``;
+            ``harness.services.smtp``, needs ``aiosmtpd``).
+
+    Resend's ``POST /emails`` is always served beside the native API
+    (``harness.services.dialects``); a Resend or SMTP message belongs to ``case_id``.
     """
 
     def __init__(self, db_path: str | Path, *, host: str = "127.0.0.1", port: int = 0,
@@ -131,7 +139,8 @@ class MockGateway:
                  on_note_accepted: Callable[[NoteDelivery], None] | None = None,
                  on_note_request: Callable[[RequestRecord], None] | None = None,
                  control: bool = False, allowed_uid: int | None = None,
-                 candidates: Callable[[], Iterable[int]] | None = None) -> None:
+                 candidates: Callable[[], Iterable[int]] | None = None,
+                 smtp: bool = False) -> None:
         self.db_path = Path(db_path)
         self.host, self.port = host, port
         self.on_accepted = on_accepted
@@ -142,6 +151,9 @@ class MockGateway:
         self.candidates = candidates or (lambda: [os.getpid()])
         #: only a message of this case takes a fault (``None``: any case)
         self.fault_case: str | None = None
+        #: the case a Resend or SMTP message belongs to (``None``: the message says it;
+        #: ``harness.services.dialects``)
+        self.case_id: str | None = None
         #: only a message whose sender's pid (``None``: unknown) this accepts takes a fault
         #: (``None``: any sender); the execution gives its kill controller's ``stands_for``
         self.faults_for: Callable[[int | None], bool] | None = None
@@ -153,6 +165,8 @@ class MockGateway:
         self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
         self._server: BaseWSGIServer | None = None
         self._serving: ServerThread | None = None
+        self._smtp_wanted = smtp
+        self._smtp: SmtpFront | None = None
         inspect(self.db_path, GATEWAY_LOG, create=True)  # fail closed: adopt no file
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -173,7 +187,32 @@ class MockGateway:
                                   0, self._control_wsgi, threaded=True,
                                   request_handler=_QuietHandler)
             self._control_serving = ServerThread(control, "mock-gateway-control")
+        if self._smtp_wanted:
+            self._smtp = SmtpFront(self, self.host).start()
         return self
+
+    @property
+    def smtp_port(self) -> int:
+        """The SMTP port (``smtp=True``, started)."""
+        if self._smtp is None:
+            raise RuntimeError("MockGateway serves no SMTP (smtp=False, or not started)")
+        return self._smtp.port
+
+    def worker_env(self) -> dict[str, str]:
+        """The environment that points an app's own email client at this gateway
+        (``docs/contract.md``, "Email"): ``RESEND_API_URL`` (read by the ``resend`` SDK at
+        import) and a placeholder ``RESEND_API_KEY``; with SMTP, ``SMTP_HOST`` and
+        ``SMTP_PORT``. The native API's URL is handed to a worker apart (``--gateway``,
+        ``TargetContext.gateway_url``)."""
+        env = {"RESEND_API_URL": self.url, "RESEND_API_KEY": MOCK_RESEND_KEY}
+        if self._smtp is not None:
+            env |= {"SMTP_HOST": self.host, "SMTP_PORT": str(self._smtp.port)}
+        return env
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once ``stop`` is called (wakes a reply held by ``delay_after_accept``)."""
+        return self._stopping
 
     def _others(self) -> Iterable[int] | None:
         """Where else a connection's owner may be: the allowed uid's processes, or all."""
@@ -203,6 +242,9 @@ class MockGateway:
         self._stopping.set()
         if serving is not None:
             serving.stop()
+        smtp, self._smtp = self._smtp, None
+        if smtp is not None:
+            smtp.stop()
         control, self._control_serving = self._control_serving, None
         if control is not None:
             control.stop()
@@ -252,6 +294,8 @@ class MockGateway:
         ledger = next((led for led in ledgers.LEDGERS if led.path == request.path), None)
         if request.method == "POST" and ledger is not None:
             response = self._post(request, ledger)
+        elif request.method == "POST" and request.path == RESEND_PATH:
+            response = self._post(request, EMAIL, resend=True)
         else:
             response = _json({"error": "not_found", "path": request.path}, 404)
         return response(environ, start_response)
@@ -282,30 +326,55 @@ class MockGateway:
             return _json({"error": "invalid_faults", "field": field, "detail": str(exc)}, 400)
         return _json({"pending": len(data)})
 
-    def _post(self, request: Request, ledger: Ledger) -> Response:
-        """Consume a fault (messages only), validate, check-and-deliver, log; every request
-        is logged, in ``ledger``."""
+    def _post(self, request: Request, ledger: Ledger, resend: bool = False) -> Response:
+        """One HTTP request of ``ledger``: the native API's, or (``resend``) Resend's
+        ``POST /emails`` translated by ``harness.services.dialects``."""
         received = time.time()
         port = request.environ.get("REMOTE_PORT")
-        peer = (tcp_peer(int(port), int(request.environ["SERVER_PORT"]), self.candidates(),
-                         self._others, host=request.environ.get("REMOTE_ADDR", self.host),
-                         server_host=self.host) if port is not None else None)
-        refused = self.allowed_uid is not None and (peer is None
-                                                    or peer.uid != self.allowed_uid)
+        peer = (self.peer_of(int(port), int(request.environ["SERVER_PORT"]),
+                             request.environ.get("REMOTE_ADDR", self.host))
+                if port is not None else None)
         try:
             raw, too_large = request.get_data(), False
         except RequestEntityTooLarge:
             raw, too_large = b"", True
         message, problem = ((None, ("body", f"larger than {MAX_BODY} bytes")) if too_large
+                            else dialects.parse_resend(raw, self.case_id) if resend
                             else ledgers.parse(ledger, raw))
-        key = request.headers.get("Idempotency-Key")
+        outcome = self.submit(ledger, received=received, message=message, problem=problem,
+                              key=request.headers.get("Idempotency-Key"), peer=peer,
+                              remote_port=port, raw=raw, too_large=too_large,
+                              claimed=request.headers.get("X-ShopOps-Worker-Pid", ""))
+        if outcome.fault is FaultKind.DROP_AFTER_ACCEPT:
+            return _drop_connection(request.environ)
+        if outcome.fault is FaultKind.DELAY_AFTER_ACCEPT:
+            self._stopping.wait(outcome.hold_s)
+        if resend:
+            return _json(*reversed(dialects.resend_reply(outcome.status, outcome.reply)))
+        return _json(outcome.reply, outcome.status)
+
+    def peer_of(self, client_port: int, server_port: int, client_host: str) -> Peer | None:
+        """The kernel's owner of the loopback connection ``client_port`` → ``server_port``
+        (``harness.services.peers.tcp_peer``), looked for among ``candidates`` first."""
+        return tcp_peer(client_port, server_port, self.candidates(), self._others,
+                        host=client_host, server_host=self.host)
+
+    def submit(self, ledger: Ledger, *, received: float, message: dict[str, str] | None,
+               problem: tuple[str, str] | None, key: str | None, peer: Peer | None,
+               remote_port: int | str | None, raw: bytes, too_large: bool = False,
+               claimed: str = "") -> Outcome:
+        """Consume a fault (messages only), validate, check-and-deliver, log — the same for
+        every dialect: every request is logged, in ``ledger``, and a new delivery calls
+        ``on_accepted`` before this returns. The caller writes the answer, and carries out
+        a ``drop_after_accept``/``delay_after_accept`` fault (``Outcome.fault``)."""
+        refused = self.allowed_uid is not None and (peer is None
+                                                    or peer.uid != self.allowed_uid)
         if key is not None and not key.strip():
             problem = ("Idempotency-Key", "must be a non-empty string when present")
         fault = (self._take_fault() if not refused and ledger is EMAIL
                  and self._faultable(message, problem, peer) else None)
         if fault is not None and fault.kind is FaultKind.LATENCY:
             time.sleep((fault.ms or 0) / 1000.0)
-        claimed = request.headers.get("X-ShopOps-Worker-Pid", "")
         evidence = {
             "received_at": ledgers.iso(received), "received_epoch": received,
             "idempotency_key": key,
@@ -317,19 +386,19 @@ class MockGateway:
             # what the request says about itself: recorded, never believed (and bounded:
             # int() refuses more than 4300 digits, which would end the request unlogged)
             "claimed_pid": int(claimed) if claimed.isdigit() and len(claimed) <= 12 else None,
-            "remote_port": port,
+            "remote_port": remote_port,
         }
         if refused:
             with self._transaction() as conn:
                 ledgers.insert_request(conn, ledger, evidence, 403)
-            return _json({"error": "forbidden", "detail": "not this execution's worker"}, 403)
+            return Outcome(403, {"error": "forbidden", "detail": "not this execution's worker"})
         if fault is not None and fault.kind is FaultKind.ERROR:
             status = fault.status or 500
             with self._transaction() as conn:
                 record = self._record(conn, ledger,
                                       ledgers.insert_request(conn, ledger, evidence, status))
             self._report(ledger, record)
-            return _json({"error": "injected_fault", "status": status}, status)
+            return Outcome(status, {"error": "injected_fault", "status": status})
         if problem is not None:
             code = 413 if too_large else 400
             with self._transaction() as conn:
@@ -337,8 +406,8 @@ class MockGateway:
                                       ledgers.insert_request(conn, ledger, evidence, code))
             self._report(ledger, record)
             field, why = problem
-            return _json({"error": "invalid_request", "field": field,
-                          "detail": f"{field}: {why}"}, code)
+            return Outcome(code, {"error": "invalid_request", "field": field,
+                                  "detail": f"{field}: {why}"})
         assert message is not None
         with self._transaction() as conn:
             status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
@@ -347,11 +416,8 @@ class MockGateway:
         accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
         if delivery is not None and accepted is not None:
             accepted(delivery)  # type: ignore[arg-type]
-        if fault is not None and fault.kind is FaultKind.DROP_AFTER_ACCEPT:
-            return _drop_connection(request.environ)
-        if fault is not None and fault.kind is FaultKind.DELAY_AFTER_ACCEPT:
-            self._stopping.wait((fault.ms or 0) / 1000.0)
-        return _json(reply, status)
+        kind = fault.kind if fault is not None else None
+        return Outcome(status, reply, kind, (fault.ms or 0) / 1000.0 if fault else 0.0)
 
     def _faultable(self, message: dict[str, str] | None, problem: object,
                    peer: object) -> bool:

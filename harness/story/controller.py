@@ -9,7 +9,10 @@ whose lease another worker takes over).
 
 Who reached a point is the kernel's word (``Hit.pid`` from ``SO_PEERCRED``, the gateway's
 connection owner): a hit whose message names another pid, or that comes from a uid other
-than the execution's own (``allowed_uid``, sealed executions), is refused — not counted,
+than the execution's own (``allowed_uid``, sealed executions), or that names a point only the
+harness's own components reach (``labels.HARNESS_OWNED``: the gateway's
+``t6.gateway_accepted``, the queue's ``t5.approved``; the kill there happens only when the
+gateway reaches it, ``on_gateway_accepted``), is refused — not counted,
 no kill, no hook — and recorded as a ``tampering`` event, which fails the execution
 (``harness.judge.checks.registry.no_tampering``).
 
@@ -66,6 +69,8 @@ class KillController:
         self.since_kill = HitCounter()
         #: hits since the start (what hooks and holds count)
         self.totals = HitCounter()
+        #: the kill point each killed worker (by launch index) was killed at
+        self.killed_at: dict[int, KillPoint] = {}
         self.hooks: dict[KillPoint, Callable[[Worker], None]] = {}
         self.holds: dict[KillPoint, Hold] = {}
         self.current: Worker | None = None
@@ -130,6 +135,10 @@ class KillController:
 
     def _refusal(self, hit: Hit) -> str | None:
         """Why ``hit`` is refused (tampering), or ``None``."""
+        if hit.label in labels.HARNESS_OWNED:
+            return (f"hit at {hit.label} reported by pid {hit.pid}: that point belongs to the "
+                    f"harness ({labels.BY_NAME[hit.label].side} side), not to a worker: "
+                    "refused")
         if hit.forged:
             return (f"hit at {hit.label} sent by pid {hit.pid} in the name of pid "
                     f"{hit.claimed_pid}: refused")
@@ -204,6 +213,7 @@ class KillController:
             return False
         self.pending.pop(0)
         self.since_kill.clear()
+        self.killed_at[worker.index] = point
         worker.kill()
         self.events.add(EventKind.KILL, label, worker.pid, worker.index, f"SIGKILL at {point}",
                         ref=str(point))

@@ -9,17 +9,15 @@ schedules apply across the whole story: the kill controller counts every worker'
 
 ``drive`` plays the story and returns a frozen ``StoryRecord``. The harness plays the
 human and the approval queue's operator; it never writes the loop's state except for an
-injected fault, which it records.
-"""
+injected fault, which it records."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from harness.judge.evidence import EventLog, history_at, latest_checkpoint
+from harness.judge.evidence import EventLog, history_at, latest_checkpoint, read_checkpoints
 from harness.judge.observers import store, target
 from harness.launch.launcher import Launcher
 from harness.launch.processes import HarnessStopping
@@ -52,15 +50,13 @@ from harness.model import (
 from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
+from harness.story.queue_acts import draft_not_durable, other_case_ticket, request_migrated
 from harness.story.storage_faults import LockHolder, forge_ticket, inject_row, install_v1_fixture
 from harness.story.workers import RUN_ID, Started, Workers
-from shopops.approval_records import ApprovalRequest, iso
-from shopops.approval_store import SqliteStore
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops.runtime import offset_clock
 from shopops_contract import labels
-from shopops_contract.approvals import RequestStatus
 
 __all__ = ["APPROVER", "drive"]
 
@@ -71,12 +67,14 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
-          data_dir: Path | None = None, approvals: str | None = None) -> StoryRecord:
+          data_dir: Path | None = None, approvals: str | None = None,
+          email_env: Mapping[str, str] | None = None) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``) holds the databases the workers write and is their cwd: a sealed
     execution's sandbox. ``approvals``: the address of the harness's approval service
     (``harness.services.approvals``) over ``workdir/approvals.db``, given to every worker;
-    ``None``: the workers open that file themselves.
+    ``None``: the workers open that file themselves. ``email_env``: what points an app's
+    own email client at the gateway (``MockGateway.worker_env``), for every worker.
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -90,7 +88,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     """
     engine = _Engine(plan, workdir, launcher, controller, events, gateway_url=gateway_url,
                      channel=channel, worker_timeout_s=worker_timeout_s, data_dir=data_dir,
-                     approvals=approvals)
+                     approvals=approvals, email_env=email_env)
     try:
         engine.play()
         engine.read_target()
@@ -118,7 +116,8 @@ class _Engine:
     def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, worker_timeout_s: float, data_dir: Path | None = None,
-                 approvals: str | None = None) -> None:
+                 approvals: str | None = None,
+                 email_env: Mapping[str, str] | None = None) -> None:
         self.s = s = plan.scenario
         self.steps = story_of(s)
         self.controller = controller
@@ -129,7 +128,7 @@ class _Engine:
         self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
                          gateway_url=gateway_url, channel=channel,
                          timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
-                         approvals=approvals)
+                         approvals=approvals, email_env=email_env)
         # the budget of workers: one per kill, the largest group, and a margin
         self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
                                                            default=1) + 4)
@@ -137,6 +136,7 @@ class _Engine:
         self.checkpoint_seq_at_approval: int | None = None
         self.history_at_approval: HistoryMark | None = None
         self.v1_rows = 0
+        self._migrated_asked = False  # the migrated case's request is in the queue
         self.unrecovered = False  # the latest workers step left a harness kill behind
         self.holds: dict[KillPoint, Hold] = {}
         self.background: list[Started] = []
@@ -159,8 +159,11 @@ class _Engine:
         finally:
             for hold in self.holds.values():
                 hold.release.set()
+            migrators = any(st.role is WorkerRole.MIGRATE for st in self.background)
             while self.background:
                 self.w.finish(self.background.pop(0))
+            if migrators:  # a held migrator committed only now: the queue as it was
+                self._request_migrated()
 
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
@@ -181,12 +184,15 @@ class _Engine:
         return StoryRecord(self.steps, tuple(w.runs), tuple(w.errors), self.approval_event,
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.v1_rows,
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
-                           self.target_error, self.history_at_approval)
+                           self.target_error, self.history_at_approval, tuple(w.power_cuts))
 
     # -- workers -------------------------------------------------------------------------
     def _workers(self, step: Step) -> None:
         assert isinstance(step, WorkersStep)
-        if step.together:
+        if step.together and step.role is WorkerRole.MIGRATE:
+            runs = self._migrators_together(step)
+            self.unrecovered = any(r.killed_by_harness for r in runs)
+        elif step.together:
             runs = self._together(step)
             self.unrecovered = any(r.killed_by_harness for r in runs)
         elif step.wait is Wait.HELD:
@@ -196,12 +202,73 @@ class _Engine:
             for _ in range(step.count):
                 if not self._may_start(step.role):
                     break
-                run = self.w.run(step.role, step.owner)
+                run = self.w.run(step.role, step.owner, self._from_seq(step))
                 while self._again(run) and step.recover and self._may_start(step.recover):
                     run = self.w.run(step.recover, step.owner)
                 self.unrecovered = self.unrecovered or run.killed_by_harness
-        if step.role is WorkerRole.MIGRATE:
+        self._reap_released()
+        if step.role is WorkerRole.MIGRATE and not self._migration_pending():
             self._request_migrated()
+
+    def _reap_released(self) -> None:
+        """Reap the held workers a ``release`` with ``on`` let go during this step: they
+        went on meanwhile (a held migrator commits while the next one waits for its lock)."""
+        going = {id(h.worker) for h in self.holds.values()
+                 if h.release.is_set() and h.worker is not None}
+        for started in [st for st in self.background if id(st.worker) in going]:
+            self.background.remove(started)
+            self.w.finish(started)
+
+    def _migration_pending(self) -> bool:
+        """A migrator is still held: the case's request is made once one has committed."""
+        return any(st.role is WorkerRole.MIGRATE for st in self.background)
+
+    def _migrators_together(self, step: WorkersStep) -> list[WorkerRun]:
+        """Start ``count`` migrators at once. The first inside its migration (it holds the
+        database's write lock, ``ckpt.migration_before_commit``) is held there until every
+        other one has reached ``ckpt.migration_started`` — about to wait for that lock — or
+        exited, then released while they wait: they truly overlap, and none waits past its
+        busy timeout for a migrator the harness holds."""
+        inside, waiting = labels.MIGRATION_BEFORE_COMMIT, labels.MIGRATION_STARTED
+        # not required: a kill scheduled at that very hit comes first (the others then
+        # migrate unheld); a migrator that never got there at all is the story's error
+        hold = self.controller.add_hold(KillPoint(inside, self.controller.totals.seen(inside)
+                                                  + 1), required=False)
+        arrived = self.controller.totals.seen(waiting) + step.count
+        started = [self.w.start(step.role, step.owner) for _ in range(step.count)]
+        held = self._held_or_gone(hold, started)
+        others = [st for st in started if st.worker is not hold.worker]
+        deadline = time.monotonic() + self.w.timeout
+        while (held and self.controller.totals.seen(waiting) < arrived
+               and not all(st.worker.exited() for st in others)
+               and time.monotonic() < deadline):
+            time.sleep(_HOLD_POLL_S)
+        hold.release.set()
+        runs = [self.w.finish(st) for st in started]
+        if not held and not any(r.killed_by_harness for r in runs):
+            self.w.errors.append(f"no concurrent migrator reached {inside}")
+        return runs
+
+    def _from_seq(self, step: WorkersStep) -> int | None:
+        """The checkpoint a worker of ``step`` resumes from (``--from-seq``): the step's
+        ``from_seq``, or the ``seq`` of the loop's newest checkpoint in ``from_phase`` now
+        (the harness's injected rows left out; a target's history is its own: the step's
+        ``from_seq`` only). Raises ``_CutShort`` when no checkpoint is in that phase."""
+        if step.from_phase is None:
+            return step.from_seq
+        if self.w.target is not None:
+            self.w.errors.append("from_phase: a target's history is read only once the story "
+                                 "ends; choose its checkpoint with from_seq")
+            raise _CutShort
+        injected = {r.seq for r in self.w.injected}
+        rows = read_checkpoints(self.w.ckpt_db, self.s.case_id)[0]
+        seqs = [r.seq for r in rows if r.seq not in injected
+                and store.write_of(r).phase == step.from_phase]
+        if not seqs:
+            self.w.errors.append(f"no checkpoint of the case in phase {step.from_phase} to "
+                                 "resume from")
+            raise _CutShort
+        return seqs[-1]
 
     def _may_start(self, role: WorkerRole) -> bool:
         """A recheck is a resume before any approval: never once the human approved."""
@@ -242,7 +309,7 @@ class _Engine:
     def _until_held(self, step: WorkersStep) -> None:
         """Start one worker in the background and wait until a pending hold holds it."""
         hold = next(h for h in reversed(self.holds.values()) if not h.release.is_set())
-        started = self.w.start(step.role, step.owner)
+        started = self.w.start(step.role, step.owner, self._from_seq(step))
         self.unrecovered = False
         if not self._held_or_gone(hold, [started]):
             self.w.errors.append(f"no worker reached {hold.point} to be held")
@@ -259,9 +326,16 @@ class _Engine:
 
     def _release(self, step: Step) -> None:
         assert isinstance(step, ReleaseStep)
+        if step.on is not None:  # in the middle of a later step, when a worker gets there
+            release = self.holds[step.at].release
+            self.controller.add_hook(step.on, lambda worker: release.set())
+            return
         self.holds[step.at].release.set()
+        migrators = any(st.role is WorkerRole.MIGRATE for st in self.background)
         while self.background:
             self.w.finish(self.background.pop(0))
+        if migrators:  # a held migrator committed only now
+            self._request_migrated()
 
     def _clock(self, step: Step) -> None:
         assert isinstance(step, ClockStep)
@@ -269,7 +343,6 @@ class _Engine:
         self.w.clock_offset_s += by
         self.events.add(EventKind.CLOCK, None, None, None, f"clock +{by:g} s")
 
-    # -- the human and the queue --------------------------------------------------------
     def _human(self, step: Step) -> None:
         assert isinstance(step, HumanStep)
         if step.at is not None:  # mid-story: when a worker gets there
@@ -291,7 +364,7 @@ class _Engine:
                 self._as_queue(lambda q: q.approve(case, approver=APPROVER, gate=step.gate),
                                "second approval")
         else:
-            self._bad_ticket(step.ticket)
+            self._bad_ticket(step.ticket, step.gate)
 
     def _approve(self, hours: float, gate: str = DEFAULT_GATE) -> None:
         """The human approves the case's pending request on ``gate``: the queue issues the
@@ -321,13 +394,16 @@ class _Engine:
             if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
                 self.w.target.ticket = ticket.ticket_id
             if mark is not None and gate == DEFAULT_GATE:
-                mark = _draft_not_durable(mark, rows, ticket.draft_digest)
+                mark = draft_not_durable(mark, rows, ticket.draft_digest)
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"refused: {exc}")
             self.w.errors.append(f"the human could not approve: {exc}")
         self.w.clock_offset_s += hours * 3600
-        self.w.offered_ticket = None  # the approval withdraws a bad ticket offered earlier
+        if gate == DEFAULT_GATE:  # the approval withdraws a bad ticket offered on its gate
+            self.w.offered_ticket = None
+        else:
+            self.w.offered_note_ticket = None
         if first:
             self.approval_event = event.seq
             self.checkpoint_seq_at_approval = seq_now
@@ -343,55 +419,49 @@ class _Engine:
         except TypeError as exc:  # the queue does not know a field the story gave it
             self.w.errors.append(f"the human could not act ({what}): {exc}")
 
-    def _bad_ticket(self, kind: TicketKind) -> None:
-        """Hand the next workers a ticket the queue must refuse."""
+    def _bad_ticket(self, kind: TicketKind, gate: str = DEFAULT_GATE) -> None:
+        """Hand the next workers a ticket the queue must refuse, on ``gate`` (the email's,
+        ``--ticket``, or the order note's, ``--note-ticket``)."""
         case = self.s.case_id
         with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
             elif kind in (TicketKind.FORGED_IN_STATE, TicketKind.FORGED_IN_PARKED_STATE):
-                self._forge_into_state(advance=kind is TicketKind.FORGED_IN_STATE)
+                self._forge_into_state(advance=kind is TicketKind.FORGED_IN_STATE)  # email's
                 ticket = None
-            elif kind is TicketKind.OTHER_CASE:
-                queue.request(OTHER_CASE[0], "0" * 64)
-                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
-            elif kind is TicketKind.OTHER_CASE_SAME_DRAFT:  # the digest alone cannot refuse it
-                asked = [r for r in queue.requests(case) if r.status == RequestStatus.PENDING]
-                if not asked:
-                    self.w.errors.append(f"the human could not offer a {kind} ticket: {case} "
-                                         "asked for no approval, no draft digest to copy")
-                    return
-                queue.request(OTHER_CASE[0], asked[-1].draft_digest)
-                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER).ticket_id
+            elif kind in (TicketKind.OTHER_CASE, TicketKind.OTHER_CASE_SAME_DRAFT):
+                ticket = other_case_ticket(queue, case, OTHER_CASE[0], gate, APPROVER,
+                                           same_draft=kind is TicketKind.OTHER_CASE_SAME_DRAFT)
             elif kind is TicketKind.STALE_DRAFT:
-                queue.request(case, "f" * 64)  # an older draft's digest
-                ticket = queue.approve(case, approver=APPROVER).ticket_id
+                queue.request(case, "f" * 64, gate=gate)  # an older draft's digest
+                ticket = queue.approve(case, approver=APPROVER, gate=gate).ticket_id
             else:  # consumed: approved, then used by another send
-                approved = queue.approve(case, approver=APPROVER)
+                approved = queue.approve(case, approver=APPROVER, gate=gate)
                 queue.consume(approved.ticket_id, case, approved.draft_digest,
-                              f"{case}:send_email:another-send")
+                              f"{case}:{gate}:another-send", gate=gate)
                 ticket = approved.ticket_id
-        self.w.offered_ticket = ticket
-        self.events.add(EventKind.HUMAN, None, None, None, f"{kind} ticket offered: {ticket}",
-                        ref=ticket)
+        if gate == DEFAULT_GATE:
+            self.w.offered_ticket = ticket
+        else:
+            self.w.offered_note_ticket = ticket
+        self.events.add(EventKind.HUMAN, None, None, None,
+                        f"{kind} ticket offered: {ticket}"
+                        + (f" on gate {gate}" if gate != DEFAULT_GATE else ""), ref=ticket)
 
     def _forge_into_state(self, *, advance: bool = True) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval
         on resume"): the harness appends the loop's latest state with a ticket the queue
-        never issued and phase ``approved`` (with ``advance`` false: its phase as it was,
-        parked) as a checkpoint (``storage_faults.forge_ticket``, in the contract's terms).
-        Raises ``ShopOpsError`` if the loop left no readable checkpoint to forge from: the
-        story cannot go on."""
+        never issued and phase ``approved`` (``advance`` false: as it was) as a checkpoint
+        (``storage_faults.forge_ticket``, in the contract's terms). Raises ``ShopOpsError`` if
+        the loop left no readable checkpoint to forge from: the story cannot go on."""
         row = forge_ticket(self.w.ckpt_db, self.s.case_id, FORGED_TICKET, advance=advance)
-        self.w.injected.append(row)
-        self.events.add(EventKind.INJECT, None, None, None,
-                        f"forged ticket written at seq {row.seq}", ref=str(row.seq))
+        self._injected(row, f"forged ticket written at seq {row.seq}")
 
-    # -- storage -------------------------------------------------------------------------
     def _storage(self, step: Step) -> None:
         assert isinstance(step, StorageStep)
         if step.fault is StorageFault.V1_CHECKPOINT:
             self.v1_rows = install_v1_fixture(self.w.ckpt_db)
+            self.w.synced()
             self.w.reset_phase()
         elif step.fault is StorageFault.LOCK:
             assert step.at is not None
@@ -404,9 +474,13 @@ class _Engine:
         if row is None:
             self.w.errors.append(f"storage fault {kind}: no checkpoint to corrupt")
             return
+        self._injected(row, f"{kind} row at seq {row.seq}")
+
+    def _injected(self, row: StoredRow, text: str) -> None:
+        """Record a row the harness wrote into the store: kept by a power cut, in the trace."""
         self.w.injected.append(row)
-        self.events.add(EventKind.INJECT, None, None, None, f"{kind} row at seq {row.seq}",
-                        ref=str(row.seq))
+        self.w.synced()
+        self.events.add(EventKind.INJECT, None, None, None, text, ref=str(row.seq))
 
     def _take_lock(self, ms: int) -> None:
         if self._lock_holder is None:
@@ -416,44 +490,11 @@ class _Engine:
                         f"exclusive lock on checkpoints.db for {ms} ms")
 
     def _request_migrated(self) -> None:
-        """After a migration, the queue holds the parked case's request, as it did all
-        along before the upgrade: under the request id the migrated state names (the v1
-        state's ``approval_request_id``), so a loop that finds its request by that id finds
-        it (found by the implementation written from the contract alone)."""
-        latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
-        write = store.write_of(latest) if latest is not None else None
-        if write is not None and write.problem is not None:
-            self.w.errors.append(f"the migrated checkpoint cannot be read: {write.problem}")
+        """After a migration the queue holds the parked case's request once; an unreadable
+        migrated checkpoint is an error of the story (``queue_acts.request_migrated``)."""
+        if self._migrated_asked:  # once: a second migrator migrates nothing
             return
-        if write is not None and write.draft is not None:
-            asked = write.email.request_id  # under the id the loop gave it (its v1 state's)
-            if asked is None:
-                with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
-                    queue.request(self.s.case_id, write.draft.digest)
-                return
-            records = SqliteStore(self.w.appr_db, kind=SERVICE_QUEUE)
-            try:
-                records.add_request(ApprovalRequest(asked, self.s.case_id, write.draft.digest,
-                                                    iso(time.time()), RequestStatus.PENDING))
-            finally:
-                records.close()
-
-
-def _draft_not_durable(mark: HistoryMark, rows: tuple[StoredRow, ...],
-                       approved: str) -> HistoryMark:
-    """``mark`` (read as the human approved a request the loop made for the draft digest
-    ``approved``) with ``unreadable`` set when none of its ``rows`` holds that draft: a loop
-    makes its draft durable before it asks for approval (Chapter 8; the reference saves it
-    at ``t1.draft_email``), so a history without it then was hidden or swapped (found by
-    attacks: an empty decoy database at the approval, or the rows after the first moved
-    away and back, passed with rows rewritten meanwhile). Rows that do not parse are
-    skipped: the checks over the history judge them."""
-    if mark.unreadable is not None:
-        return mark
-    for row in rows:
-        draft = store.write_of(row).draft  # a row that cannot be read holds no draft
-        if draft is not None and draft.digest == approved:
-            return mark
-    return replace(mark, unreadable=(
-        f"no checkpoint of the case holds the approved draft ({approved[:12]}), although "
-        "the loop had asked for this approval (the queue held its request)"))
+        self._migrated_asked, error = request_migrated(self.w.ckpt_db, self.w.appr_db,
+                                                       self.s.case_id)
+        if error is not None:
+            self.w.errors.append(error)

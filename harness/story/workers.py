@@ -6,15 +6,28 @@ checkpoint database before and after each one.
 from __future__ import annotations
 
 import os
+import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from harness.judge.evidence import EventLog, latest_checkpoint
 from harness.judge.observers import store
+from harness.launch import power
 from harness.launch.launcher import Launcher
 from harness.launch.processes import Worker, output_tail, trim_output
 from harness.launch.target_servers import FRAMEWORKS_ENV, frameworks_of
-from harness.model import DEFAULT_OWNER, EventKind, Scenario, Sut, WorkerRole, WorkerRun
+from harness.model import (
+    DEFAULT_OWNER,
+    CrashMode,
+    EventKind,
+    KillPoint,
+    PowerCut,
+    Scenario,
+    Sut,
+    WorkerRole,
+    WorkerRun,
+)
 from harness.model.observations import DurableWrite, StoredRow
 from harness.sandbox.boot import TITLE_ENV
 from harness.story.controller import KillController
@@ -45,6 +58,7 @@ class Workers:
     Attributes:
         clock_offset_s: seconds later workers' clocks run ahead (``SHOPOPS_CLOCK_OFFSET_S``).
         offered_ticket: a ticket the human handed over, passed to later workers.
+        offered_note_ticket: likewise on the order note's gate (``--note-ticket``).
         runs: every reaped worker, in launch order.
         errors: deadlines that passed (they cut the story short).
         injected: checkpoint rows the harness appended (not the loop's: ignored when the
@@ -56,8 +70,10 @@ class Workers:
     def __init__(self, scenario: Scenario, sut: Sut, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, timeout_s: float, extra_wait_s: float,
-                 data_dir: Path | None = None, approvals: str | None = None) -> None:
+                 data_dir: Path | None = None, approvals: str | None = None,
+                 email_env: Mapping[str, str] | None = None) -> None:
         self.s = scenario
+        self.email_env = dict(email_env or {})
         self.sut = sut
         self.workdir = workdir
         self.launcher = launcher
@@ -68,8 +84,12 @@ class Workers:
         self.approvals = approvals
         self.timeout = timeout_s
         self.extra_wait_s = extra_wait_s
-        # the databases the workers write, and their cwd: the sandbox of a sealed execution
-        self.data_dir = data_dir or workdir
+        # the databases the workers write, and their cwd: the sandbox of a sealed execution;
+        # for power cuts a folder of its own, so that a cut touches only the loop's state
+        if data_dir is None and scenario.crash_mode is CrashMode.POWER:
+            (workdir / "state").mkdir(exist_ok=True)
+        self.data_dir = data_dir or (workdir / "state" if scenario.crash_mode is CrashMode.POWER
+                                     else workdir)
         self.ckpt_db = self.data_dir / "checkpoints.db"
         # the approval records are the harness's (its approval service serves them to the
         # workers); the path a worker is given is only used by one that keeps its own
@@ -78,6 +98,7 @@ class Workers:
         self.gw_db = workdir / "gateway.db"
         self.clock_offset_s = 0.0
         self.offered_ticket: str | None = None
+        self.offered_note_ticket: str | None = None
         self.runs: list[WorkerRun] = []
         self.errors: list[str] = []
         self.injected: list[StoredRow] = []
@@ -86,17 +107,36 @@ class Workers:
         self.target = (TargetDriver(scenario, self.data_dir, self.appr_db, gateway_url,
                                     approvals)
                        if scenario.target is not None else None)
+        #: power cuts (``harness.launch.power``): the harness-owned shadow of what the
+        #: workers synced (``None``: every kill is a plain SIGKILL), and a cut due once
+        #: every worker running when it was decided has been reaped
+        self.shadow: Path | None = None
+        self._cut_due: KillPoint | None = None
+        self.power_cuts: list[PowerCut] = []
+        if scenario.crash_mode is CrashMode.POWER:
+            # beside the state folder, or inside a sealed sandbox (its worker's uid writes it)
+            self.shadow = (workdir / "power-shadow" if data_dir is None
+                           else self.data_dir / ".shopops-power")
+            self.synced()
+
+    def synced(self) -> None:
+        """In power mode, everything in the state folder is durable now: the harness's own
+        writes (before the first worker, a storage fault) count as ``sync()``."""
+        if self.shadow is not None:
+            power.baseline(self.data_dir, self.shadow)
 
     @property
     def started(self) -> int:
         """Workers started so far."""
         return self._started
 
-    def argv(self, role: WorkerRole, index: int, owner: str) -> list[str]:
-        """The command line of worker ``index`` (a target's: ``TargetDriver.argv``)."""
+    def argv(self, role: WorkerRole, index: int, owner: str,
+             from_seq: int | None = None) -> list[str]:
+        """The command line of worker ``index`` (a target's: ``TargetDriver.argv``);
+        ``from_seq``: resume from that checkpoint (``--from-seq N``, the contract's)."""
         s = self.s
         if self.target is not None:
-            return self.target.argv(role, index)
+            return self.target.argv(role, index, from_seq)
         if role is WorkerRole.MIGRATE:
             return self.sut.argv("migrate", str(self.ckpt_db))
         argv = self.sut.argv(
@@ -114,6 +154,10 @@ class Workers:
             argv += ["--owner", owner.format(index=index), "--lease-ttl", f"{s.lease_ttl_s:g}"]
         if self.offered_ticket is not None:
             argv += ["--ticket", self.offered_ticket]
+        if self.offered_note_ticket is not None:
+            argv += ["--note-ticket", self.offered_note_ticket]
+        if from_seq is not None:
+            argv += ["--from-seq", str(from_seq)]
         return argv
 
     def env(self) -> dict[str, str]:
@@ -126,6 +170,7 @@ class Workers:
         if self.approvals is not None:
             env[ENV_SOCKET] = self.approvals
         env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
+        env |= self.email_env  # an app's own email client: Resend's base URL, SMTP host
         if self.clock_offset_s:
             env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
         # the gateway and the services are the harness's, on loopback: no proxy from our
@@ -137,14 +182,19 @@ class Workers:
         if self.target is not None:  # the fork server to start it from (target_servers)
             target = self.target.target
             env[FRAMEWORKS_ENV] = ",".join(frameworks_of(target.folder, target.extra))
+        if self.shadow is not None:  # the shim records what the worker syncs
+            env = power.env_for(self.data_dir, self.shadow, env)
         return env
 
-    def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> WorkerRun:
+    def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER,
+            from_seq: int | None = None) -> WorkerRun:
         """Start one worker and wait for it."""
-        return self.finish(self.start(role, owner))
+        return self.finish(self.start(role, owner, from_seq))
 
-    def start(self, role: WorkerRole, owner: str = DEFAULT_OWNER) -> Started:
-        """Start one worker (index = launch order) without waiting for it.
+    def start(self, role: WorkerRole, owner: str = DEFAULT_OWNER,
+              from_seq: int | None = None) -> Started:
+        """Start one worker (index = launch order) without waiting for it; ``from_seq``:
+        it resumes from that checkpoint instead of the latest.
 
         Raises:
             OSError: the launcher could not start it.
@@ -158,11 +208,16 @@ class Workers:
         env = self.env()
         # ps names the worker by role and execution folder (opaque for sealed executions)
         env[TITLE_ENV] = f"shopops-worker {WorkerRole(role).value} {self.workdir.name}"
-        worker = self.launcher.start(self.argv(role, index, owner), env=env,
+        argv = self.argv(role, index, owner, from_seq)
+        if self.shadow is not None and self.target is not None:  # the contexts it wrote
+            power.synced(self.data_dir, self.shadow, self.target.written)
+            self.target.written.clear()
+        worker = self.launcher.start(argv, env=env,
                                      cwd=str(self.data_dir), stdout=str(out), stderr=str(err),
                                      index=index)
         self.controller.attach(worker)
-        self.events.add(EventKind.WORKER_START, None, worker.pid, index, role)
+        self.events.add(EventKind.WORKER_START, None, worker.pid, index,
+                        role if from_seq is None else f"{role} --from-seq {from_seq}")
         release = getattr(worker, "release", None)
         if release is not None:  # a fork-server child held at its start gate until attached
             release()
@@ -179,6 +234,7 @@ class Workers:
             self.errors.append(f"worker {index} ({started.role}) passed its {self.timeout:g} s "
                                "deadline")
         out, err = self.workdir / f"worker-{index}.out", self.workdir / f"worker-{index}.err"
+        self._power_cut(worker, index)
         self._latest = self.latest_write()
         for stream in (out, err):  # bounded on disk; its end is kept: the same tails below
             trim_output(stream)
@@ -190,6 +246,46 @@ class Workers:
         self.runs.append(run)
         self.runs.sort(key=lambda r: r.index)
         return run
+
+    def _power_cut(self, worker: Worker, index: int) -> None:
+        """After reaping worker ``index``: if it was killed at a point that is a power cut
+        (``Scenario.is_power_cut``), the state folder goes back to its last sync — once no
+        other worker still runs (a real cut stops them all; theirs are then reaped first)."""
+        point = self.controller.killed_at.get(index)
+        if self.shadow is not None and point is not None and self.s.is_power_cut(point):
+            self._cut_due = point
+        if self._cut_due is None or self._started > len(self.runs) + 1:
+            return
+        assert self.shadow is not None
+        point, self._cut_due = self._cut_due, None
+        before, unread = self._committed()
+        done = power.cut(self.data_dir, self.shadow)
+        after, _ = self._committed()  # unreadable after the cut: every committed row is lost
+        lost = () if unread else tuple(seq for seq, blob in before.items()
+                                       if after.get(seq) != blob)
+        self.power_cuts.append(PowerCut(point, index, tuple(before), lost, done.lost, unread))
+        self.events.add(EventKind.POWER_CUT, point.label, worker.pid, index,
+                        done.line() + (f"; committed checkpoint(s) lost: seq "
+                                       f"{', '.join(map(str, lost))}" if lost else ""),
+                        ref=str(point))
+
+    def _committed(self) -> tuple[dict[int, bytes | None], str | None]:
+        """The case's checkpoint rows as the harness reads them now (``seq`` -> state), the
+        harness's injected rows left out, or why they could not be read (a target's own
+        storage is not read). No file yet, or no checkpoint table in it yet (a worker killed
+        before its schema was committed): no rows."""
+        if self.target is not None:
+            return {}, "a target keeps its own storage"
+        if not self.ckpt_db.exists():
+            return {}, None
+        skip = {r.seq for r in self.injected}
+        try:
+            rows = store.read_rows(self.ckpt_db, self.s.case_id)
+        except store.NotAContractStore:
+            return {}, None
+        except (store.HistoryTooLong, sqlite3.Error, OSError) as exc:
+            return {}, f"{type(exc).__name__}: {exc}"
+        return {r.seq: r.state_json for r in rows if r.seq not in skip}, None
 
     def reset_phase(self) -> None:
         """Read the latest write afresh (after the harness itself wrote the database)."""

@@ -19,7 +19,8 @@ matrix, the reports and the scenario grammar like any other:
 - LangGraph nodes: a LangChain callback handler registered with
   ``langchain_core.tracers.context.register_configure_hook`` (LangChain's own hook for
   handlers on every run) passes ``b.langgraph.node_start`` / ``b.langgraph.node_end`` for
-  each node run (``metadata["langgraph_node"]``).
+  each node run (``metadata["langgraph_node"]``), and ``b.langgraph.task_start`` /
+  ``b.langgraph.task_end`` for each ``@task`` run.
 - DBOS steps: DBOS has no public step hook, so ``DBOS.step`` is wrapped: each step
   function passes ``b.dbos.step_start`` / ``b.dbos.step_end`` inside DBOS's own step
   wrapper (after the step is claimed, before its output is recorded).
@@ -130,22 +131,29 @@ def _install_langgraph(context: Any) -> None:
     from langchain_core.callbacks import BaseCallbackHandler
 
     class NodeBoundaries(BaseCallbackHandler):  # type: ignore[misc,unused-ignore]
-        """Passes ``b.langgraph.node_*`` around every graph node's run."""
+        """Passes ``b.langgraph.node_*`` around every graph node's run, and
+        ``b.langgraph.task_*`` around every ``@task``'s (a functional-API call, whose
+        ``langgraph_path`` is ``(PUSH, parent path, index, call)``): a node's numbers do
+        not move when a node calls a task."""
 
         run_inline = True  # called in the node's own thread, before/after it runs
         raise_error = True  # a failpoint's FailpointRaised reaches the graph
-        _nodes: dict[Any, str] = {}
+        _nodes: dict[Any, str] = {}  # run id -> "node" or "task"
 
         def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: Any,
                            metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
             node = (metadata or {}).get("langgraph_node")
             if node is not None and kwargs.get("name") == node:
-                self._nodes[run_id] = node
-                failpoint("b.langgraph.node_start")
+                path: tuple[Any, ...] = tuple((metadata or {}).get("langgraph_path") or ())
+                kind = ("task" if len(path) >= 4 and path[0] == "__pregel_push"
+                        and isinstance(path[1], tuple) else "node")
+                self._nodes[run_id] = kind
+                failpoint(f"b.langgraph.{kind}_start")
 
         def on_chain_end(self, outputs: Any, *, run_id: Any, **kwargs: Any) -> None:
-            if self._nodes.pop(run_id, None) is not None:
-                failpoint("b.langgraph.node_end")
+            kind = self._nodes.pop(run_id, None)
+            if kind is not None:
+                failpoint(f"b.langgraph.{kind}_end")
 
     handler = NodeBoundaries()
     var: ContextVar[Any] = ContextVar("shopops_chaos_boundaries", default=handler)

@@ -42,6 +42,11 @@ class TargetContext:
         approvals_service: the harness's approval service (``harness.services.approvals``;
             ``SHOPOPS_APPROVALS_SOCKET``), which holds the approval records under the
             harness; ``None``: the queue is the file ``approvals_db``.
+        from_seq: resume from the ``from_seq``-th item of the target's ``history`` (1 =
+            the oldest) instead of the latest (a story's ``from_seq``, the contract's
+            ``--from-seq``): a LangGraph target invokes with that checkpoint's config (its
+            ``checkpoint_id``); work recorded after it must not be done again. ``None``:
+            the latest.
     """
 
     case_id: str
@@ -55,6 +60,7 @@ class TargetContext:
     ticket: str | None = None
     options: dict[str, str] = field(default_factory=dict)
     approvals_service: str | None = None
+    from_seq: int | None = None
 
     def approval_queue(self) -> Any:
         """The approval queue to ask and verify tickets with: a

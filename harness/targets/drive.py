@@ -73,26 +73,34 @@ class TargetDriver:
             approvals_db=str(approvals_db), keys=scenario.idempotency_keys,
             options=dict(self.target.options), approvals_service=approvals_service)
         self.ticket: str | None = None
+        #: the files the harness wrote into the workdir (contexts), oldest first: a power
+        #: cut keeps them (``harness.story.workers``: written as if synced)
+        self.written: list[Path] = []
 
     def has(self, role: TargetRole) -> bool:
         """Whether the target implements ``role``."""
         return self.target.has(role)
 
-    def _context_file(self, name: str, ticket: str | None) -> Path:
+    def _context_file(self, name: str, ticket: str | None, from_seq: int | None = None
+                      ) -> Path:
         path = self.workdir / f"{name}.context.json"
-        path.write_text(replace(self.base, ticket=ticket).to_json(), encoding="utf-8")
+        path.write_text(replace(self.base, ticket=ticket, from_seq=from_seq).to_json(),
+                        encoding="utf-8")
+        self.written.append(path)
         return path
 
-    def argv(self, role: WorkerRole, index: int) -> list[str]:
+    def argv(self, role: WorkerRole, index: int, from_seq: int | None = None) -> list[str]:
         """The command line of story worker ``index`` playing ``role`` (its context in
-        ``worker-INDEX.context.json``; a ``recheck`` or ``start`` gets no ticket).
+        ``worker-INDEX.context.json``; a ``recheck`` or ``start`` gets no ticket);
+        ``from_seq``: resume from the ``from_seq``-th item of the target's history
+        (``TargetContext.from_seq``).
 
         Raises:
             ValueError: see ``target_role``.
         """
         ticket = self.ticket if role in (WorkerRole.RESUME, WorkerRole.DECIDE) else None
         return self.target.argv(target_role(role),
-                                self._context_file(f"worker-{index}", ticket))
+                                self._context_file(f"worker-{index}", ticket, from_seq))
 
     def history(self) -> tuple[tuple[object, ...] | None, str | None]:
         """The objects the target's ``history`` returned (its durable writes through its

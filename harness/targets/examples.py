@@ -36,9 +36,9 @@ BY_NAME: dict[str, PythonTarget] = {t.name: t for t in (LANGGRAPH, DBOS)}
 
 #: ``target.options`` each shipped example accepts, with their allowed values (the first
 #: is the default); checked before anything runs. The examples check them again through
-#: ``TargetContext.option`` (``o1001_graph.DURABILITY``, ``RESUME_ON``).
+#: ``TargetContext.option`` (``o1001_graph.DURABILITY``, ``RESUME_ON``, ``ASK``, ``INTAKE``).
 OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
     "langgraph": {"durability": ("async", "sync", "exit"), "resume_on": ("tasks", "next"),
-                  "ask": ("own_node", "interrupt_node")},
+                  "ask": ("own_node", "interrupt_node"), "intake": ("serial", "fanout")},
     "dbos": {},
 }

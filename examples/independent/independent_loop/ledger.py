@@ -262,6 +262,7 @@ def migrate(path: str, mark) -> int:
         raise FileNotFoundError(path)
     conn = connect(path)
     try:
+        mark("ckpt.migration_started")
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations("

@@ -30,8 +30,9 @@ from shopops_contract.labels import (
 )
 from shopops_contract.phases import ALLOWED, TERMINAL, Phase
 
-__all__ = ["EDGES", "LIVE", "PARKED", "REDRAFT", "attempts_bounded", "history_not_replaced",
-           "lease_exclusive", "no_request_after_done", "phase_path", "rejection_respected"]
+__all__ = ["EDGES", "LIVE", "PARKED", "REDRAFT", "attempts_bounded", "commits_durable",
+           "history_not_replaced", "lease_exclusive", "no_request_after_done", "phase_path",
+           "rejection_respected"]
 
 #: Chapter 8's phase FSM (``docs/design.md``), with the production loop's edges: a
 #: rejection with feedback goes back to drafting; any live phase may be dead-lettered.
@@ -378,3 +379,35 @@ def history_not_replaced(ev: Evidence) -> CheckResult:
     return CheckResult(CheckId.HISTORY_NOT_REPLACED, True,
                        f"the history still begins with the {mark.rows} row(s) read at the "
                        "approval, in the same file", tuple(lines))
+
+
+def commits_durable(ev: Evidence) -> CheckResult:
+    """Every checkpoint the loop had committed before a power cut is still there after it,
+    byte for byte (``Evidence.power_cuts``; ``harness.launch.power`` models the cut: only
+    what was fsynced survives). A loop that commits without syncing — SQLite with
+    ``synchronous=OFF``, WAL with ``NORMAL`` — loses them, and after the cut re-does work
+    it had promised was done (re-asks the human, re-sends with a key it never kept).
+    A store that cannot be read after the cut lost every row it had; one that could not be
+    read before it (a target's own storage, or damaged by the loop) leaves nothing to
+    compare: the check says so and fails, as no loss can be ruled out."""
+    if not ev.power_cuts:
+        return CheckResult(CheckId.COMMITS_DURABLE, True, "no power cut in this execution", ())
+    lines: list[str] = []
+    bad: list[str] = []
+    for cut in ev.power_cuts:
+        where = f"power cut at {cut.point} (worker {cut.worker})"
+        if cut.unread is not None:
+            bad.append(f"{where}: the checkpoints could not be read: {cut.unread}")
+            continue
+        lines.append(f"{where}: {len(cut.committed)} committed checkpoint(s) before, "
+                     f"{len(cut.lost)} lost; files lost or rolled back: "
+                     f"{', '.join(cut.files_lost) or 'none'}")
+        if cut.lost:
+            bad.append(f"{where} lost committed checkpoint(s) seq "
+                       f"{', '.join(map(str, cut.lost))}: they were never made durable "
+                       "(fsync; SQLite: synchronous=FULL, or NORMAL only without WAL)")
+    if bad:
+        return CheckResult(CheckId.COMMITS_DURABLE, False, bad[0], tuple(lines + bad))
+    return CheckResult(CheckId.COMMITS_DURABLE, True,
+                       f"every committed checkpoint survived {len(ev.power_cuts)} power cut(s)",
+                       tuple(lines))

@@ -31,6 +31,7 @@ from harness.judge.checks.checklist import (
 )
 from harness.judge.checks.history import (
     attempts_bounded,
+    commits_durable,
     history_not_replaced,
     lease_exclusive,
     no_request_after_done,
@@ -102,7 +103,7 @@ CHECKS: tuple[Check, ...] = (
     _check(CheckId.STEP_CONTINUES, step_continues, _H, _O.STEP),
     _check(CheckId.SAME_KEY_ONE_DELIVERY, same_key_one_delivery, (*_H, _G)),
     _check(CheckId.EXACTLY_ONE_DELIVERY, exactly_one_delivery, (*_H, _G)),
-    _check(CheckId.TICKET_SERVER_ISSUED, ticket_server_issued, (*_H, _A, _G)),
+    _check(CheckId.TICKET_SERVER_ISSUED, ticket_server_issued, (*_H, _A, _G), _O.TICKET),
     _check(CheckId.INTAKE_NOT_REPEATED, intake_not_repeated, (), _O.ROWS),
     _check(CheckId.STORAGE_SAFE, storage_safe, (_C,), _O.ROWS),
     _check(CheckId.NO_PROCESS_LEFT, no_process_left, ()),
@@ -115,6 +116,7 @@ CHECKS: tuple[Check, ...] = (
     _check(CheckId.HISTORY_NOT_REPLACED, history_not_replaced, (_C,), _O.ROWS),
     _check(CheckId.PER_ACTION, per_action, (*_H, _A, _G)),
     _check(CheckId.ASKED_ONCE, asked_once, (_A,)),
+    _check(CheckId.COMMITS_DURABLE, commits_durable, (_C,), _O.ROWS),
     _check(CheckId.TICKET_CONSUMED_FIRST, ticket_consumed_first, (_A, _G)),
 )
 CHECK_IDS: tuple[CheckId, ...] = tuple(c.id for c in CHECKS)

@@ -1,0 +1,63 @@
+"""How ``run`` and ``merge`` end on SIGINT/SIGTERM (issue 24): as ``grade`` does — exit 2, one
+line saying "interrupted", no traceback, reports that say so where a run folder exists, and
+an incomplete folder (no ``summary.json``) left for the next command's ``prune_runs``.
+
+``harness.launch.processes.reaping_on_signals`` turns SIGINT into ``KeyboardInterrupt`` and
+SIGTERM into ``SystemExit(143)``; the commands catch them around their whole body and hand
+them here.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Progress", "interrupted", "signal_exit"]
+
+
+@dataclass
+class Progress:
+    """How far a ``run`` or ``merge`` got, for ``interrupted``: its output folder once made,
+    and whether its final reports were being written."""
+
+    out_dir: Path | None = None
+    writing: bool = False
+
+
+def interrupted(command: str, exc: BaseException, at: Progress, *,
+                report: Callable[[Path], None] | None = None) -> int:
+    """What SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit`` from
+    ``reaping_on_signals``) does to ``run`` and ``merge``: one line, exit 2, no traceback
+    (issue 24: ``merge`` died with -15, ``run`` with a traceback and no reports). Before an
+    output folder exists nothing was written; once it does and ``report`` is given (``run``),
+    its reports are written saying "interrupted" (further signals ignored meanwhile); a
+    folder whose final reports were being written, or a merge's, is left without
+    ``summary.json`` — incomplete, so ``latest`` stays where it was and the next command's
+    ``prune_runs`` removes it (its pid is gone)."""
+    name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+    where = ""
+    if at.out_dir is not None and report is not None and not at.writing:
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            report(at.out_dir)
+            where = f"; its reports say interrupted: {at.out_dir}"
+        except OSError as error:
+            where = f"; its reports could not be written ({error}): {at.out_dir} is incomplete"
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    elif at.out_dir is not None:
+        where = (f"; {at.out_dir} is incomplete (no summary.json): latest was not moved and "
+                 "the next run or merge removes it")
+    print(f"shopops-chaos{'' if command == 'run' else ' ' + command}: interrupted ({name})"
+          f"{where}", file=sys.stderr)
+    return 2
+
+
+def signal_exit(exc: BaseException) -> bool:
+    """``exc`` is what ``reaping_on_signals`` raises for SIGINT or SIGTERM."""
+    return isinstance(exc, KeyboardInterrupt) or (
+        isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM)

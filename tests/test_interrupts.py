@@ -1,0 +1,166 @@
+"""``run`` and ``merge`` interrupted by SIGINT or SIGTERM end as ``grade`` does (issue 24):
+exit 2, one line saying "interrupted", no traceback, reports that say so where a run
+folder exists, ``latest`` never moved to an incomplete folder, and an incomplete folder
+removed by the next command.
+
+Each test is a real ``shopops-chaos`` process sent a real signal. To hit a moment exactly
+(no sleeps), the command runs with one slow step replaced by a stand-in that prints a line
+and waits for a signal (``signal.pause``): the test reads the line, then signals. Only the
+waiting is stood in; what handles the signal is the command's own code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.processes
+
+SCENARIO = 'name = "ok"\n[crash]\npoints = ["t4.parked"]\nbaseline = false\n'
+READY = "READY-FOR-THE-SIGNAL"
+#: Runs ``shopops-chaos`` with ``MODULE.NAME`` replaced by a function that (optionally
+#: creating the folder it is given, with a file in it) prints READY and waits for a signal;
+#: the names in ``NOOPS`` (comma-separated, same module) return ``[]`` at once.
+_STAND_IN = """
+import importlib, os, signal, sys
+module, name, makes = sys.argv[1], sys.argv[2], sys.argv[3] == "makes-folder"
+for noop in filter(None, sys.argv[4].split(",")):
+    setattr(importlib.import_module(module), noop, lambda *args, **kwargs: [])
+def waiting(*args, **kwargs):
+    if makes:
+        out = next(a for a in args if isinstance(a, os.PathLike))
+        os.makedirs(out, exist_ok=True)
+        open(os.path.join(out, "half-written.md"), "w").close()
+    print(READY, flush=True)
+    while True:
+        signal.pause()
+setattr(importlib.import_module(module), name, waiting)
+from harness.cli.main import main
+sys.exit(main(sys.argv[5:]))
+""".replace("READY", repr(READY))
+
+
+def _start(tmp_path: Path, stand_in: tuple[str, str, bool], *argv: str, noops: str = ""
+           ) -> subprocess.Popen[str]:
+    module, name, makes = stand_in
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SHOPOPS_SCRATCH="off")
+    return subprocess.Popen(
+        [sys.executable, "-c", _STAND_IN, module, name,
+         "makes-folder" if makes else "-", noops, *argv],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+
+
+def _signal_when_ready(proc: subprocess.Popen[str], signum: int) -> tuple[str, str]:
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # the event: the stand-in says the command is waiting there
+        seen.append(line)
+        if line.strip() == READY:
+            proc.send_signal(signum)
+            break
+    else:
+        raise AssertionError(f"exited ({proc.wait()}) before {READY}: {seen} "
+                             f"{proc.stderr.read() if proc.stderr else ''}")
+    out, err = proc.communicate(timeout=180)  # generous: a loaded 2-core machine
+    return "".join(seen) + out, err
+
+
+def _assert_interrupted(proc: subprocess.Popen[str], err: str, signum: int) -> None:
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err, err
+    name = "SIGINT" if signum == signal.SIGINT else "SIGTERM"
+    assert f"interrupted ({name})" in err, err
+
+
+SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM],
+                                  ids=["INT", "TERM"])
+
+
+@SIGNALS
+def test_a_run_interrupted_while_starting_its_workers_reports_interrupted(
+        tmp_path: Path, signum: int) -> None:
+    """The signal lands in ``run`` before its own handling starts (the launcher starting:
+    where a SIGINT ended in a ``KeyboardInterrupt`` traceback and no reports)."""
+    (tmp_path / "ok.toml").write_text(SCENARIO)
+    proc = _start(tmp_path, ("harness.run.runner", "make_launcher", False),
+                  "run", "ok.toml", "--report-dir", "reports")
+    try:
+        _, err = _signal_when_ready(proc, signum)
+        _assert_interrupted(proc, err, signum)
+        latest = tmp_path / "reports" / "latest"
+        assert '"interrupted": true' in (latest / "summary.json").read_text()
+        assert "INTERRUPTED" in (latest / "report.md").read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@SIGNALS
+def test_a_run_interrupted_while_loading_writes_nothing(tmp_path: Path, signum: int) -> None:
+    (tmp_path / "ok.toml").write_text(SCENARIO)
+    (tmp_path / "reports").mkdir()
+    proc = _start(tmp_path, ("harness.plan.scenario", "load_scenarios", False),
+                  "run", "ok.toml", "--report-dir", "reports")
+    try:
+        _, err = _signal_when_ready(proc, signum)
+        _assert_interrupted(proc, err, signum)
+        assert list((tmp_path / "reports").iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@SIGNALS
+def test_a_merge_interrupted_while_reading_writes_nothing(tmp_path: Path,
+                                                          signum: int) -> None:
+    """``merge`` had no SIGTERM handler (exit -15)."""
+    for shard in ("a", "b"):
+        (tmp_path / shard).mkdir()
+    (tmp_path / "reports").mkdir()
+    proc = _start(tmp_path, ("harness.cli.merge", "load_shards", False),
+                  "merge", "a", "b", "--report-dir", "reports")
+    try:
+        _, err = _signal_when_ready(proc, signum)
+        _assert_interrupted(proc, err, signum)
+        assert list((tmp_path / "reports").iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_an_interrupted_merge_leaves_an_incomplete_folder_the_next_command_removes(
+        tmp_path: Path) -> None:
+    """Interrupted while writing its folder: no ``summary.json`` (incomplete), ``latest``
+    not moved to it; the next ``run`` in the same report folder removes it."""
+    reports = tmp_path / "reports"
+    for folder in (reports, tmp_path / "a", tmp_path / "b"):
+        folder.mkdir()
+    proc = _start(tmp_path, ("harness.cli.merge", "merge_runs", True),
+                  "merge", "a", "b", "--report-dir", "reports", noops="load_shards")
+    try:
+        _, err = _signal_when_ready(proc, signal.SIGTERM)
+        _assert_interrupted(proc, err, signal.SIGTERM)
+        assert "is incomplete" in err, err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    (left,) = list(reports.iterdir())
+    assert (left / "half-written.md").exists() and not (left / "summary.json").exists()
+    assert not (reports / "latest").exists()
+    (tmp_path / "ok.toml").write_text(SCENARIO)
+    done = subprocess.run([sys.executable, "-m", "harness", "run", "ok.toml",
+                           "--report-dir", "reports"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, SHOPOPS_SCRATCH="off"))
+    assert done.returncode == 0, done.stderr
+    assert not left.exists()  # pruned: incomplete, and the process named in it is gone
+    assert (reports / "latest" / "summary.json").exists()
