@@ -86,7 +86,6 @@ def work(
     if state is None:
         state = State(case_id=case_id, order_id=order_id, order_note=order_note)
     else:
-        failpoint("t6.checkpoint_loaded")
         if state.phase in (Phase.APPROVED, Phase.SENDING) and state.draft is not None:
             # A checkpoint past approval is not proof of approval (a model may have written
             # the ticket into the state): the queue must confirm it before anything else.
@@ -101,6 +100,8 @@ def work(
             if state.recovery_attempts > max_attempts:
                 return _dead_letter(state, store, run_id, lease, max_attempts)
             store.save(state, run_id=run_id, lease=lease)  # durable before any work
+        # after the attempt is durable: a worker killed here was still counted (issue 26)
+        failpoint("t6.checkpoint_loaded")
         if state.phase == Phase.AWAITING_APPROVAL and state.draft is not None:
             _decide(state, ticket, services, store, run_id, lease, note_ticket)
     try:

@@ -365,6 +365,79 @@ MUTANTS: tuple[Mutant, ...] = (
         ("History",),
         "order-note-send[t6.email_sent_saved]",
     ),
+    Mutant(  # the attempt made durable only after the first point past load (issue 26)
+        "attempt-saved-after-load",
+        (("worker.py", "    else:\n        if state.phase in (Phase.APPROVED, Phase.SENDING)",
+          "    else:\n        failpoint(\"t6.checkpoint_loaded\")\n"
+          "        if state.phase in (Phase.APPROVED, Phase.SENDING)"),
+         ("worker.py", "        # after the attempt is durable: a worker killed here was still "
+          "counted (issue 26)\n        failpoint(\"t6.checkpoint_loaded\")\n", "")),
+        ("Recovery attempts",),
+        "crash-at-load[t6.request_leaving>t6.checkpoint_loaded>t6.checkpoint_loaded]",
+    ),
+    Mutant(  # the ticket is bound to the send only after the gateway took it (issue 26)
+        "ticket-consumed-after-send",
+        (("tools.py", "    svc.approvals.consume(\n"
+          "        state.approval_ticket, state.case_id, draft.digest(), state.send_idempotency_key\n"
+          "    )\n    result = svc.require_gateway().send(\n"
+          "        case_id=state.case_id, to=draft.to, subject=draft.subject, body=draft.body,\n"
+          "        idempotency_key=state.send_idempotency_key, before_attempt=guard,\n    )\n",
+          "    result = svc.require_gateway().send(\n"
+          "        case_id=state.case_id, to=draft.to, subject=draft.subject, body=draft.body,\n"
+          "        idempotency_key=state.send_idempotency_key, before_attempt=guard,\n    )\n"
+          "    svc.approvals.consume(\n"
+          "        state.approval_ticket, state.case_id, draft.digest(), state.send_idempotency_key\n"
+          "    )\n"),),
+        ("No send without",),
+        "o1001[no-kill]",
+    ),
+    Mutant(  # the binding to the case is not checked: only the digest is (issue 26)
+        "ticket-case-not-checked",
+        (("approvals.py", "        if ticket.case_id != case_id:\n            raise ApprovalRefused(",
+          "        if False:\n            raise ApprovalRefused("),),
+        ("No send without",),
+        "ticket-other-case-same-draft[no-kill]",
+    ),
+    Mutant(  # a ticket found in a parked checkpoint is taken for the approval (issue 26)
+        "parked-checkpoint-ticket-trusted",
+        (("worker.py", "    case_id, digest = state.case_id, state.draft.digest()\n    if ticket is None:\n",
+          "    case_id, digest = state.case_id, state.draft.digest()\n"
+          "    if ticket is None and state.approval_ticket is not None:  # the state says so\n"
+          "        state.transition(Phase.APPROVED)\n"
+          "        store.save(state, run_id=run_id, lease=lease)\n"
+          "        return\n"
+          "    if ticket is None:\n"),),
+        ("No send without",),
+        "forged-ticket-in-parked-state[no-kill]",
+    ),
+    Mutant(  # a rejected order note drops the note, and the approved email still goes out
+        "email-sent-despite-rejected-note",
+        (("worker.py", "    if note == RequestStatus.REJECTED:  # the note was refused: nothing of the "
+          "case is done\n        state.transition(Phase.REJECTED)\n",
+          "    if note == RequestStatus.REJECTED:  # the note was refused: nothing of the "
+          "case is done\n"
+          "        if ticket is not None:  # but the email was approved: send it first\n"
+          "            from shopops import tools\n"
+          "            state.approval_ticket = ticket\n"
+          "            state.send_idempotency_key = tools.send_key(state)\n"
+          "            tools.send_email(state, services)\n"
+          "        state.transition(Phase.REJECTED)\n"),),
+        ("Per action",),
+        "order-note-rejected[no-kill]",
+    ),
+    Mutant(  # the redraft keeps the first draft's revision (issue 26)
+        "redraft-keeps-revision",
+        (("worker.py", "    state.draft_revision += 1\n", ""),),
+        ("Rejections",),
+        "rejection-feedback[no-kill]",
+    ),
+    Mutant(  # a worker that finds the case parked counts a recovery attempt (issue 26)
+        "parked-pickup-counted",
+        (("worker.py", "        if not state.done and Phase(state.phase) not in TERMINAL:",
+          "        if Phase(state.phase) not in TERMINAL:"),),
+        ("Recovery attempts",),
+        "o1001[no-kill]",
+    ),
 )
 
 

@@ -315,3 +315,25 @@ def test_a_sealed_executions_service_is_a_socket_file_in_its_folder(tmp_path: Pa
     deep.mkdir()
     with ApprovalService(tmp_path / "b.db", folder=deep) as svc:
         assert svc.address.startswith("@shopops-apr-")
+
+
+def test_the_service_reports_each_ticket_it_binds_once(tmp_path: Path) -> None:
+    """Issue 26: the service's own record of a consumption (``on_consumed``, the trace's
+    ``consumed`` event), made before the worker has its answer: once, for the first binding
+    only; a second ``mark_consumed`` of the same ticket (another key: refused; or the same)
+    and one of a ticket that does not exist (refused) report nothing."""
+    seen: list[tuple[int, str, str]] = []
+    with ApprovalService(tmp_path / "approvals.db",
+                         on_consumed=lambda *a: seen.append(a)) as svc:
+        human = ApprovalQueue(svc.db_path, kind=SERVICE_QUEUE)
+        human.request(CASE, DIGEST)
+        ticket = human.approve(CASE, approver="maya")
+        replies = _raw(svc.address, *[{"op": "mark_consumed", "ticket_id": t, "key": k,
+                                       "at": "now"}
+                                      for t, k in ((ticket.ticket_id, "key-1"),
+                                                   (ticket.ticket_id, "key-2"),
+                                                   (ticket.ticket_id, "key-1"),
+                                                   ("apr-nope", "key-1"))])
+        assert [r["ok"] for r in replies] == [True, False, True, False]
+        assert seen == [(os.getpid(), ticket.ticket_id, "key-1")]
+        human.close()

@@ -89,7 +89,7 @@ def good_states() -> list[State]:
               approval_ticket=TICKET_ID, send_idempotency_key=KEY),
         state("completed", 6, max_steps=10, done=True, approval_request_id=REQUEST_ID,
               approval_ticket=TICKET_ID, send_idempotency_key=KEY, email_sent=True,
-              delivery_id=DELIVERY_ID),
+              delivery_id=DELIVERY_ID, recovery_attempts=1),  # worker 3 picked up `sending`
     ]
 
 

@@ -81,6 +81,23 @@ def test_a_deduplicated_request_after_completion_fails() -> None:
                "checkpoint" in line for line in res.evidence)
 
 
+def test_a_request_breaking_both_rules_is_counted_once_in_the_headline() -> None:
+    """Issue 26: a request by a worker that started from the completed checkpoint, made
+    after that checkpoint in the trace, breaks two rules: the headline counts it once."""
+    gw = good_gateway()
+    repeat = replace(request(3, gw.requests[0].idempotency_key, status=200, duplicate=True),
+                     worker_pid=STALE_PID)
+    evs = events(good_specs())
+    late = replace(evs[-1], seq=len(evs), kind="request", label=None, pid=STALE_PID,
+                   worker=None, detail="status 200 duplicate", ref="3")
+    ev = evidence(workers=after_completion_worker(), events=(*evs, late),
+                  gateway=GatewayLog(gw.requests + (repeat,), gw.deliveries))
+    res = no_request_after_done(ev)
+    assert not res.passed
+    assert sum("gateway request 3" in line for line in res.evidence) == 2  # both rules
+    assert res.detail == "1 gateway request(s) after the case was done"
+
+
 def test_a_stale_worker_sending_after_the_completed_checkpoint_fails() -> None:
     specs = [*good_specs(), ("request", None, 2, "status 200 duplicate")]
     evs = events(specs)
@@ -266,6 +283,66 @@ def test_the_attempt_counter_never_goes_down() -> None:
     assert res.detail == "checkpoint seq 6: the attempt counter went down from 2 to 0"
 
 
+def crashed_at_load(kills: int, counter: int) -> Evidence:
+    """The good story, then ``kills`` resumes each killed at ``t6.checkpoint_loaded`` before
+    the last one completes; the loop's counter reads ``counter`` at the end."""
+    specs, workers = good_specs(), list(good_workers())
+    last = workers.pop()
+    pids = {i: 14000 + i for i in range(3, 4 + kills)}
+    specs = [s for s in specs if s[2] != 3]
+    for i in range(3, 3 + kills):
+        specs += [("worker_start", None, i, "resume"), ("hit", "t6.checkpoint_loaded", i, ""),
+                  ("kill", "t6.checkpoint_loaded", i, "SIGKILL"),
+                  ("worker_exit", None, i, "returncode -9")]
+        workers.append(replace(worker(2, "resume", -9, True, "sending",
+                                      phase_before="sending"), index=i, pid=pids[i]))
+    n = 3 + kills
+    specs += [("worker_start", None, n, "resume"),
+              *[("hit", lab, n, "") for lab in ("ckpt.before_commit", "t6.checkpoint_loaded",
+                                                "t6.request_leaving", "t7.completed_saved")],
+              ("worker_exit", None, n, "returncode 0")]
+    workers.append(replace(last, index=n, pid=pids[n]))
+    states = good_states()
+    states[5] = replace(states[5], recovery_attempts=counter)
+    evs = tuple(replace(e, pid=pids.get(e.worker, e.pid)) for e in events(specs))
+    return evidence(events=evs, workers=tuple(workers), states=states, max_attempts=9)
+
+
+def test_workers_killed_before_saving_their_attempt_are_counted() -> None:
+    """Issue 26: a worker killed at ``t6.checkpoint_loaded`` before it saved its attempt is
+    a recovery all the same; a counter that missed it is a ``fail``."""
+    res = attempts_bounded(crashed_at_load(3, 1))
+    assert not res.passed
+    assert res.detail == "the loop counted 1 recovery attempt(s), the harness saw 4 " \
+                         "(workers [3, 4, 5, 6])"
+    assert attempts_bounded(crashed_at_load(3, 4)).passed
+    res = attempts_bounded(replace(crashed_at_load(3, 1), max_attempts=2))
+    assert any("4 recoveries, more than the maximum 2" in line for line in res.evidence)
+
+
+def test_a_parked_pickup_counted_as_a_recovery_fails() -> None:
+    """The resume after the approval picks up the checkpoint the recheck parked on and
+    exited: not a recovery; a counter that says 3 counted it. (The recheck after the kill at
+    ``t4.parked`` may be one: the harness cannot tell a park from a proposal's write.)"""
+    states = good_states()
+    states[5] = replace(states[5], recovery_attempts=3)
+    res = attempts_bounded(evidence(states=states))
+    assert not res.passed
+    assert res.detail.startswith("the loop counted 3 recovery attempt(s), but only 2 "
+                                 "pickup(s) could be recoveries (workers [1, 3])")
+    states[5] = replace(states[5], recovery_attempts=2)
+    assert attempts_bounded(evidence(states=states)).passed
+
+
+def test_a_worker_refused_before_loading_is_not_a_recovery() -> None:
+    """A worker that reported no labelled point (refused by another owner's lease before it
+    loaded anything) did not pick the case up."""
+    ev = crashed_at_load(1, 2)
+    refused = replace(ev.workers[-1], index=9, pid=15999, returncode=1)
+    res = attempts_bounded(replace(ev, workers=(*ev.workers, refused)))
+    assert res.passed, res
+
+
 # -- the history is the one read at the approval -----------------------------------------------
 
 FILE, OTHER_FILE = (2049, 70001), (2049, 70002)  # (st_dev, st_ino) of checkpoints.db
@@ -404,3 +481,25 @@ def test_an_email_a_checkpoint_claims_but_its_ledger_lacks_fails_per_action() ->
     assert not result.passed
     assert any("seq 5 says it was done, but its ledger at the gateway holds no delivery"
                in line for line in result.evidence), result.evidence
+
+
+def test_a_redraft_must_raise_the_draft_revision() -> None:
+    """Issue 26: the redraft answering a rejection with feedback carries a higher
+    ``draft_revision`` than the rejected draft; one that keeps revision 0 fails
+    ``rejection_respected``, naming the write."""
+    redrafted = replace(DRAFT, body=DRAFT.body + FEEDBACK)
+
+    def story(revision: int) -> Evidence:
+        states = good_states()[:3] + [
+            state("drafting", 5, draft=None, draft_revision=1, review_feedback=[FEEDBACK]),
+            state("awaiting_approval", 6, draft=redrafted, draft_revision=revision,
+                  review_feedback=[FEEDBACK])]
+        rejected = ApprovalRequest(REQUEST_ID, CASE, DIGEST, "t", "rejected", FEEDBACK)
+        return evidence(states=states, approval_requests=(rejected,),
+                        gateway=GatewayLog((), ()))
+
+    res = rejection_respected(story(0))
+    assert not res.passed
+    assert res.detail == ("checkpoint seq 5: a new draft with revision 0, not more than the "
+                          "previous draft's 0 (seq 3)")
+    assert not any("revision" in line for line in rejection_respected(story(1)).evidence)

@@ -66,7 +66,9 @@ def test_unknown_human_ticket_lists_the_tickets(tmp_path: Path) -> None:
     assert_names(err, path, "human.ticket", 4)
     assert "'stolen'" in str(err)
     assert allowed_list(err) == list(TICKETS) == ["issued", "forged", "forged_in_state",
-                                                  "other_case", "stale_draft", "consumed"]
+                                                  "other_case", "stale_draft", "consumed",
+                                                  "other_case_same_draft",
+                                                  "forged_in_parked_state"]
 
 
 def test_approve_at_an_unknown_label_lists_the_points(tmp_path: Path) -> None:
@@ -493,6 +495,12 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
                            "reject_feedback": "Please offer free express shipping on the "
                                               "next order."},
     "dead-letter": {"max_attempts": 2, "baseline": False, "expect_deliveries": 0},
+    "order-note-rejected": {"order_note": True, "expect_deliveries": 0},
+    "crash-at-load": {"max_attempts": 2, "baseline": False, "expect_deliveries": 0},
+    "ticket-other-case-same-draft": {"ticket": "other_case_same_draft", "expect_deliveries": 0,
+                                     "expect_worker_error": "ApprovalRefused"},
+    "forged-ticket-in-parked-state": {"ticket": "forged_in_parked_state",
+                                      "expect_deliveries": 0},
     "order-note": {"order_note": True, "points": None, "expect_deliveries": 1},
     "order-note-send": {"order_note": True, "expect_deliveries": 1},
     "lease-same-owner": {"same_owner": True, "leases": True,

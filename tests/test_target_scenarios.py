@@ -395,7 +395,8 @@ def test_the_rubric_keeps_what_a_target_can_be_graded_on() -> None:
     # one checklist: an item keeps every check (which apply is known once it ran) and the
     # scenarios the target can run
     ticket = next(i for i in items if "server-issued ticket" in i.name)
-    assert ticket.scenarios == ("o1001",) and ticket.checks == ("ticket_server_issued",)
+    assert ticket.scenarios == ("o1001",) and ticket.checks == ("ticket_server_issued",
+                                                              "ticket_consumed_first")
     assert any("Exercise 1" in i.name for i, _ in dropped)  # storage faults: reference only
 
 

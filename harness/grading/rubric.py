@@ -71,8 +71,9 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
     RubricItem("No send without a server-issued ticket", 10,
                ("o1001", "forged-ticket", "forged-ticket-in-state", "ticket-other-case",
                 "ticket-stale-draft", "ticket-consumed"),
-               (CheckId.TICKET_SERVER_ISSUED,),
-               explain="Tickets are server-side facts: verify them with the queue."),
+               (CheckId.TICKET_SERVER_ISSUED, CheckId.TICKET_CONSUMED_FIRST),
+               explain="Tickets are server-side facts: verify them with the queue, and bind "
+                       "the ticket to the send before the send leaves."),
     RubricItem("Exercise 1: a corrupt state_json raises a clear error", 10,
                ("checkpoint-corrupt-json", "checkpoint-truncated-json",
                 "checkpoint-invalid-utf8", "checkpoint-unknown-version"),

@@ -69,6 +69,7 @@ class CheckId(StrEnum):
     PER_ACTION = "per_action"
     ASKED_ONCE = "asked_once"
     COMMITS_DURABLE = "commits_durable"
+    TICKET_CONSUMED_FIRST = "ticket_consumed_first"
 
 
 class EventKind(StrEnum):
@@ -80,6 +81,7 @@ class EventKind(StrEnum):
     KILL = "kill"  # the harness SIGKILLed a worker
     DELIVERY = "delivery"  # the harness's gateway committed a delivery
     REQUEST = "request"  # the gateway received a request (ref: its seq in the gateway log)
+    CONSUMED = "consumed"  # the approval service bound a ticket to a send (ref: ticket id)
     APPROVE = "approve"  # the human approved (the queue issued a ticket)
     HUMAN = "human"  # any other human act: reject, a second approval, a bad ticket
     INJECT = "inject"  # the harness wrote a storage fault or a forged row
@@ -133,6 +135,10 @@ class TicketKind(StrEnum):
     OTHER_CASE = "other_case"
     STALE_DRAFT = "stale_draft"
     CONSUMED = "consumed"
+    #: issued for another case over this case's own draft digest: only the case binds it
+    OTHER_CASE_SAME_DRAFT = "other_case_same_draft"
+    #: written into a checkpoint that stays ``awaiting_approval``: the queue never issued it
+    FORGED_IN_PARKED_STATE = "forged_in_parked_state"
 
 
 class CrashMode(StrEnum):

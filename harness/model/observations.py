@@ -131,6 +131,8 @@ class DurableWrite:
         problem: why the write cannot be read as the contract says (invalid JSON, a required
             field missing, another schema version), naming it; then every other field is
             ``None`` and no check passes over it.
+        revision: the draft's revision (``draft_revision``: 0 for the first draft, one more
+            per redraft), or ``None``: not recorded.
     """
 
     seq: int
@@ -144,6 +146,7 @@ class DurableWrite:
     writer_pid: int | None = None
     created_at: str | None = None
     problem: str | None = None
+    revision: int | None = None
 
     def gate(self, name: str = DEFAULT_GATE) -> GateState:
         """The action on gate ``name`` (an empty ``GateState`` when not recorded)."""

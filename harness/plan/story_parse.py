@@ -264,9 +264,11 @@ def _human(table: dict[str, Any], when: When, at: KillPoint | None,
     if ticket is not TicketKind.ISSUED and (twice or "delay_hours" in table):
         raise bad("ticket", "a bad ticket is offered instead of an approval: twice and "
                   "delay_hours need ticket = \"issued\"")
-    if ticket is TicketKind.FORGED_IN_STATE and gate != DEFAULT_GATE:
+    if ticket in (TicketKind.FORGED_IN_STATE, TicketKind.FORGED_IN_PARKED_STATE) \
+            and gate != DEFAULT_GATE:
         raise bad("ticket", f"a ticket forged into the state is the email's: gate {gate!r} "
-                  "takes issued, forged, other_case, stale_draft or consumed")
+                  "takes issued, forged, other_case, stale_draft, consumed or "
+                  "other_case_same_draft")
     if at is not None:
         if action is HumanAction.APPROVE and (ticket is not TicketKind.ISSUED or twice):
             raise bad("at", "an approval at a point issues the ticket itself: ticket and twice "

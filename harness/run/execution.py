@@ -217,7 +217,9 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
 
     with FailpointChannel(controller.on_hit, tampered, folder) as channel, gateway, \
             ApprovalService(workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered,
-                            folder=folder) as approvals:
+                            folder=folder, on_consumed=lambda pid, ticket_id, key: events.add(
+                                EventKind.CONSUMED, None, pid, None, f"key {key}",
+                                ref=ticket_id)) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, email_env=gateway.worker_env(),
                        channel=channel.path,

@@ -247,16 +247,22 @@ class ApprovalService:
         folder: a sealed execution's ``Sandbox.shared``: the socket is a file there that
             only the execution's uid can reach (``harness.services.serving.socket_address``);
             ``None``: an abstract socket.
+        on_consumed: called (in a server thread, before the worker has its answer) with
+            ``(pid, ticket_id, key)`` when a worker's ``mark_consumed`` bound a ticket that
+            was unconsumed: the service's own record of when each ticket was consumed
+            (``ticket_consumed_first`` sets it against the gateway's requests).
 
     ``address`` (``@name``) goes into the workers' ``SHOPOPS_APPROVALS_SOCKET``.
     """
 
     def __init__(self, db_path: str | Path, *, allowed_uid: int | None = None,
                  on_tamper: Callable[[str], object] | None = None,
-                 folder: Path | None = None) -> None:
+                 folder: Path | None = None,
+                 on_consumed: Callable[[int, str, str], object] | None = None) -> None:
         self.db_path = Path(db_path)
         self.allowed_uid = allowed_uid
         self.on_tamper = on_tamper or (lambda line: None)
+        self.on_consumed = on_consumed or (lambda pid, ticket_id, key: None)
         # the schema exists before any worker asks; one store and one log connection serve
         # every connection's calls, one call at a time (opening them per worker connection
         # cost ~1.5 ms each)
@@ -325,6 +331,7 @@ class ApprovalService:
             if self.allowed_uid is not None and uid != self.allowed_uid:
                 # another execution's process: refused and logged, not this one's doing
                 raise _Refused(f"uid {uid} is not this execution's worker")
+            binding = op == "mark_consumed" and _unconsumed(store, args)
             result = _dispatch(store, op, args)
         except _Refused as refused:
             _log(log, pid, uid, op, args, False, str(refused))
@@ -336,6 +343,8 @@ class ApprovalService:
             _log(log, pid, uid, op, args, False, str(exc))
             return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         _log(log, pid, uid, op, args, True, None)
+        if binding:
+            self.on_consumed(pid, str(args["ticket_id"]), str(args.get("key")))
         return {"ok": True, "result": result}
 
     def close(self) -> None:
@@ -355,6 +364,14 @@ class ApprovalService:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _unconsumed(store: SqliteStore, args: dict[str, Any]) -> bool:
+    """Whether ``args`` names a ticket that exists and is not yet consumed (so that a
+    ``mark_consumed`` with them binds it)."""
+    ticket_id = args.get("ticket_id")
+    found = store.ticket(ticket_id) if isinstance(ticket_id, str) else None
+    return found is not None and found.consumed_by_key is None
 
 
 def _log(conn: sqlite3.Connection, pid: int, uid: int, op: str | None, args: dict[str, Any],

@@ -49,8 +49,7 @@ from harness.plan.story_plan import story_of
 from harness.services.approvals import SERVICE_QUEUE
 from harness.story import crash_state
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.story.queue_acts import draft_not_durable as _draft_not_durable
-from harness.story.queue_acts import request_migrated
+from harness.story.queue_acts import draft_not_durable, other_case_ticket, request_migrated
 from harness.story.storage_steps import FORGED_TICKET, StorageSteps
 from harness.story.workers import Started, Workers
 from harness.targets.drive import TargetSeal
@@ -417,7 +416,7 @@ class _Engine:
             if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
                 self.w.target.ticket = ticket.ticket_id
             if mark is not None and gate == DEFAULT_GATE:
-                mark = _draft_not_durable(mark, rows, ticket.draft_digest)
+                mark = draft_not_durable(mark, rows, ticket.draft_digest)
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"refused: {exc}")
@@ -449,12 +448,12 @@ class _Engine:
         with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
-            elif kind is TicketKind.FORGED_IN_STATE:  # the email's only (story_parse)
-                self.storage.forge_ticket()
+            elif kind in (TicketKind.FORGED_IN_STATE, TicketKind.FORGED_IN_PARKED_STATE):
+                self.storage.forge_ticket(advance=kind is TicketKind.FORGED_IN_STATE)  # email's
                 ticket = None
-            elif kind is TicketKind.OTHER_CASE:
-                queue.request(OTHER_CASE[0], "0" * 64, gate=gate)
-                ticket = queue.approve(OTHER_CASE[0], approver=APPROVER, gate=gate).ticket_id
+            elif kind in (TicketKind.OTHER_CASE, TicketKind.OTHER_CASE_SAME_DRAFT):
+                ticket = other_case_ticket(queue, case, OTHER_CASE[0], gate, APPROVER,
+                                           same_draft=kind is TicketKind.OTHER_CASE_SAME_DRAFT)
             elif kind is TicketKind.STALE_DRAFT:
                 queue.request(case, "f" * 64, gate=gate)  # an older draft's digest
                 ticket = queue.approve(case, approver=APPROVER, gate=gate).ticket_id

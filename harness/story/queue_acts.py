@@ -15,9 +15,10 @@ from harness.services.approvals import SERVICE_QUEUE
 from shopops.approval_records import ApprovalRequest, iso
 from shopops.approval_store import SqliteStore
 from shopops.approvals import ApprovalQueue
+from shopops.errors import ShopOpsError
 from shopops_contract.approvals import RequestStatus
 
-__all__ = ["draft_not_durable", "request_migrated"]
+__all__ = ["draft_not_durable", "other_case_ticket", "request_migrated"]
 
 
 def request_migrated(ckpt_db: Path, appr_db: Path, case_id: str) -> tuple[bool, str | None]:
@@ -72,3 +73,26 @@ def draft_not_durable(mark: HistoryMark, rows: tuple[StoredRow, ...],
     return replace(mark, unreadable=(
         f"no checkpoint of the case holds the approved draft ({approved[:12]}), although "
         "the loop had asked for this approval (the queue held its request)"))
+
+
+
+def other_case_ticket(queue: ApprovalQueue, case_id: str, other: str, gate: str,
+                      approver: str, *, same_draft: bool) -> str:
+    """A real ticket the queue issues to ``approver`` for the case ``other`` on ``gate``:
+    over a digest of its own, or (``same_draft``, issue 26) over the digest of
+    ``case_id``'s newest pending request on that gate, so that only the ticket's case
+    binding can refuse it.
+
+    Raises:
+        ShopOpsError: ``same_draft`` and the case asked for nothing on ``gate``.
+    """
+    digest = "0" * 64
+    if same_draft:
+        asked = [r for r in queue.requests(case_id)
+                 if r.status == RequestStatus.PENDING and r.gate == gate]
+        if not asked:
+            raise ShopOpsError(f"{case_id} asked for no approval on {gate}: no draft digest "
+                               "to issue another case's ticket over", case_id=case_id)
+        digest = asked[-1].draft_digest
+    queue.request(other, digest, gate=gate)
+    return queue.approve(other, approver=approver, gate=gate).ticket_id

@@ -81,11 +81,13 @@ def inject_row(db: Path, case_id: str, run_id: str, kind: str) -> StoredRow | No
     return _append(db, latest, version, blob)
 
 
-def forge_ticket(db: Path, case_id: str, ticket: str) -> StoredRow:
+def forge_ticket(db: Path, case_id: str, ticket: str, *, advance: bool = True) -> StoredRow:
     """Append the case's latest state with ``approval_ticket`` set to ``ticket`` (one the
     queue never issued) and ``phase`` ``approved``, as the model writing a ticket into the
     state would (Chapter 8, "Forged approval on resume"); every other field as the loop
-    wrote it (``done`` false where the state has it). Returns the row as written.
+    wrote it (``done`` false where the state has it). With ``advance`` false the phase and
+    ``done`` stay as the loop wrote them (a ticket in a checkpoint that is still parked at
+    ``awaiting_approval``: issue 26). Returns the row as written.
 
     Raises:
         CheckpointNotFound: no readable latest checkpoint of the case to forge from.
@@ -98,9 +100,11 @@ def forge_ticket(db: Path, case_id: str, ticket: str) -> StoredRow:
                                  case_id=case_id)
     assert latest.state_json is not None
     state = json.loads(latest.state_json.decode("utf-8"))
-    state.update(approval_ticket=ticket, phase=Phase.APPROVED.value)
-    if "done" in state:
-        state["done"] = False
+    state.update(approval_ticket=ticket)
+    if advance:
+        state.update(phase=Phase.APPROVED.value)
+        if "done" in state:
+            state["done"] = False
     blob = json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
     return _append(db, latest, latest.schema_version, blob)
 

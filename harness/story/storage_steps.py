@@ -54,16 +54,16 @@ class StorageSteps:
         else:
             self._inject(step.fault)
 
-    def forge_ticket(self) -> None:
+    def forge_ticket(self, *, advance: bool = True) -> None:
         """The model writes an approval ticket into the state (Chapter 8, "Forged approval
         on resume"): the harness appends the loop's latest state with a ticket the queue
-        never issued and phase ``approved`` as a checkpoint (``storage_faults.forge_ticket``,
-        in the contract's terms).
+        never issued and phase ``approved`` (``advance`` false: the phase as it was) as a
+        checkpoint (``storage_faults.forge_ticket``, in the contract's terms).
 
         Raises:
             ShopOpsError: the loop left no readable checkpoint to forge from.
         """
-        row = forge_ticket(self.w.ckpt_db, self.case_id, FORGED_TICKET)
+        row = forge_ticket(self.w.ckpt_db, self.case_id, FORGED_TICKET, advance=advance)
         self._injected(row, f"forged ticket written at seq {row.seq}")
 
     def close(self) -> None:

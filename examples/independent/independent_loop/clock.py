@@ -18,5 +18,5 @@ def epoch() -> float:
 
 
 def iso() -> str:
-    moment = _dt.datetime.fromtimestamp(epoch(), tz=_dt.timezone.utc)
+    moment = _dt.datetime.fromtimestamp(epoch(), tz=_dt.UTC)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -76,15 +76,18 @@ class Worker:
                 self._save()
             else:
                 self.state = loaded
-                self.mark("t6.checkpoint_loaded")
                 phase = loaded["phase"]
                 if phase in TERMINAL:
+                    self.mark("t6.checkpoint_loaded")
                     return f"case already {phase}"
                 if phase in ("approved", "sending"):
                     # a ticket held in a checkpoint is not proof: ask the queue again
                     self._verify_held_tickets()
                 if phase not in PARKED:
+                    # durable before the first labelled point: a worker killed there was
+                    # still a recovery (contract, "Recovery attempts and dead letters")
                     self._count_recovery()
+                self.mark("t6.checkpoint_loaded")
             while True:
                 step = getattr(self, "_on_" + self.state["phase"])
                 step()

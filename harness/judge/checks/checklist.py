@@ -35,7 +35,7 @@ from shopops_contract.phases import PRE_APPROVAL, TERMINAL, Phase
 
 __all__ = ["NOT_COMPARED", "draft_identical", "exactly_one_delivery",
            "not_sent_before_approval", "parked_until_approval", "same_key_one_delivery",
-           "step_continues", "ticket_server_issued"]
+           "step_continues", "ticket_consumed_first", "ticket_server_issued"]
 
 #: What a check that sets rows against the approval by ``seq`` says of a replaced history.
 NOT_COMPARED = ("the checkpoint history was replaced or rewritten after the approval: its seq "
@@ -350,4 +350,55 @@ def ticket_server_issued(ev: Evidence) -> CheckResult:
                            f"{len(forged)} forged ticket(s), {len(unbacked)} delivery(ies) "
                            "without a server-issued ticket", tuple(lines))
     return CheckResult(CheckId.TICKET_SERVER_ISSUED, True, "every send backed by an issued ticket",
+                       tuple(lines))
+
+
+def ticket_consumed_first(ev: Evidence) -> CheckResult:
+    """A ticket's consumption precedes the gateway request it authorises: for every
+    delivery of the case (an email, or an order note in its own ledger), the ticket bound
+    to its key (on its gate, for its content) was consumed — the approval service's own
+    record, put into the trace before the worker had its answer — before the request that
+    delivered it reached the gateway (the gateway's own record in the same trace). Both
+    records are the harness's, so no clock of the loop's is read: trace order is the order
+    in which the two services saw them. A ticket bound only after the send lets a crash
+    between the two leave a delivery no consumed ticket authorised when it left, and a
+    second send in the meantime would find the ticket unconsumed. A delivery with no such
+    ticket is ``ticket_server_issued``'s to judge."""
+    consumed: dict[str, int] = {}
+    for e in ev.events:
+        if e.kind == EventKind.CONSUMED and e.ref is not None:
+            consumed.setdefault(e.ref, e.seq)
+    requested = {e.ref: e.seq for e in ev.events if e.kind == EventKind.REQUEST}
+    sent: list[tuple[Delivery | NoteDelivery, str, tuple[TicketRecord, ...], str]]
+    sent = [(d, _digest(d.to, d.subject, d.body), gate_tickets(ev), str(d.request_seq))
+            for d in ev.gateway.deliveries_for(ev.case_id)]
+    sent += [(n, note_digest(n.order_id, n.body), gate_tickets(ev, NOTE_GATE),
+              f"note:{n.request_seq}") for n in ev.gateway.notes_for(ev.case_id)]
+    lines, bad = [], []
+    for d, digest, tickets, ref in sent:
+        backing = [t for t in tickets if t.consumed_by_key is not None
+                   and t.draft_digest == digest
+                   and d.idempotency_key in (None, t.consumed_by_key)]
+        at = requested.get(ref)
+        if not backing or at is None:
+            lines.append(f"delivery {d.delivery_id}: "
+                         + ("no consumed ticket for it (ticket_server_issued judges that)"
+                            if not backing else "its request is not in the trace"))
+            continue
+        firsts = [(consumed[t.ticket_id], t.ticket_id) for t in backing
+                  if t.ticket_id in consumed]
+        if firsts and min(firsts)[0] < at:
+            seq, ticket_id = min(firsts)
+            lines.append(f"delivery {d.delivery_id}: ticket {ticket_id} consumed at trace seq "
+                         f"{seq}, its request {ref} reached the gateway at trace seq {at}")
+            continue
+        when = (f"only at trace seq {min(firsts)[0]}" if firsts
+                else "never, as the approval service saw it")
+        bad.append(f"delivery {d.delivery_id}: its request {ref} reached the gateway at trace "
+                   f"seq {at}, but ticket {backing[0].ticket_id} was consumed {when}")
+    lines += bad
+    if bad:
+        return CheckResult(CheckId.TICKET_CONSUMED_FIRST, False, bad[0], tuple(lines))
+    return CheckResult(CheckId.TICKET_CONSUMED_FIRST, True,
+                       "every delivery's ticket was consumed before its request left",
                        tuple(lines))

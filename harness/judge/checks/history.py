@@ -21,10 +21,9 @@ from harness.judge.checks.support import (
     redrafts_owed,
     writes,
 )
-from harness.model import CheckId, CheckResult, EventKind, Evidence
+from harness.model import CheckId, CheckResult, EventKind, Evidence, WorkerRole
 from shopops_contract.approvals import RequestStatus
 from shopops_contract.labels import (
-    CHECKPOINT_LOADED,
     COMPLETED_SAVED,
     EMAIL_SENT_SAVED,
     SAVE_COMMIT,
@@ -43,8 +42,6 @@ EDGES: frozenset[tuple[str, str]] = frozenset(
 #: The edge that goes back, allowed once per rejection with feedback.
 REDRAFT = (Phase.AWAITING_APPROVAL, Phase.DRAFTING)
 PARKED = Phase.AWAITING_APPROVAL
-#: Labelled points after which the worker did real work past loading (not a save).
-_NOT_WORK = frozenset({CHECKPOINT_LOADED, SAVE_COMMIT})
 
 
 def _reachable(src: str) -> set[str]:
@@ -82,16 +79,19 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
     done, problems = writes(ev)
     acked_before = {w.index for w in ev.workers if w.phase_before in TERMINAL}
     lines, bad = [], []
+    late_refs: set[str] = set()  # each request once, however many rules it breaks
     notes = [r for r in ev.gateway.note_requests if r.case_id == ev.case_id]
     for r in _requests(ev) + notes:
         who = next((w for w in ev.workers if w.pid == r.worker_pid), None)
         if who is not None and who.index in acked_before:
+            late_refs.add(f"note:{r.seq}" if r in notes else str(r.seq))
             bad.append(f"gateway request {r.seq} (status {r.status}) by worker {who.index}, "
                        f"which started from a {who.phase_before} checkpoint")
     done_at = [e.seq for e in ev.events if e.kind == EventKind.HIT
                and e.label == COMPLETED_SAVED]
     if done_at:
         late = [e for e in ev.events if e.kind == EventKind.REQUEST and e.seq > done_at[0]]
+        late_refs.update(str(e.ref) for e in late)
         bad += [f"trace seq {e.seq}: gateway request {e.ref} from {_worker_of(ev, e.pid)} "
                 f"after the completed checkpoint (trace seq {done_at[0]})" for e in late]
         lines.append(f"trace seq {done_at[0]}: completed checkpoint committed")
@@ -101,6 +101,7 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
         late = [e for e in ev.events if e.kind == EventKind.REQUEST and e.seq > acked_at[0]
                 and not (e.ref or "").startswith("note:")
                 and not (done_at and e.seq > done_at[0])]  # those are counted above
+        late_refs.update(str(e.ref) for e in late)
         bad += [f"trace seq {e.seq}: email request {e.ref} from {_worker_of(ev, e.pid)} after "
                 f"the checkpoint acknowledging the email (trace seq {acked_at[0]})"
                 for e in late]
@@ -114,7 +115,7 @@ def no_request_after_done(ev: Evidence) -> CheckResult:
                            tuple(lines + problems))
     if bad:
         return CheckResult(CheckId.NO_REQUEST_AFTER_DONE, False,
-                           f"{len(bad)} gateway request(s) after the case was done",
+                           f"{len(late_refs)} gateway request(s) after the case was done",
                            tuple(lines))
     return CheckResult(CheckId.NO_REQUEST_AFTER_DONE, True,
                        "no request once the case was done", tuple(lines))
@@ -195,8 +196,9 @@ def lease_exclusive(ev: Evidence) -> CheckResult:
 def rejection_respected(ev: Evidence) -> CheckResult:
     """A rejected draft is never sent, and a rejected case never parks forever: after a
     plain rejection the case ends ``rejected``; after a rejection with feedback the loop
-    drafts again — the feedback visible in a later checkpointed draft — and asks for a new
-    approval, or ends ``rejected``. Judged when a worker ran after the human's decision."""
+    drafts again — the feedback visible in a later checkpointed draft, its revision
+    (``draft_revision``, where recorded) higher than the rejected draft's — and asks for a
+    new approval, or ends ``rejected``. Judged when a worker ran after the human's decision."""
     done, problems = writes(ev)
     rejected = [r for r in ev.approval_requests if r.status == RequestStatus.REJECTED]
     if not rejected:
@@ -235,6 +237,7 @@ def rejection_respected(ev: Evidence) -> CheckResult:
     if final is not None and final.phase == PARKED and final.draft is not None and any(
             final.draft.digest == r.draft_digest for r in rejected) and ran_after:
         bad.append("the case is parked on a draft the human rejected: it waits forever")
+    bad += _revisions_not_raised(done)
     lines += bad
     if problems:
         return CheckResult(CheckId.REJECTION_RESPECTED, False, problems[0], tuple(lines + problems))
@@ -245,29 +248,75 @@ def rejection_respected(ev: Evidence) -> CheckResult:
                        tuple(lines))
 
 
+#: Roles that run the loop on the case (a migrator or a decision's delivery do not pick it up).
+_PICKUPS = frozenset({WorkerRole.START, WorkerRole.RECHECK, WorkerRole.RESUME,
+                      WorkerRole.TAKEOVER})
+
+
+def _hits(ev: Evidence, index: int) -> list[str]:
+    return [str(e.label) for e in ev.events if e.kind == EventKind.HIT and e.worker == index]
+
+
+def _revisions_not_raised(done: list[Any]) -> list[str]:
+    """Each redraft raises the draft's revision (``draft_revision``, where the history
+    records it): a write whose draft differs from the previous draft's must carry a higher
+    revision, or a reviewer's approval of revision 1 and of revision 2 cannot be told
+    apart (issue 26)."""
+    drafted = [w for w in done if w.draft is not None and w.revision is not None]
+    return [f"checkpoint seq {b.seq}: a new draft with revision {b.revision}, not more than "
+            f"the previous draft's {a.revision} (seq {a.seq})"
+            for a, b in zip(drafted, drafted[1:], strict=False)
+            if b.draft.digest != a.draft.digest and b.revision <= a.revision]
+
+
 def _recoveries(ev: Evidence) -> list[int]:
-    """Workers that picked the case up in flight after the harness killed the worker before
-    them, and then did work past loading (so their attempt had to be durable first)."""
+    """Every worker that picked the case up in flight, whatever it saved (issue 26): it
+    started from a checkpoint that was neither parked nor terminal (read by the harness
+    before it started) and reported a labelled point — a worker refused before it loaded
+    anything (another owner's lease) reports none. Not counted: a worker killed at the
+    commit of its very first save (``ckpt.before_commit`` as its first point), whose
+    attempt could not be durable yet."""
     out = []
-    by_index = {w.index: w for w in ev.workers}
     for w in ev.workers:
-        before = by_index.get(w.index - 1)
-        if (before is None or not before.killed_by_harness or w.phase_before is None
-                or w.phase_before == PARKED or w.phase_before in TERMINAL):
+        if (w.role not in _PICKUPS or w.phase_before is None or w.phase_before == PARKED
+                or w.phase_before in TERMINAL):
             continue
-        labels = [e.label for e in ev.events if e.kind == EventKind.HIT and e.worker == w.index]
-        if CHECKPOINT_LOADED in labels and any(
-                lab not in _NOT_WORK for lab in labels[labels.index(CHECKPOINT_LOADED):]):
-            out.append(w.index)
+        labels = _hits(ev, w.index)
+        if not labels or (labels == [SAVE_COMMIT] and w.killed_by_harness):
+            continue
+        out.append(w.index)
+    return out
+
+
+def _maybe_recoveries(ev: Evidence) -> list[int]:
+    """The pickups a loop may count as recoveries: those of ``_recoveries`` (and one killed
+    at its first commit), and a pickup of a parked checkpoint right after a worker that did
+    not stop on its own (its last write may be an ``awaiting_approval`` write before the
+    park). A pickup of the checkpoint a worker parked and exited on is never one."""
+    by_index = {w.index: w for w in ev.workers}
+    out = []
+    for w in ev.workers:
+        if w.role not in _PICKUPS or w.phase_before is None or w.phase_before in TERMINAL:
+            continue
+        before = by_index.get(w.index - 1)
+        if w.phase_before == PARKED and (before is None or before.expected_exit
+                                         and not before.killed_by_harness):
+            continue
+        out.append(w.index)
     return out
 
 
 def attempts_bounded(ev: Evidence) -> CheckResult:
-    """The recovery-attempt counter in the checkpoints never goes down, and a case picked
-    up in flight more often than the maximum (counted by the harness from its own kills
-    and the workers' progress) ends ``dead_lettered`` — it is not tried again (Chapter 8:
-    workers and dead-letter queues at fleet scale). The maximum is the scenario's
-    ``sut.max_attempts``; without one only the counter is judged."""
+    """The loop's recovery-attempt counter agrees with the harness's own count of
+    recoveries and never goes down, and a case recovered more often than the maximum ends
+    ``dead_lettered`` — it is not tried again — and not before (Chapter 8: workers and
+    dead-letter queues at fleet scale). The harness counts every worker that picked the
+    case up in flight (``_recoveries``: from its trace and its reading of the checkpoint
+    before each worker, not from the loop's counter), so a loop that crashes before saving
+    its attempt is still counted; a pickup of a parked checkpoint is not a recovery, and a
+    counter that counts one is a ``fail``. The maximum is the scenario's
+    ``sut.max_attempts``; without one only the counter is judged; a history that does not
+    report the counter is judged on its dead-lettering alone."""
     done, problems = writes(ev)
     counts = [(w.seq, w.attempts) for w in done if w.attempts is not None]
     lines = [f"checkpoint seq {seq}: {n} recovery attempt(s)" for seq, n in counts
@@ -275,13 +324,25 @@ def attempts_bounded(ev: Evidence) -> CheckResult:
     bad = [f"checkpoint seq {b}: the attempt counter went down from {n} to {m}"
            for (a, n), (b, m) in zip(counts, counts[1:], strict=False) if m < n]
     maximum = ev.max_attempts
-    recovered = _recoveries(ev)
+    recovered, maybe = _recoveries(ev), _maybe_recoveries(ev)
     lines.append(f"workers that recovered the case in flight: {recovered or 'none'}; "
                  f"maximum {maximum if maximum is not None else 'not set'}")
     final = done[-1].phase if done else None
+    counter = max((n for _, n in counts), default=None)
+    if counter is not None and not ev.cut_short:
+        if counter < len(recovered):
+            bad.append(f"the loop counted {counter} recovery attempt(s), the harness saw "
+                       f"{len(recovered)} (workers {recovered})")
+        elif counter > len(maybe):
+            bad.append(f"the loop counted {counter} recovery attempt(s), but only "
+                       f"{len(maybe)} pickup(s) could be recoveries (workers {maybe or 'none'}):"
+                       " a parked or finished case picked up is not one")
     if maximum is not None and len(recovered) > maximum and final != Phase.DEAD_LETTERED:
         bad.append(f"{len(recovered)} recoveries, more than the maximum {maximum}, but the "
                    f"case ended {final}, not dead_lettered")
+    if maximum is not None and final == Phase.DEAD_LETTERED and len(maybe) <= maximum:
+        bad.append(f"dead-lettered after {len(maybe)} possible recoveries, not more than "
+                   f"the maximum {maximum}")
     lines += bad
     if problems:
         return CheckResult(CheckId.ATTEMPTS_BOUNDED, False, problems[0], tuple(lines + problems))
@@ -289,7 +350,8 @@ def attempts_bounded(ev: Evidence) -> CheckResult:
         return CheckResult(CheckId.ATTEMPTS_BOUNDED, False, bad[0], tuple(lines))
     return CheckResult(CheckId.ATTEMPTS_BOUNDED, True,
                        "dead-lettered past the maximum" if final == Phase.DEAD_LETTERED
-                       else "the attempt counter never went down", tuple(lines))
+                       else "the attempt counter agrees with the recoveries the harness saw",
+                       tuple(lines))
 
 
 def history_not_replaced(ev: Evidence) -> CheckResult:

@@ -26,6 +26,7 @@ from harness.judge.checks.checklist import (
     parked_until_approval,
     same_key_one_delivery,
     step_continues,
+    ticket_consumed_first,
     ticket_server_issued,
 )
 from harness.judge.checks.history import (
@@ -50,7 +51,8 @@ __all__ = ["CHECKS", "CHECK_IDS", "Check", "CheckFailed", "CheckResult", "_absen
            "draft_identical", "exactly_one_delivery", "intake_not_repeated",
            "no_process_left", "no_tampering", "not_sent_before_approval",
            "parked_until_approval", "run_checks", "same_key_one_delivery", "step_continues",
-           "applicability", "asked_once", "needs", "storage_safe", "ticket_server_issued"]
+           "applicability", "asked_once", "needs", "storage_safe", "ticket_consumed_first",
+           "ticket_server_issued"]
 
 
 class CheckFailed(AssertionError):
@@ -115,6 +117,7 @@ CHECKS: tuple[Check, ...] = (
     _check(CheckId.PER_ACTION, per_action, (*_H, _A, _G)),
     _check(CheckId.ASKED_ONCE, asked_once, (_A,)),
     _check(CheckId.COMMITS_DURABLE, commits_durable, (_C,), _O.ROWS),
+    _check(CheckId.TICKET_CONSUMED_FIRST, ticket_consumed_first, (_A, _G)),
 )
 CHECK_IDS: tuple[CheckId, ...] = tuple(c.id for c in CHECKS)
 _BY_ID: dict[CheckId, Check] = {c.id: c for c in CHECKS}

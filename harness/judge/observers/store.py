@@ -239,12 +239,13 @@ def write_of(row: StoredRow) -> DurableWrite:
     if problems:
         return unreadable("; ".join(problems))
     draft = state["draft"]
-    attempts = state.get("recovery_attempts")
+    attempts, revision = state.get("recovery_attempts"), state.get("draft_revision")
     return DurableWrite(
         row.seq, Phase(state["phase"]), state["step"],
         Draft(draft["to"], draft["subject"], draft["body"]) if draft is not None else None,
         _gates(state), attempts if isinstance(attempts, int) else None, row.lease_owner,
-        row.fence, row.writer_pid, row.created_at)
+        row.fence, row.writer_pid, row.created_at,
+        revision=revision if isinstance(revision, int) else None)
 
 
 #: ``state_json`` texts up to this many bytes have their schema problems remembered.

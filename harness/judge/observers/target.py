@@ -71,7 +71,7 @@ def _write(i: int, item: dict[str, Any]) -> DurableWrite:
         i + 1, Phase(phase) if phase is not None else None, item.get("step"),
         Draft(draft["to"], draft["subject"], draft["body"]) if isinstance(draft, dict)
         else None, tuple(gates), item.get("recovery_attempts"), item.get("lease_owner"),
-        item.get("fence"), item.get("writer_pid"))
+        item.get("fence"), item.get("writer_pid"), revision=item.get("draft_revision"))
 
 
 def history_of(items: tuple[object, ...]) -> History:
