@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 from harness.launch.fork import ForkLauncher, ForkWorker
 from harness.launch.fork_conn import ForkServerError
+from harness.launch.power import ENV_DIR as POWER_DIR
+from harness.launch.power import ENV_SHADOW as POWER_SHADOW
 from harness.launch.processes import (
     REGISTRY,
     STOPPING,
@@ -45,14 +47,22 @@ __all__ = ["TARGET_WORKER", "WORKER_ENV", "SealedForkWorker", "SealedLauncher", 
 WORKER_ENV = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "HOME", "TMPDIR", "NO_PROXY", "no_proxy",
     "SHOPOPS_FIXTURES", "SHOPOPS_APPROVALS_SOCKET", "SHOPOPS_FAILPOINT_CHANNEL",
-    "SHOPOPS_CLOCK_OFFSET_S", "HARNESS_WORKER_TITLE", "HARNESS_TARGET_FRAMEWORKS"})
+    "SHOPOPS_CLOCK_OFFSET_S", "HARNESS_WORKER_TITLE", "HARNESS_TARGET_FRAMEWORKS",
+    # an app's own email client pointed at the execution's gateway (MockGateway.worker_env)
+    "RESEND_API_URL", "RESEND_API_KEY", "SMTP_HOST", "SMTP_PORT",
+    # a power-cut execution's shim (harness.launch.power.env_for); LD_PRELOAD only with it
+    POWER_DIR, POWER_SHADOW, "LD_PRELOAD"})
 #: The module a target's worker runs (``harness.model.target.PythonTarget.argv``).
 TARGET_WORKER = "harness.targets.worker"
 
 
 def sealed_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` cut down to ``WORKER_ENV`` and the ``LC_*`` locale variables."""
-    return {k: v for k, v in env.items() if k in WORKER_ENV or k.startswith("LC_")}
+    """``env`` cut down to ``WORKER_ENV`` and the ``LC_*`` locale variables; ``LD_PRELOAD``
+    only in a power-cut execution (the shim's state folder named), never the grader's own."""
+    out = {k: v for k, v in env.items() if k in WORKER_ENV or k.startswith("LC_")}
+    if POWER_DIR not in out:
+        out.pop("LD_PRELOAD", None)
+    return out
 
 
 def worker_env(env: dict[str, str], sandbox: Sandbox, fixtures: str) -> dict[str, str]:
