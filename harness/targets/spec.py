@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import re
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -160,6 +161,10 @@ def allowed_roots(path: Path) -> tuple[Path, ...]:
 
 #: The largest module file read to find a target's function, in bytes.
 _MAX_MODULE_BYTES = 4 * 1024 * 1024
+#: ``ast.parse`` is not safe from two threads at once before CPython 3.11.8 (gh-106905:
+#: "SystemError: AST constructor recursion depth mismatch", met with two grades in one
+#: process): one parse at a time.
+_PARSE_LOCK = threading.Lock()
 
 
 def _not_defined(folder: Path, ref: str) -> str | None:
@@ -181,7 +186,8 @@ def _not_defined(folder: Path, ref: str) -> str | None:
         return f"{file} leads outside the target's folder"
     try:
         text = read_input(file, _MAX_MODULE_BYTES)
-        tree = ast.parse(text, str(file))
+        with _PARSE_LOCK:
+            tree = ast.parse(text, str(file))
     except (InputFileError, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return f"{file} cannot be read as Python ({type(exc).__name__}: {exc})"
     bound: set[str] = set()
