@@ -24,6 +24,7 @@ was: the metadata reached the disk, the data did not).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -32,6 +33,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,31 +253,17 @@ def baseline(state: Path, shadow: Path) -> None:
     """Make everything under ``state`` durable now, as ``sync()`` would (the harness calls it
     before the first worker and after it writes the folder itself)."""
     shadow.mkdir(mode=0o700, exist_ok=True)
-    root = os.open(shadow, _DIR)
-    top = os.open(state, _DIR)
-    try:
-        data = _open_dir(root, ["data"], create=True)
-        names = _open_dir(root, ["names"], create=True)
+    with _shadow_dirs(state, shadow) as (top, data, names):
+        for stale in os.listdir(names):
+            os.unlink(stale, dir_fd=names)
+        entries = _walk(top, "", _id(shadow))
         try:
-            for stale in os.listdir(names):
-                os.unlink(stale, dir_fd=names)
-            entries = _walk(top, "", _id(shadow))
-            try:
-                for rel, parent, name, regular in entries:
-                    got = _read(parent, name) if rel and regular else None
-                    if got is None:
-                        continue
-                    content, st = got
-                    _replace(data, _key(st), content)
-                    _replace(names, rel.encode().hex(), _key(st).encode())
-            finally:
-                _close(entries)
+            for rel, parent, name, regular in entries:
+                got = _read(parent, name) if rel and regular else None
+                if got is not None:
+                    _record(data, names, rel, got)
         finally:
-            os.close(data)
-            os.close(names)
-    finally:
-        os.close(top)
-        os.close(root)
+            _close(entries)
     _owned_like(state, shadow)
 
 
@@ -283,38 +271,49 @@ def synced(state: Path, shadow: Path, paths: list[Path]) -> None:
     """Make ``paths`` (files under ``state`` the harness itself wrote) durable now, names and
     content, as if the harness had fsynced them and their folder; the rest of the folder
     stays as it was last synced. Paths outside ``state`` or not regular files are skipped."""
-    root = os.open(shadow, _DIR)
-    top = os.open(state, _DIR)
-    try:
-        data = _open_dir(root, ["data"], create=True)
-        names = _open_dir(root, ["names"], create=True)
-        try:
-            for path in paths:
-                try:
-                    rel = str(path.relative_to(state))
-                except ValueError:
-                    continue
-                parts = _parts(rel)
-                if parts is None:
-                    continue
-                try:
-                    parent = _open_dir(top, parts[:-1])
-                except OSError:
-                    continue
-                try:
-                    got = _read(parent, parts[-1])
-                finally:
-                    os.close(parent)
-                if got is not None:
-                    _replace(data, _key(got[1]), got[0])
-                    _replace(names, rel.encode().hex(), _key(got[1]).encode())
-        finally:
-            os.close(data)
-            os.close(names)
-    finally:
-        os.close(top)
-        os.close(root)
+    with _shadow_dirs(state, shadow) as (top, data, names):
+        for path in paths:
+            try:
+                rel = str(path.relative_to(state))
+            except ValueError:
+                continue
+            parts = _parts(rel)
+            if parts is None:
+                continue
+            try:
+                parent = _open_dir(top, parts[:-1])
+            except OSError:
+                continue
+            try:
+                got = _read(parent, parts[-1])
+            finally:
+                os.close(parent)
+            if got is not None:
+                _record(data, names, rel, got)
     _owned_like(state, shadow)
+
+
+@contextlib.contextmanager
+def _shadow_dirs(state: Path, shadow: Path) -> Iterator[tuple[int, int, int]]:
+    """Descriptors of ``state`` and of the shadow's ``data`` and ``names`` folders (made if
+    missing), closed on leaving."""
+    root = os.open(shadow, _DIR)
+    fds = [root]
+    try:
+        fds.append(os.open(state, _DIR))
+        fds.append(_open_dir(root, ["data"], create=True))
+        fds.append(_open_dir(root, ["names"], create=True))
+        yield fds[1], fds[2], fds[3]
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
+
+
+def _record(data: int, names: int, rel: str, got: tuple[bytes, os.stat_result]) -> None:
+    """Record ``rel``'s content ``got`` as durable, under its name."""
+    content, st = got
+    _replace(data, _key(st), content)
+    _replace(names, rel.encode().hex(), _key(st).encode())
 
 
 def _owned_like(state: Path, shadow: Path) -> None:

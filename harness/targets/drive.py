@@ -106,8 +106,9 @@ class TargetDriver:
             case_id=scenario.case_id, order_id=scenario.order_id, run_id="run-1",
             workdir=str(workdir / "target"), gateway_url=gateway_url,
             approvals_db=str(approvals_db), keys=scenario.idempotency_keys,
-            options=dict(self.target.options), approvals_service=approvals_service,
-            **({"fixtures": seal.fixtures} if seal is not None else {}))
+            options=dict(self.target.options), approvals_service=approvals_service)
+        if seal is not None:  # the harness's fixtures, where the sealed uid may read them
+            self.base = replace(self.base, fixtures=seal.fixtures)
         self.ticket: str | None = None
         #: the files the harness wrote into the workdir (contexts), oldest first: a power
         #: cut keeps them (``harness.story.workers``: written as if synced)
