@@ -226,8 +226,9 @@ class Workers:
         release = getattr(worker, "release", None)
         if release is not None:  # a fork-server child held at its start gate until attached
             release()
-        return Started(worker, role, before, index,
-                       owner.format(index=index) if self.s.leases and self.target is None
+        given = (self.s.leases and self.target is None  # as argv() passes --owner
+                 and role is not WorkerRole.MIGRATE)
+        return Started(worker, role, before, index, owner.format(index=index) if given
                        else None, lease)
 
     def finish(self, started: Started) -> WorkerRun:

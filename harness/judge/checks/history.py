@@ -205,8 +205,9 @@ def lease_exclusive(ev: Evidence) -> CheckResult:
 def _live_takeovers(ev: Evidence) -> tuple[list[str], list[str]]:
     """Workers that took a lease another worker still held: at worker W's start the case's
     lease belonged to another owner and was live on the story's (simulated) clock, W ended
-    holding it, and a worker of that owner, started before W, exited only after W did — so
-    both held the case at once. Returns ``(problems, evidence lines)``; no lines when no
+    holding it, and a worker of that owner, started before W, exited only after W did (in
+    the order the harness reaped them: its ``worker_exit`` events) — so both held the case
+    at once. Returns ``(problems, evidence lines)``; no lines when no
     lease record was read (a loop without a readable ``leases`` table: not judged here)."""
     exits = {e.worker: e.seq for e in ev.events if e.kind == EventKind.WORKER_EXIT}
     problems: list[str] = []
