@@ -188,6 +188,17 @@ MUTANTS: tuple[Mutant, ...] = (
         "two-resumers[no-kill]",
     ),
     Mutant(
+        # Two holders at once with no stale write (issue 26): a lease with less than one
+        # TTL left counts as free (a renewal "grace" misapplied to takeovers), so a second
+        # resumer takes the live lease of a held one; the held one is fenced off later and
+        # writes nothing. Only the lease records read around each worker show it.
+        "takes-live-lease-within-ttl",
+        (("checkpoint.py", "            if old is not None and old.owner != owner and old.expires_at > now:",
+          "            if old is not None and old.owner != owner and old.expires_at > now + ttl_s:"),),
+        ("Leases",),
+        "lease-live-takeover[no-kill]",
+    ),
+    Mutant(
         "corrupt-checkpoint-is-a-fresh-start",
         (("checkpoint.py", "        return None if row is None else CheckpointRow._from_sql(row, self.path).state()",
           "        try:\n"

@@ -54,3 +54,28 @@ def test_a_history_within_the_bound_is_read_whole(tmp_path: Path,
     monkeypatch.setattr(evidence, "MAX_HISTORY_ROWS", 5)
     rows, gap, _ = evidence.read_checkpoints(history(tmp_path, 4), "case-1")
     assert gap is None and len(rows) == 5
+
+
+def test_the_lease_record_is_read_from_the_leases_table_only_as_the_contract_says(
+        tmp_path: Path) -> None:
+    """``store.lease_of``: the reference's ``leases`` row, stamped with the read time; no
+    file, no table, no row, or a row of other types is no record (not judged), never an
+    error — a worker may be writing the file meanwhile."""
+    db = tmp_path / "checkpoints.db"
+    assert store.lease_of(db, "c", 5.0) is None  # no file
+    with closing(sqlite3.connect(db)) as c:
+        c.execute("CREATE TABLE case_leases(case_id TEXT, holder TEXT)")  # a table of its own
+        c.commit()
+    assert store.lease_of(db, "c", 5.0) is None
+    with closing(sqlite3.connect(db)) as c:
+        c.execute("CREATE TABLE leases(case_id TEXT PRIMARY KEY, owner TEXT, fence INTEGER, "
+                  "expires_at REAL)")
+        c.execute("INSERT INTO leases VALUES ('c', 'worker-1', 2, 30.0)")
+        c.execute("INSERT INTO leases VALUES ('d', 'worker-1', 'two', 30.0)")
+        c.commit()
+    seen = store.lease_of(db, "c", 5.0)
+    assert seen is not None and (seen.owner, seen.fence, seen.live) == ("worker-1", 2, True)
+    assert seen.line() == "owner worker-1 fence 2, live for 25.0 s"
+    assert store.lease_of(db, "c", 31.0).live is False  # type: ignore[union-attr]
+    assert store.lease_of(db, "d", 5.0) is None  # a fence that is not an integer
+    assert store.lease_of(db, "e", 5.0) is None  # no row for the case

@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from test_checks import (
     APPROVAL_CUT,
     CASE,
@@ -17,6 +18,7 @@ from test_checks import (
     DRAFT,
     PIDS,
     REQUEST_ID,
+    Spec,
     events,
     evidence,
     good_gateway,
@@ -40,7 +42,7 @@ from harness.judge.checks.history import (
     rejection_respected,
 )
 from harness.judge.checks.registry import CHECK_IDS, run_checks
-from harness.model import Evidence, HistoryMark, rows_digest
+from harness.model import Evidence, HistoryMark, LeaseSeen, rows_digest
 from harness.reports.codec import decode, encode
 from harness.services.gateway import GatewayLog
 from shopops.approvals import ApprovalRequest
@@ -181,6 +183,61 @@ def test_a_write_without_a_lease_after_leased_writes_fails() -> None:
     rows = rows[:5] + (replace(rows[5], lease_owner=None, fence=None),)
     res = lease_exclusive(evidence(checkpoints=rows))
     assert not res.passed and "without a lease" in res.detail
+
+
+# -- lease records (issue 26): two holders at once, with no stale write -----------------------
+
+def held_then_taken(*, live: bool = True, holder_exits_first: bool = False,
+                    ended_with: str = "worker-2") -> Evidence:
+    """Worker 1 holds the lease (fence 2); worker 2 starts while it runs and ends holding
+    ``ended_with``'s lease; worker 1 exits after it (or, ``holder_exits_first``, before)."""
+    exits = [("worker_exit", None, 1, "returncode 1")]
+    specs: list[Spec] = [("worker_start", None, 0, "start"),
+                         ("worker_exit", None, 0, "returncode 0"),
+                         ("worker_start", None, 1, "resume"), ("worker_start", None, 2, "resume")]
+    specs += [*exits, ("worker_exit", None, 2, "returncode 0")] if holder_exits_first else [
+        ("worker_exit", None, 2, "returncode 0"), *exits]
+    now = 1_000.0
+    held = LeaseSeen("worker-1", 2, now + (300 if live else -1), now)
+    fence = 3 if ended_with == "worker-2" else 2
+    workers = (replace(worker(0, "start", 0, False, "awaiting_approval"), owner="worker-0",
+                       lease_after=LeaseSeen("worker-0", 1, 0.0, now)),
+               replace(worker(1, "resume", 1, False, "completed"), owner="worker-1",
+                       lease_before=LeaseSeen("worker-0", 1, 0.0, now),
+                       lease_after=LeaseSeen("worker-2", 3, 0.0, now + 1)),
+               replace(worker(2, "resume", 0, False, "completed"), owner="worker-2",
+                       lease_before=held,
+                       lease_after=LeaseSeen(ended_with, fence, now + 200, now + 1)))
+    return evidence(specs=specs, workers=workers, checkpoints=())
+
+
+def test_a_live_lease_taken_while_its_holder_runs_fails_without_a_stale_write() -> None:
+    res = lease_exclusive(held_then_taken())
+    assert not res.passed
+    assert res.detail == ("worker 2 (worker-2) took the lease worker-1 held (fence 2 -> 3, "
+                          "300.0 s before it expired) while worker 1 still ran: two holders "
+                          "at once")
+    assert ("worker 2 (worker-2): lease at start owner worker-1 fence 2, live for 300.0 s; "
+            "at exit owner worker-2 fence 3, live for 199.0 s") in res.evidence
+
+
+@pytest.mark.parametrize("change", [
+    {"live": False},  # the holder's lease had expired: a takeover (lease-takeover)
+    {"holder_exits_first": True},  # the holder was gone before the taker ended
+    {"ended_with": "worker-1"},  # refused: the holder still holds it (two-resumers)
+])
+def test_a_takeover_of_an_expired_or_abandoned_lease_or_a_refusal_passes(
+        change: dict[str, Any]) -> None:
+    res = lease_exclusive(held_then_taken(**change))
+    assert res.passed, res
+
+
+def test_no_lease_record_read_judges_no_takeover() -> None:
+    ev = held_then_taken()
+    ev = replace(ev, workers=tuple(replace(w, lease_before=None, lease_after=None)
+                                   for w in ev.workers))
+    res = lease_exclusive(ev)
+    assert res.passed and not any("lease at start" in line for line in res.evidence), res
 
 
 # -- rejections ------------------------------------------------------------------------------

@@ -550,6 +550,8 @@ SHIPPED_STORIES: dict[str, dict[str, object]] = {
     "reject-twice-then-approve": {"expect_deliveries": 1, "human_action": "approve"},
     "resume-after-completion": {"leases": True, "expect_deliveries": 1},
     "takeover-steps": {"leases": True, "expect_worker_error": "FencedOff"},
+    "lease-live-takeover": {"leases": True, "lease_ttl_s": 300.0,
+                            "expect_worker_error": "LeaseHeld"},
     "slow-send": {"expect_deliveries": 1},
     "forged-then-approved": {"expect_worker_error": "ApprovalRefused", "expect_deliveries": 1},
     "rechecks-together": {"leases": True, "expect_worker_error": "LeaseHeld"},

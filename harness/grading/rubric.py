@@ -97,8 +97,10 @@ DEFAULT_RUBRIC: tuple[RubricItem, ...] = (
                        "follow the FSM and stop at a terminal one; the checkpoint history "
                        "is kept, never deleted and started again."),
     RubricItem("Leases: one writer at a time, fences only rise", 10,
-               ("two-resumers", "lease-takeover", "lease-same-owner"), (CheckId.LEASE_EXCLUSIVE,),
-               explain="A new holder gets a higher fence; a taken-over worker never writes."),
+               ("two-resumers", "lease-takeover", "lease-same-owner", "lease-live-takeover"),
+               (CheckId.LEASE_EXCLUSIVE,),
+               explain="A new holder gets a higher fence; a taken-over worker never writes; "
+                       "nobody takes a live lease from a running holder."),
     RubricItem("Rejections end the case or are answered by a redraft", 10,
                ("rejection", "rejection-feedback", "reject-twice-then-approve"),
                (CheckId.REJECTION_RESPECTED,),

@@ -15,6 +15,7 @@ from harness.model.observations import (
     DurableWrite,
     History,
     HistorySource,
+    LeaseSeen,
     StoredRow,
     TicketRecord,
     rows_digest,
@@ -223,6 +224,10 @@ class WorkerRun:
             before it started, read by the harness from SQLite (``None``: no checkpoint, or
             unreadable).
         draft_before: the digest of the draft that checkpoint held (``None``: none).
+        owner: the lease owner id it was given (``--owner``; ``None``: no leases).
+        lease_before, lease_after: the case's lease record when it started / once it was
+            gone, read by the harness (``LeaseSeen``; ``None``: leases off, a target, or no
+            readable lease record — see ``docs/contract.md``, "Leases").
     """
 
     index: int
@@ -238,6 +243,9 @@ class WorkerRun:
     phase_after: str | None = None
     phase_before: str | None = None
     draft_before: str | None = None
+    owner: str | None = None
+    lease_before: LeaseSeen | None = None
+    lease_after: LeaseSeen | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.role, WorkerRole):

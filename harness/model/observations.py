@@ -22,7 +22,39 @@ from shopops_contract.digests import draft_digest
 from shopops_contract.phases import Phase
 
 __all__ = ["ApprovalRecord", "Draft", "DurableWrite", "GateState", "History", "HistorySource",
-           "Observable", "StoredRow", "TicketRecord", "rows_digest"]
+           "LeaseSeen", "Observable", "StoredRow", "TicketRecord", "rows_digest"]
+
+
+@dataclass(frozen=True)
+class LeaseSeen:
+    """A case's lease record as the harness read it at one moment (the reference's
+    ``leases`` table: one row per case, replaced by each grant), so that a history of
+    holders is the sequence of such reads before and after each worker (``WorkerRun``).
+
+    Attributes:
+        owner: the holder's owner id.
+        fence: its fencing token.
+        expires_at: when it expires, epoch seconds on the loop's (simulated) clock; ``0``
+            or less: released.
+        read_at: the story's simulated clock when the harness read it (epoch seconds plus
+            ``SHOPOPS_CLOCK_OFFSET_S``, the same clock the workers then ran on).
+    """
+
+    owner: str
+    fence: int
+    expires_at: float
+    read_at: float
+
+    @property
+    def live(self) -> bool:
+        """Not expired nor released when it was read."""
+        return self.expires_at > self.read_at
+
+    def line(self) -> str:
+        """``owner X fence N, live for S s`` / ``... expired``: for evidence lines."""
+        left = self.expires_at - self.read_at
+        return (f"owner {self.owner} fence {self.fence}, "
+                + (f"live for {left:.1f} s" if self.live else "expired or released"))
 
 
 class Observable(StrEnum):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,7 @@ from harness.model import (
     WorkerRole,
     WorkerRun,
 )
-from harness.model.observations import DurableWrite, StoredRow
+from harness.model.observations import DurableWrite, LeaseSeen, StoredRow
 from harness.sandbox.boot import TITLE_ENV
 from harness.story.controller import KillController
 from harness.targets.drive import TargetDriver, TargetSeal
@@ -50,6 +51,8 @@ class Started:
     role: WorkerRole
     before: DurableWrite | None  # the loop's latest write when it started, as read
     index: int
+    owner: str | None = None  # its ``--owner`` (``None``: leases off)
+    lease: LeaseSeen | None = None  # the case's lease record when it started, as read
 
 
 class Workers:
@@ -210,6 +213,7 @@ class Workers:
         # ps names the worker by role and execution folder (opaque for sealed executions)
         env[TITLE_ENV] = f"shopops-worker {WorkerRole(role).value} {self.workdir.name}"
         argv = self.argv(role, index, owner, from_seq)
+        lease = self.lease()  # read just before it starts: whose lease it may take
         if self.shadow is not None and self.target is not None:  # the contexts it wrote
             power.synced(self.data_dir, self.shadow, self.target.written)
             self.target.written.clear()
@@ -222,7 +226,10 @@ class Workers:
         release = getattr(worker, "release", None)
         if release is not None:  # a fork-server child held at its start gate until attached
             release()
-        return Started(worker, role, before, index)
+        given = (self.s.leases and self.target is None  # as argv() passes --owner
+                 and role is not WorkerRole.MIGRATE)
+        return Started(worker, role, before, index, owner.format(index=index) if given
+                       else None, lease)
 
     def finish(self, started: Started) -> WorkerRun:
         """Wait for (reap) a started worker and record its run."""
@@ -243,7 +250,7 @@ class Workers:
                         info.killed_by_harness, info.timed_out, info.leftovers,
                         output_tail(out, 15), output_tail(err, 15), round(info.elapsed_s, 4),
                         _phase(self._latest), _phase(started.before),
-                        _draft(started.before))
+                        _draft(started.before), started.owner, started.lease, self.lease())
         self.runs.append(run)
         self.runs.sort(key=lambda r: r.index)
         return run
@@ -287,6 +294,14 @@ class Workers:
         except (store.HistoryTooLong, sqlite3.Error, OSError) as exc:
             return {}, f"{type(exc).__name__}: {exc}"
         return {r.seq: r.state_json for r in rows if r.seq not in skip}, None
+
+    def lease(self) -> LeaseSeen | None:
+        """The case's lease record now, stamped with the story's simulated clock (the one
+        the next worker runs on); ``None`` without leases, for a target, or when the loop
+        keeps no readable ``leases`` table (``store.lease_of``)."""
+        if not self.s.leases or self.target is not None:
+            return None
+        return store.lease_of(self.ckpt_db, self.s.case_id, time.time() + self.clock_offset_s)
 
     def reset_phase(self) -> None:
         """Read the latest write afresh (after the harness itself wrote the database)."""

@@ -160,11 +160,20 @@ def lease_exclusive(ev: Evidence) -> CheckResult:
     a higher fence — so two owners' writes never interleave, and once a lease was taken
     over no write of the old holder got through (Chapter 8 exercise 4; Kleppmann's fencing
     tokens). Once any row is leased, a row without a lease is a write that bypassed it.
-    Passes vacuously when no row was written under a lease."""
+
+    And over the lease records the harness read before and after each worker
+    (``WorkerRun.lease_before``/``lease_after``; issue 26): two holders at once is a fail
+    even when no stale write followed — see ``_live_takeovers``. Passes vacuously when no
+    row was written under a lease and no worker took a live lease."""
     rows = list(ev.loop_writes)
     leased = [r for r in rows if r.fence is not None]
     lines = [f"checkpoint seq {r.seq}: owner {r.lease_owner} fence {r.fence} by "
              f"{_worker_of(ev, r.writer_pid)}" for r in rows if r.fence is not None]
+    taken, seen = _live_takeovers(ev)
+    lines += seen
+    if taken:
+        lines += taken
+        return CheckResult(CheckId.LEASE_EXCLUSIVE, False, taken[0], tuple(lines))
     if not leased:
         return CheckResult(CheckId.LEASE_EXCLUSIVE, True, "no write under a lease", tuple(lines))
     bad = []
@@ -191,6 +200,35 @@ def lease_exclusive(ev: Evidence) -> CheckResult:
     return CheckResult(CheckId.LEASE_EXCLUSIVE, True,
                        f"{len(leased)} leased write(s); fences rise with every new holder",
                        tuple(lines))
+
+
+def _live_takeovers(ev: Evidence) -> tuple[list[str], list[str]]:
+    """Workers that took a lease another worker still held: at worker W's start the case's
+    lease belonged to another owner and was live on the story's (simulated) clock, W ended
+    holding it, and a worker of that owner, started before W, exited only after W did (in
+    the order the harness reaped them: its ``worker_exit`` events) — so both held the case
+    at once. Returns ``(problems, evidence lines)``; no lines when no
+    lease record was read (a loop without a readable ``leases`` table: not judged here)."""
+    exits = {e.worker: e.seq for e in ev.events if e.kind == EventKind.WORKER_EXIT}
+    problems: list[str] = []
+    lines = [f"worker {w.index} ({w.owner}): lease at start "
+             + (w.lease_before.line() if w.lease_before else "none")
+             + "; at exit " + (w.lease_after.line() if w.lease_after else "none")
+             for w in ev.workers if w.lease_before is not None or w.lease_after is not None]
+    for w in ev.workers:
+        was, now = w.lease_before, w.lease_after
+        if (w.owner is None or was is None or now is None or was.owner == w.owner
+                or not was.live or now.owner != w.owner or w.index not in exits):
+            continue
+        holders = [h for h in ev.workers if h.owner == was.owner and h.index < w.index
+                   and exits.get(h.index, exits[w.index] + 1) > exits[w.index]]
+        if holders:
+            problems.append(
+                f"worker {w.index} ({w.owner}) took the lease {holders[0].owner} held "
+                f"(fence {was.fence} -> {now.fence}, {was.expires_at - was.read_at:.1f} s "
+                f"before it expired) while worker {holders[0].index} still ran: two holders "
+                "at once")
+    return problems, lines
 
 
 def rejection_respected(ev: Evidence) -> CheckResult:

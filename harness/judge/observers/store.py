@@ -32,6 +32,7 @@ from harness.model.observations import (
     GateState,
     History,
     HistorySource,
+    LeaseSeen,
     Observable,
     StoredRow,
 )
@@ -46,7 +47,8 @@ from shopops_contract.schema import (
     state_problems,
 )
 
-__all__ = ["HistoryTooLong", "NotAContractStore", "history_of", "latest_row", "migrations",
+__all__ = ["HistoryTooLong", "NotAContractStore", "history_of", "latest_row", "lease_of",
+           "migrations",
            "open_readonly", "read_rows", "write_of"]
 
 TABLE = "checkpoints"
@@ -177,6 +179,39 @@ def latest_row(db: str | os.PathLike[str], case_id: str,
         row = conn.execute(f"{_select(conn, have)} WHERE {where} ORDER BY seq DESC LIMIT 1",
                            (case_id, *skip)).fetchone()
     return None if row is None else _row(row)
+
+
+#: The reference's lease record (``shopops/checkpoint_schema.py``): one row per case, replaced
+#: by each grant; ``expires_at`` on the loop's clock, ``0`` once released.
+LEASES_TABLE = "leases"
+
+
+def lease_of(db: str | os.PathLike[str], case_id: str, read_at: float) -> LeaseSeen | None:
+    """The case's lease record now (``LeaseSeen``, stamped ``read_at``: the story's simulated
+    clock), read from a plain table ``leases(case_id, owner, fence, expires_at)``; ``None``
+    when there is no file, no such table, no row for the case, a row of other types, or the
+    file cannot be read now (the lease part of ``lease_exclusive`` is then not judged).
+    Never raises ``sqlite3.Error``: a worker may be writing the file meanwhile."""
+    path = Path(db)
+    if not path.exists():
+        return None
+    try:
+        with contextlib.closing(open_readonly(path)) as conn:
+            kind = conn.execute("SELECT type FROM sqlite_master WHERE name = ?",
+                                (LEASES_TABLE,)).fetchone()
+            if kind is None or kind[0] != "table":
+                return None
+            row = conn.execute(f"SELECT owner, fence, expires_at FROM {LEASES_TABLE} "
+                               "WHERE case_id = ?", (case_id,)).fetchone()
+    except sqlite3.Error:
+        return None
+    if row is None:
+        return None
+    owner, fence, expires = row
+    if (not isinstance(owner, str) or not isinstance(fence, int) or isinstance(fence, bool)
+            or not isinstance(expires, int | float) or isinstance(expires, bool)):
+        return None
+    return LeaseSeen(owner, fence, float(expires), read_at)
 
 
 def migrations(db: str | os.PathLike[str]) -> tuple[tuple[str, int], ...]:
