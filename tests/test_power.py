@@ -287,3 +287,72 @@ def test_a_sealed_execution_keeps_its_syncs_and_loses_the_rest(tmp_path: Path) -
         result = execute(plan, tmp_path / f"exe-{folder.name}", worker_timeout_s=DEADLINE_S)
         assert result.verdict == verdict, result.reasons
         assert [str(c.point) for c in result.evidence.power_cuts] == ["t4.parked"]
+
+
+def test_a_cut_never_writes_through_a_hard_link(tmp_path: Path) -> None:
+    """A name in the folder that is a hard link to a file elsewhere (where the kernel lets a
+    worker make one: ``fs.protected_hardlinks = 0``) is made anew from its durable content,
+    never written through: root, who cuts, would otherwise rewrite the other file (found
+    by an attack)."""
+    state, shadow = tmp_path / "state", tmp_path / "shadow"
+    state.mkdir()
+    (state / "ckpt.json").write_bytes(b"durable")
+    power.baseline(state, shadow)
+    outside = tmp_path / "outside.conf"
+    outside.write_bytes(b"not the worker's")
+    (state / "ckpt.json").unlink()
+    os.link(outside, state / "ckpt.json")
+    cut = power.cut(state, shadow)
+    assert outside.read_bytes() == b"not the worker's"
+    assert (state / "ckpt.json").read_bytes() == b"durable"
+    assert not (state / "ckpt.json").samefile(outside)
+    assert cut.lost == ("ckpt.json",)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the shadow away needs root")
+def test_giving_the_shadow_away_never_follows_a_folder_swapped_for_a_symlink(
+        tmp_path: Path) -> None:
+    """Root gives the shadow to the state folder's owner (a sealed uid) after writing it. A
+    worker of that uid swapping a folder of the shadow for a symlink to root's files while
+    root walks it must not get those files (found by an attack: a path walk with
+    ``chown(follow_symlinks=False)`` handed 100 of 200 root files over in 0.03 s)."""
+    uid = 4242
+    state, shadow = tmp_path / "state", tmp_path / "state" / ".shopops-power"
+    state.mkdir()
+    os.chown(state, uid, uid)
+    power.baseline(state, shadow)
+    victim = tmp_path / "root-owned"
+    victim.mkdir()
+    for i in range(200):
+        (victim / f"f{i}").write_bytes(b"root's")
+    sub, real, link = shadow / "data" / "sub", shadow / "data" / "sub.real", \
+        shadow / "data" / "sub.ln"
+    sub.mkdir()
+    for i in range(200):
+        (sub / f"f{i}").write_bytes(b"worker's")
+    os.symlink(victim, link)
+    pid = os.fork()
+    if pid == 0:  # the worker: swap the folder for the symlink and back, as fast as it can
+        try:
+            os.chdir(shadow / "data")  # pytest's folders above are root's alone (0700)
+            os.setgid(uid)
+            os.setuid(uid)
+            while True:
+                try:
+                    os.rename(sub.name, real.name)
+                    os.rename(link.name, sub.name)
+                    os.rename(sub.name, link.name)
+                    os.rename(real.name, sub.name)
+                except OSError:
+                    pass
+        finally:
+            os._exit(0)
+    try:
+        for _ in range(300):  # without the fix: within the first few
+            power._owned_like(state, shadow)  # noqa: SLF001 (the step that gives it away)
+            if any(f.stat().st_uid != 0 for f in victim.iterdir()):
+                break
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert {os.stat(f).st_uid for f in victim.iterdir()} == {0}

@@ -322,9 +322,27 @@ def _owned_like(state: Path, shadow: Path) -> None:
     if os.geteuid() != 0:
         return
     owner = os.stat(state, follow_symlinks=False)
-    for root, dirs, names in os.walk(shadow):
-        for p in [root, *(os.path.join(root, n) for n in dirs + names)]:
-            os.chown(p, owner.st_uid, owner.st_gid, follow_symlinks=False)
+    # Through descriptors only, never a path: the shadow is the worker's, and a folder in it
+    # swapped for a symlink while root walks it would hand root's files to the worker (found
+    # by an attack). The layout is flat (``data/``, ``names/``): nothing deeper is entered.
+    root = os.open(shadow, _DIR)
+    try:
+        os.fchown(root, owner.st_uid, owner.st_gid)
+        for sub in ("data", "names"):
+            try:
+                fd = _open_dir(root, [sub])
+            except OSError:  # missing, or not a folder of its own: not followed
+                continue
+            try:
+                os.fchown(fd, owner.st_uid, owner.st_gid)
+                for name in os.listdir(fd):
+                    with contextlib.suppress(OSError):
+                        os.chown(name, owner.st_uid, owner.st_gid, dir_fd=fd,
+                                 follow_symlinks=False)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(root)
 
 
 def _durable(shadow: Path) -> dict[str, bytes]:
@@ -378,6 +396,7 @@ def cut(state: Path, shadow: Path) -> Cut:
     top = os.open(state, _DIR)
     lost: list[str] = []
     back: list[str] = []
+    relinked: set[str] = set()
     try:
         entries = _walk(top, "", _id(shadow))
         try:
@@ -392,11 +411,16 @@ def cut(state: Path, shadow: Path) -> Cut:
                 fd = os.open(name, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                              dir_fd=parent)
                 with os.fdopen(fd, "r+b") as f:  # in place: it keeps its inode, as on disk
-                    if f.read() != want:
-                        lost.append(rel)
-                        f.seek(0)
-                        f.write(want)
-                        f.truncate()
+                    if f.read() == want:
+                        continue
+                    lost.append(rel)
+                    if os.fstat(f.fileno()).st_nlink > 1:  # never written through a hard
+                        relinked.add(rel)  # link (it may be a file outside the folder):
+                        os.unlink(name, dir_fd=parent)  # the name is made anew below
+                        continue
+                    f.seek(0)
+                    f.write(want)
+                    f.truncate()
         finally:
             _close(entries)
         for rel, content in sorted(durable.items()):
@@ -412,7 +436,8 @@ def cut(state: Path, shadow: Path) -> Cut:
                 except FileNotFoundError:
                     pass
                 _replace(parent, name, content)  # a durable name removed since: back
-                back.append(rel)
+                if rel not in relinked:
+                    back.append(rel)
                 if os.geteuid() == 0:  # the worker's, as it was (a sealed execution's uid)
                     os.chown(name, owner.st_uid, owner.st_gid, dir_fd=parent,
                              follow_symlinks=False)
