@@ -427,9 +427,14 @@ def commits_durable(ev: Evidence) -> CheckResult:
     it had promised was done (re-asks the human, re-sends with a key it never kept).
     A store that cannot be read after the cut lost every row it had; one that could not be
     read before it (a target's own storage, or damaged by the loop) leaves nothing to
-    compare: the check says so and fails, as no loss can be ruled out."""
-    if not ev.power_cuts:
-        return CheckResult(CheckId.COMMITS_DURABLE, True, "no power cut in this execution", ())
+    compare: the check says so and fails, as no loss can be ruled out. Without a power cut
+    the check is not applicable (nothing was put to the test; the verdict ignores it, and a
+    rubric item of it alone scores 0 of 0, never full marks)."""
+    if not ev.power_cuts:  # nothing was put to the test: never a pass (a rubric item of
+        # this check over plain kills scored full marks on a loop that loses every commit)
+        return CheckResult(CheckId.COMMITS_DURABLE, False,
+                           "not applicable: no power cut in this execution", (),
+                           applicable=False)
     lines: list[str] = []
     bad: list[str] = []
     for cut in ev.power_cuts:
