@@ -249,3 +249,90 @@ def test_no_fork_server_preloads_the_resend_sdk() -> None:
 
     preloaded = [*PRELOAD, *TARGET_PRELOAD, *(m for ms in FRAMEWORKS.values() for m in ms)]
     assert not [m for m in preloaded if m.split(".")[0] == "resend"]
+
+
+def _resend_raw(gw: MockGateway, body: bytes, key: str | None = None) -> tuple[int, str, str]:
+    """``(status, content type, text)`` of a raw ``POST /emails`` (http.client: requests
+    refuses a header with a control character, which is what is being tested)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", int(gw.url.rsplit(":", 1)[1]), timeout=30)
+    try:
+        conn.putrequest("POST", "/emails")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        if key is not None:
+            conn.putheader("Idempotency-Key", key)
+        conn.endheaders(body)
+        reply = conn.getresponse()
+        return reply.status, reply.getheader("Content-Type", ""), reply.read().decode()
+    finally:
+        conn.close()
+
+
+def test_resend_a_deeply_nested_body_is_a_422_not_a_500(gateway: MockGateway) -> None:
+    """~200 KB of ``[[[…]]]`` (under the 1 MiB cap) made ``json.loads`` raise
+    ``RecursionError``: an HTML 500. Refused like any bad body, logged, nothing delivered."""
+    import json
+
+    for body in (b"[" * 100_000 + b"]" * 100_000,
+                 json.dumps({**PARAMS, "tags": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]
+                                                                   ]]]]]]]]]]]]]]]]]]]]]]]]}
+                            ).encode()):
+        status, kind, text = _resend_raw(gateway, body)
+        assert (status, kind) == (422, "application/json"), text
+        assert "nested more than" in json.loads(text)["message"]
+    log = gateway.log()
+    assert len(log.requests) == 2 and log.deliveries == ()
+
+
+@pytest.mark.parametrize("key", ["welcome\x00O-1001", "welcome\x01", "tab\there"])
+def test_resend_a_key_with_a_control_character_is_refused(gateway: MockGateway,
+                                                          key: str) -> None:
+    import json
+
+    status, _, text = _resend_raw(gateway, json.dumps(PARAMS).encode(), key=key)
+    assert status == 422, text
+    assert "Idempotency-Key" in json.loads(text)["message"]
+    assert gateway.log().deliveries == ()
+
+
+def test_resend_two_case_tags_of_different_values_are_refused(tmp_path: Path) -> None:
+    import json
+
+    gw = MockGateway(tmp_path / "gateway.db").start()  # no case of its own: the tag decides
+    try:
+        tags = [{"name": "case_id", "value": "case-A"}, {"name": "case_id", "value": "case-B"}]
+        status, _, text = _resend_raw(gw, json.dumps({**PARAMS, "tags": tags}).encode())
+        assert status == 422, text
+        assert "case_id" in json.loads(text)["message"]
+        same = [{"name": "case_id", "value": "case-A"}] * 2  # the same case twice: one case
+        status, _, text = _resend_raw(gw, json.dumps({**PARAMS, "tags": same}).encode())
+        assert status == 200, text
+        assert [d.case_id for d in gw.log().deliveries] == ["case-A"]
+    finally:
+        gw.stop()
+
+
+def test_smtp_a_message_over_the_http_cap_is_552(smtp_gateway: MockGateway) -> None:
+    """HTTP takes at most 1 MiB; SMTP took 3 MB. Now the same cap, answered 552."""
+    from harness.services.gateway import MAX_BODY
+
+    msg = _mail(Resend_Idempotency_Key="big")
+    msg.set_content(("x" * 75 + "\n") * (3 * MAX_BODY // 76))
+    with pytest.raises(smtplib.SMTPException) as caught:
+        _send(smtp_gateway, msg)
+    assert "552" in str(caught.value)
+    assert smtp_gateway.log().deliveries == ()
+    _send(smtp_gateway, _mail(Resend_Idempotency_Key="small"))  # still serving
+    assert len(smtp_gateway.log().deliveries) == 1
+
+
+def test_smtp_a_key_with_a_control_character_is_refused(smtp_gateway: MockGateway) -> None:
+    raw = (b"From: shop@example.com\r\nTo: jordan@example.com\r\nSubject: Hi\r\n"
+           b"Resend-Idempotency-Key: a\x01b\r\n\r\nyour refund\r\n")
+    with smtplib.SMTP("127.0.0.1", smtp_gateway.smtp_port, timeout=30) as smtp:
+        code, reply = smtp.data(raw) if smtp.ehlo() and smtp.mail("shop@example.com")[0] == 250 \
+            and smtp.rcpt("jordan@example.com")[0] == 250 else (0, b"")
+    assert 500 <= code < 600 and b"Idempotency-Key" in reply, (code, reply)
+    assert smtp_gateway.log().deliveries == ()

@@ -164,3 +164,76 @@ def test_an_interrupted_merge_leaves_an_incomplete_folder_the_next_command_remov
     assert done.returncode == 0, done.stderr
     assert not left.exists()  # pruned: incomplete, and the process named in it is gone
     assert (reports / "latest" / "summary.json").exists()
+
+
+#: Runs ``shopops-chaos`` with the import of module ``sys.argv[1]`` held: when it is first
+#: imported, READY is printed and the import waits for a signal — a signal during the heavy
+#: imports of the first second, hit exactly.
+_HELD_IMPORT = """
+import importlib.abc, signal, sys
+held = sys.argv[1]
+class Hold(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == held:
+            sys.meta_path.remove(self)
+            print(READY, flush=True)
+            while True:
+                signal.pause()
+        return None
+sys.meta_path.insert(0, Hold())
+from harness.cli.main import main
+sys.exit(main(sys.argv[2:]))
+""".replace("READY", repr(READY))
+
+
+@SIGNALS
+@pytest.mark.parametrize("command, held", [
+    ("run", "harness.cli.commands"), ("run", "harness.reports.write"),
+    ("merge", "harness.cli.commands"), ("merge", "harness.cli.merge")])
+def test_a_signal_during_the_first_imports_ends_with_one_line_and_exit_2(
+        tmp_path: Path, signum: int, command: str, held: str) -> None:
+    """A signal in the first second, while the commands are being imported (SIGINT gave a
+    ``KeyboardInterrupt`` traceback and 130, SIGTERM 143 with no message): exit 2, one line,
+    nothing written."""
+    (tmp_path / "ok.toml").write_text(SCENARIO)
+    for folder in ("reports", "a", "b"):
+        (tmp_path / folder).mkdir()
+    argv = (["run", "ok.toml"] if command == "run" else ["merge", "a", "b"])
+    env = dict(os.environ, PYTHONUNBUFFERED="1", SHOPOPS_SCRATCH="off")
+    proc = subprocess.Popen([sys.executable, "-c", _HELD_IMPORT, held, *argv,
+                             "--report-dir", "reports"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _, err = _signal_when_ready(proc, signum)
+        _assert_interrupted(proc, err, signum)
+        assert len(err.strip().splitlines()) == 1, err
+        assert list((tmp_path / "reports").iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_further_signals_once_a_run_is_stopping_are_ignored(tmp_path: Path) -> None:
+    """SIGINT, SIGINT, SIGTERM back to back (the second and third ended the process with
+    143 and a folder without ``summary.json``): the first stops the run, the others are
+    ignored; exit 2, the reports written saying interrupted."""
+    (tmp_path / "ok.toml").write_text(SCENARIO)
+    proc = _start(tmp_path, ("harness.run.runner", "make_launcher", False),
+                  "run", "ok.toml", "--report-dir", "reports")
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == READY:
+                break
+        for signum in (signal.SIGINT, signal.SIGINT, signal.SIGTERM):
+            proc.send_signal(signum)
+        _, err = proc.communicate(timeout=180)
+        _assert_interrupted(proc, err, signal.SIGINT)
+        latest = tmp_path / "reports" / "latest"
+        assert '"interrupted": true' in (latest / "summary.json").read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -496,3 +496,15 @@ def test_the_failpoint_channel_drops_an_endless_line_instead_of_buffering_it() -
     assert [h.label for h in hits] == ["t0.case_started"]
     assert tampered == [f"pid {os.getpid()} (uid {os.geteuid()}) sent a failpoint-channel line "
                         f"over {MAX_LINE} bytes: dropped"]
+
+
+def test_a_deeply_nested_body_is_refused_as_json_not_a_500(gateway: MockGateway,
+                                                           http: requests.Session) -> None:
+    """~200 KB of ``[[[…]]]`` under the 1 MiB cap: ``json.loads`` raised ``RecursionError``
+    (an HTML 500, a traceback on stderr). Refused like any bad body: 400 JSON, logged."""
+    reply = http.post(gateway.url + "/v1/messages", data=b"[" * 100_000 + b"]" * 100_000,
+                      headers={"Content-Type": "application/json"}, timeout=(2, 30))
+    assert reply.status_code == 400, reply.text
+    assert "nested more than" in reply.json()["detail"]
+    log = gateway.log()
+    assert [r.status for r in log.requests] == [400] and log.deliveries == ()

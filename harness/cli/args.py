@@ -1,6 +1,6 @@
 """The command line of ``shopops-chaos``: its argument parser and the value types of its
 options (each a validator of ``shopops.validators``, so a bad value is refused by argparse
-with one line naming the option and what is allowed). ``harness.cli.main`` runs the commands."""
+with one line naming the option and what is allowed). ``harness.cli.commands`` runs the commands."""
 
 from __future__ import annotations
 

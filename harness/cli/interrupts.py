@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.launch.stop import ignore_further_signals
+
 __all__ = ["Progress", "interrupted", "signal_exit"]
 
 
@@ -33,22 +35,20 @@ def interrupted(command: str, exc: BaseException, at: Progress, *,
     ``reaping_on_signals``) does to ``run`` and ``merge``: one line, exit 2, no traceback
     (issue 24: ``merge`` died with -15, ``run`` with a traceback and no reports). Before an
     output folder exists nothing was written; once it does and ``report`` is given (``run``),
-    its reports are written saying "interrupted" (further signals ignored meanwhile); a
+    its reports are written saying "interrupted"; any further signal is ignored from here on
+    (``harness.launch.stop``: three rapid signals ended a run with 143 and no reports); a
     folder whose final reports were being written, or a merge's, is left without
     ``summary.json`` — incomplete, so ``latest`` stays where it was and the next command's
     ``prune_runs`` removes it (its pid is gone)."""
     name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
     where = ""
+    ignore_further_signals()  # the command is stopping: nothing may cut this short
     if at.out_dir is not None and report is not None and not at.writing:
-        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             report(at.out_dir)
             where = f"; its reports say interrupted: {at.out_dir}"
         except OSError as error:
             where = f"; its reports could not be written ({error}): {at.out_dir} is incomplete"
-        finally:
-            for s, handler in previous.items():
-                signal.signal(s, handler)
     elif at.out_dir is not None:
         where = (f"; {at.out_dir} is incomplete (no summary.json): latest was not moved and "
                  "the next run or merge removes it")

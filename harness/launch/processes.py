@@ -25,6 +25,8 @@ from types import FrameType
 
 import psutil
 
+from harness.launch.stop import stop_on_signals
+
 __all__ = ["OUTPUT_KEEP_BYTES", "OUTPUT_TAIL_BYTES", "REGISTRY", "STOPPING", "ExitInfo",
            "HarnessStopping", "PopenWorker", "Worker", "output_tail", "reaping_on_signals",
            "spawn", "trim_output"]
@@ -220,21 +222,29 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str, stdout: str, stderr
 @contextmanager
 def reaping_on_signals() -> Iterator[None]:
     """Within the block SIGTERM raises ``SystemExit(143)`` and SIGINT ``KeyboardInterrupt``
-    — installed explicitly, since a shell starts background jobs with SIGINT ignored — so
-    ``finally`` blocks run; on the way out every live worker is reaped, whatever happened.
-    Main thread only (``signal.signal``)."""
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous_term = signal.signal(signal.SIGTERM, on_term)
-    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    (``stop_on_signal``: the first one; later ones are ignored) so ``finally`` blocks run; on
+    the way out every live worker is reaped, whatever happened. The previous handlers are
+    put back unless the block ends by a signal (then both stay ignored: the command is
+    shutting down). Main thread only (``signal.signal``)."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stop_on_signals()
+    by_signal = False
     try:
         yield
+    except KeyboardInterrupt:
+        by_signal = True
+        raise
+    except SystemExit as exc:
+        by_signal = exc.code == 128 + signal.SIGTERM
+        raise
     finally:
-        REGISTRY.reap_all()
-        signal.signal(signal.SIGTERM, previous_term)
-        signal.signal(signal.SIGINT, previous_int)
+        try:
+            REGISTRY.reap_all()
+        finally:
+            if not by_signal:
+                for sig, handler in previous.items():
+                    if handler is not None:  # None: set outside Python
+                        signal.signal(sig, handler)
 
 
 def _open_output(path: str | os.PathLike[str], mode: int) -> tuple[int, os.stat_result] | None:

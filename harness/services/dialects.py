@@ -27,14 +27,19 @@ from __future__ import annotations
 import dataclasses
 import email
 import email.policy
-import json
 from email.message import EmailMessage
 from typing import Any
 
 from harness.model.kinds import FaultKind
+from harness.services.ledger import json_object
 
 __all__ = ["CASE_HEADER", "CASE_TAG", "MOCK_RESEND_KEY", "RESEND_PATH", "SMTP_KEY_HEADER",
            "Outcome", "parse_resend", "parse_smtp", "resend_reply", "smtp_reply"]
+
+#: The largest request body or SMTP message the gateway takes, in bytes (a message is a few
+#: KiB): HTTP answers 413 (werkzeug's ``Request.max_content_length``), SMTP 552
+#: (aiosmtpd's ``data_size_limit``).
+MAX_BODY = 1 << 20
 
 #: Resend's SMTP header for an idempotency key (its idempotency-keys documentation).
 SMTP_KEY_HEADER = "Resend-Idempotency-Key"
@@ -75,12 +80,9 @@ def parse_resend(raw: bytes, case_id: str | None) -> Parsed:
     """``(message, None)`` — the email ledger's ``case_id``, ``to``, ``subject``, ``body`` —
     or ``(None, (field, why))`` for a Resend ``POST /emails`` body. ``to`` as a list is
     joined with ``", "``; ``body`` is ``text``, else ``html``."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None, ("body", "request body must be a JSON object")
-    if not isinstance(data, dict):
-        return None, ("body", "request body must be a JSON object")
+    data, problem = json_object(raw)
+    if data is None:
+        return None, problem
     for field in ("from", "to", "subject"):
         if field not in data:
             return None, (field, "missing")
@@ -95,18 +97,23 @@ def parse_resend(raw: bytes, case_id: str | None) -> Parsed:
     body = next((data[f] for f in ("text", "html") if isinstance(data.get(f), str)), None)
     if body is None:
         return None, ("text", "missing: one of text or html (a string) is required")
-    case = case_id if case_id is not None else _tag(data.get("tags"))
+    tagged = _tags(data.get("tags"))
+    if len(tagged) > 1:
+        return None, ("tags", f"{len(tagged)} tags named {CASE_TAG!r} with different values "
+                      f"({', '.join(map(repr, sorted(tagged)))}); allowed: one case")
+    case = case_id if case_id is not None else next(iter(tagged), None)
     if case is None:
         return None, ("tags", f"no case: this gateway serves no one case; add a tag named "
                       f"{CASE_TAG!r}")
     return {"case_id": case, "to": to, "subject": data["subject"], "body": body}, None
 
 
-def _tag(tags: Any) -> str | None:
+def _tags(tags: Any) -> set[str]:
+    """The values of the ``case_id`` tags (strings) in a Resend ``tags`` list."""
     if not isinstance(tags, list):
-        return None
-    return next((t["value"] for t in tags if isinstance(t, dict) and t.get("name") == CASE_TAG
-                 and isinstance(t.get("value"), str)), None)
+        return set()
+    return {t["value"] for t in tags if isinstance(t, dict) and t.get("name") == CASE_TAG
+            and isinstance(t.get("value"), str)}
 
 
 def resend_reply(status: int, reply: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -92,7 +92,7 @@ MESSAGE_FIELDS = EMAIL.fields
 #: The largest request body the gateway reads, in bytes (a message is a few KiB). A larger
 #: one is not read (werkzeug's ``Request.max_content_length``): the request is logged, with
 #: status 413 and the digest of an empty body, and answered 413.
-MAX_BODY = 1 << 20
+MAX_BODY = dialects.MAX_BODY
 
 
 class _Request(Request):
@@ -371,6 +371,9 @@ class MockGateway:
                                                     or peer.uid != self.allowed_uid)
         if key is not None and not key.strip():
             problem = ("Idempotency-Key", "must be a non-empty string when present")
+        elif key is not None and any(ord(c) < 32 or ord(c) == 127 for c in key):
+            problem = ("Idempotency-Key", "contains a control character (NUL, newline, ...); "
+                       "allowed: printable characters")
         fault = (self._take_fault() if not refused and ledger is EMAIL
                  and self._faultable(message, problem, peer) else None)
         if fault is not None and fault.kind is FaultKind.LATENCY:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from harness.model.input_files import InputFileError, check_nesting
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
 
 __all__ = ["EMAIL", "FOREIGN_STATUS", "LEDGERS", "NOTES", "SCHEMA", "Ledger", "accept",
@@ -128,14 +129,38 @@ def request_record(conn: sqlite3.Connection, ledger: Ledger, seq: int) -> Reques
     return RequestRecord(**{**record, "duplicate": bool(record["duplicate"])})
 
 
+#: How deep a request body's arrays and objects may nest. A message is flat; ~200 KB of
+#: ``[[[…]]]`` (under ``MAX_BODY``) made ``json.loads`` raise ``RecursionError`` — an HTML
+#: 500 and a traceback instead of a refusal.
+MAX_BODY_DEPTH = 32
+
+
+def json_object(raw: bytes) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+    """``(object, None)`` for a request body that is a JSON object (UTF-8) nested at most
+    ``MAX_BODY_DEPTH`` deep, else ``(None, ("body", why))`` — the nesting is counted
+    (``harness.model.input_files.check_nesting``) before ``json.loads`` sees the text."""
+    refused = None, ("body", "request body must be a JSON object")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return refused
+    try:
+        check_nesting(text, "body", MAX_BODY_DEPTH, toml=False)
+    except InputFileError:
+        return None, ("body", f"nested more than {MAX_BODY_DEPTH} levels deep; allowed: at "
+                      f"most {MAX_BODY_DEPTH}")
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return refused
+    return (data, None) if isinstance(data, dict) else refused
+
+
 def parse(ledger: Ledger, raw: bytes) -> tuple[dict[str, str] | None, tuple[str, str] | None]:
     """``(message, None)`` or ``(None, (field, why))`` for a request body of ``ledger``."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None, ("body", "request body must be a JSON object")
-    if not isinstance(data, dict):
-        return None, ("body", "request body must be a JSON object")
+    data, problem = json_object(raw)
+    if data is None:
+        return None, problem
     for field in ledger.fields:
         if field not in data:
             return None, (field, "missing")

@@ -48,7 +48,9 @@ class SmtpFront:
             def _create_server(self) -> Any:  # the socket bound above: no port race
                 return self.loop.create_server(self._factory_invoker, sock=sock)
 
-        self._controller = _Bound(_Handler(gateway, self), hostname=host, port=self.port)
+        # a larger message is answered 552 and never read whole, as HTTP's 413
+        self._controller = _Bound(_Handler(gateway, self), hostname=host, port=self.port,
+                                  data_size_limit=dialects.MAX_BODY)
 
     def start(self) -> SmtpFront:
         """Serve in aiosmtpd's thread; returns ``self`` once it answers."""
