@@ -8,9 +8,8 @@ environment, so nothing it passes is a kill point), in a session of its own with
 deadline, and is reaped with its whole process group whatever happens. Given the
 execution's launcher (the story's), it is started like the execution's own workers:
 forked from the fork server that preloaded the target's frameworks
-(``harness.launch.target_servers``; a fresh interpreter cost ~0.2-0.6 s a read, most of a
-small target's execution), or, sealed, from the sealed server as the execution's uid
-(``harness.launch.sealed.SealedLauncher``). Each fork is a new process with the context
+(``harness.launch.target_servers``; a fresh interpreter cost ~0.4-1.4 s a read, most of a
+small target's execution). Each fork is a new process with the context
 file of its own execution: no state passes from one execution's read to another's.
 
 A sealed execution (``TargetSeal``, an untrusted target graded as root) runs the target from
@@ -192,7 +191,7 @@ class TargetDriver:
         if late is not None:
             out, err = "", late
         if returncode != 0:
-            last = err.strip().splitlines()[-1:] or ["(no stderr)"]
+            last = err.strip().splitlines()[-1:] or [f"(no stderr; exit {returncode})"]
             return (), f"the target's history could not be read: {last[0]}"
         try:
             data = json.loads(out)
