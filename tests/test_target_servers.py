@@ -4,6 +4,7 @@ a worker's environment routes it to."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,59 @@ class _Stopped(Exception):
 class _Stop:
     def start(self, *args: object, **kwargs: object) -> None:
         raise _Stopped
+
+
+_PPID_TARGET = '''
+import os
+
+
+def start(ctx):
+    pass
+
+
+resume = start
+
+
+def history(ctx):
+    return [{"case": ctx.case_id, "ppid": os.getppid(), "steps": [1, 2, 3]}]
+'''
+
+
+def test_the_history_read_is_forked_from_the_preloaded_server(tmp_path: Path) -> None:
+    """Given the execution's launcher, a target's ``history`` runs in a child of the fork
+    server (not of the harness, not a fresh interpreter) and returns what a fresh
+    interpreter's read returns (issue 25: the read was most of a small target's cost)."""
+    from dataclasses import replace
+
+    from harness.launch.fork import ForkLauncher
+    from harness.model import PythonTarget, TargetRole
+    from harness.plan.scenario import load_scenario
+    from harness.targets.drive import TargetDriver
+
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "loop.py").write_text(_PPID_TARGET, encoding="utf-8")
+    target = PythonTarget(folder=app, functions={TargetRole.START: "loop:start",
+                                                 TargetRole.RESUME: "loop:resume",
+                                                 TargetRole.HISTORY: "loop:history"})
+    scenario = replace(load_scenario(Path(__file__).resolve().parents[1]
+                                     / "scenarios" / "targets" / "python-starter.toml"),
+                       target=target)
+    spawned_dir, forked_dir = tmp_path / "spawned", tmp_path / "forked"
+    spawned = TargetDriver(scenario, spawned_dir, tmp_path / "a.db", "http://127.0.0.1:9")
+    read, why = spawned.history()
+    assert why is None and read is not None
+    assert read[0]["ppid"] == os.getpid()  # type: ignore[index]
+    with ForkLauncher(modules=("harness.targets.worker",), fallback=None,
+                      preload=("harness.targets.worker",)) as launcher:
+        forked = TargetDriver(scenario, forked_dir, tmp_path / "a.db", "http://127.0.0.1:9",
+                              launcher=launcher, outdir=tmp_path)
+        got, why = forked.history()
+        server = launcher.server_pid
+    assert why is None and got is not None
+    assert server is not None and got[0]["ppid"] == server != os.getpid()  # type: ignore[index]
+    strip = [{k: v for k, v in item.items() if k != "ppid"}  # type: ignore[union-attr]
+             for item in (read[0], got[0])]
+    assert strip[0] == strip[1] == {"case": scenario.case_id, "steps": [1, 2, 3]}
+    # its output is kept beside the workers'
+    assert (tmp_path / "history.out").read_text(encoding="utf-8").startswith("[")

@@ -5,7 +5,12 @@ read back at the end through the target's own API (its ``history`` function: Lan
 
 The ``history`` worker runs outside the kill controller (no failpoint channel in its
 environment, so nothing it passes is a kill point), in a session of its own with a
-deadline, and is reaped with its whole process group whatever happens.
+deadline, and is reaped with its whole process group whatever happens. Given the
+execution's launcher (the story's), it is started like the execution's own workers:
+forked from the fork server that preloaded the target's frameworks
+(``harness.launch.target_servers``; a fresh interpreter cost ~0.4-1.4 s a read, most of a
+small target's execution). Each fork is a new process with the context
+file of its own execution: no state passes from one execution's read to another's.
 
 A sealed execution (``TargetSeal``, an untrusted target graded as root) runs the target from
 its root-owned copy, writes the context files where its uid can read and not change them,
@@ -23,12 +28,13 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, Protocol
 
 from harness.model import SRC, PythonTarget, Scenario, TargetRole, WorkerRole
 from harness.targets.context import TargetContext
 
-__all__ = ["HISTORY_DEADLINE_S", "TargetDriver", "TargetSeal", "target_role"]
+__all__ = ["HISTORY_DEADLINE_S", "HistoryLauncher", "TargetDriver", "TargetSeal",
+           "target_role"]
 
 #: Seconds the ``history`` worker may take (a framework import on a busy machine).
 HISTORY_DEADLINE_S = 120.0
@@ -74,6 +80,16 @@ class TargetSeal:
     sweep: Callable[[], tuple[int, ...]]
 
 
+class HistoryLauncher(Protocol):
+    """What ``TargetDriver.history`` needs of a launcher (``harness.launch.launcher.Launcher``,
+    which this package may not import): ``start`` returns a worker whose ``wait(deadline_s)``
+    kills it at the deadline and returns its ``ExitInfo``."""
+
+    def start(self, argv: list[str], *, env: dict[str, str], cwd: str, stdout: str,
+              stderr: str, index: int) -> Any:
+        """Start ``argv``; see ``harness.launch.launcher.Launcher.start``."""
+
+
 class TargetDriver:
     """The target of one execution.
 
@@ -85,6 +101,13 @@ class TargetDriver:
         gateway_url: the harness's mock gateway.
         approvals_service: the harness's approval service the target's workers reach the
             records through (``TargetContext.approval_queue``), or ``None``.
+        launcher: the execution's launcher; given, ``history`` starts its worker through
+            it (forked from the preloaded server), its output in ``outdir``
+            (``history.out``/``history.err``). ``None``: a fresh interpreter.
+        launch_env: added to the ``history`` worker's environment with a ``launcher``
+            (which fork server: ``harness.launch.target_servers.FRAMEWORKS_ENV``).
+        outdir: where the ``history`` worker's output goes with a ``launcher`` (the
+            execution's folder; default ``workdir``).
 
     Attributes:
         ticket: the ticket id the human's approval issued (set by the story), handed to
@@ -94,10 +117,16 @@ class TargetDriver:
 
     def __init__(self, scenario: Scenario, workdir: Path, approvals_db: Path,
                  gateway_url: str, approvals_service: str | None = None,
-                 seal: TargetSeal | None = None) -> None:
+                 seal: TargetSeal | None = None,
+                 launcher: HistoryLauncher | None = None,
+                 launch_env: dict[str, str] | None = None, outdir: Path | None = None
+                 ) -> None:
         if scenario.target is None:
             raise ValueError(f"scenario {scenario.name!r} has no [target]")
         self.seal = seal
+        self.launcher = launcher
+        self.launch_env = dict(launch_env or {})
+        self.outdir = outdir or workdir
         self.target: PythonTarget = (scenario.target if seal is None
                                      else replace(scenario.target, folder=seal.folder))
         self.workdir = workdir
@@ -155,6 +184,48 @@ class TargetDriver:
         argv = self.target.argv(TargetRole.HISTORY, self._context_file("history", self.ticket))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
+        if self.launcher is not None:
+            out, err, late, returncode = self._forked(argv, env)
+        else:
+            out, err, late, returncode = self._spawned(argv, env)
+        if late is not None:
+            out, err = "", late
+        if returncode != 0:
+            last = err.strip().splitlines()[-1:] or [f"(no stderr; exit {returncode})"]
+            return (), f"the target's history could not be read: {last[0]}"
+        try:
+            data = json.loads(out)
+            if not isinstance(data, list):
+                raise ValueError("expected a JSON list of snapshots")
+            return tuple(data), None
+        except ValueError as exc:
+            return (), f"the target's history is malformed: {exc}"
+
+    def _forked(self, argv: list[str], env: dict[str, str]
+                ) -> tuple[str, str, str | None, int]:
+        """Run the ``history`` worker through ``launcher``: (stdout, stderr, why late or
+        ``None``, return code)."""
+        assert self.launcher is not None
+        env |= self.launch_env
+        out_path, err_path = self.outdir / "history.out", self.outdir / "history.err"
+        try:
+            worker = self.launcher.start(argv, env=env, cwd=str(self.workdir),
+                                         stdout=str(out_path), stderr=str(err_path),
+                                         index=_HISTORY_INDEX)
+        except (OSError, ValueError) as exc:  # ForkServerError is an OSError
+            return "", f"could not start: {exc}", None, 1
+        info = worker.wait(HISTORY_DEADLINE_S)
+        if info.leftovers:  # its group still has members, so its id is not reused yet
+            _kill_group(worker.pid)
+        if self.seal is not None:
+            self.seal.sweep()  # anything of its uid that left the session
+        late = f"passed its {HISTORY_DEADLINE_S:g} s deadline" if info.timed_out else None
+        out, err = (_read_path(p) for p in (out_path, err_path))
+        return out, err, late, info.returncode
+
+    def _spawned(self, argv: list[str], env: dict[str, str]
+                 ) -> tuple[str, str, str | None, int]:
+        """Run the ``history`` worker as a fresh interpreter (no launcher given)."""
         if self.seal is not None:
             argv, env = self.seal.argv(argv), self.seal.env(env)
         # output to anonymous files, not pipes: a descendant that keeps a pipe open (a
@@ -173,27 +244,28 @@ class TargetDriver:
                 if self.seal is not None:
                     self.seal.sweep()  # and anything of its uid that left the session
             out, err = (_read(f) for f in (stdout, stderr))
-        if late is not None:
-            out, err = "", late
-        if proc.returncode != 0:
-            last = err.strip().splitlines()[-1:] or ["(no stderr)"]
-            return (), f"the target's history could not be read: {last[0]}"
-        try:
-            data = json.loads(out)
-            if not isinstance(data, list):
-                raise ValueError("expected a JSON list of snapshots")
-            return tuple(data), None
-        except ValueError as exc:
-            return (), f"the target's history is malformed: {exc}"
+        return out, err, late, proc.returncode
 
 
 #: Bytes of the ``history`` worker's output read at most (its JSON and its stderr).
 _MAX_OUTPUT = 64 << 20
 
 
+#: The launcher index of a ``history`` worker (story workers count up from 0).
+_HISTORY_INDEX = 10_000
+
+
 def _read(f: IO[bytes]) -> str:
     f.seek(0)
     return f.read(_MAX_OUTPUT).decode("utf-8", errors="replace")
+
+
+def _read_path(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            return _read(f)
+    except OSError:
+        return ""
 
 
 def _kill_group(pgid: int) -> None:
