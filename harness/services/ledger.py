@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.model.input_files import InputFileError, check_nesting
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
+from harness.model.input_files import InputFileError, check_nesting
 
 __all__ = ["EMAIL", "FOREIGN_STATUS", "LEDGERS", "NOTES", "SCHEMA", "Ledger", "accept",
            "insert_request", "iso", "parse", "read", "read_log", "request_record", "sha256"]
