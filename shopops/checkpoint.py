@@ -135,6 +135,7 @@ class CheckpointStore:
         self._clock = clock
         found = checkpoint_file.inspect(self.path, CHECKPOINT_DB, create=create)
         self._ready = False
+        self._busy_timeout_s = busy_timeout_s
         self._conn = sqlite3.connect(self.path, timeout=busy_timeout_s, isolation_level=None)
         try:
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
@@ -145,10 +146,32 @@ class CheckpointStore:
             self._conn.close()
             raise
 
+    def _wal(self) -> None:
+        """``PRAGMA journal_mode = WAL``, waiting up to the busy timeout for another writer.
+
+        SQLite answers the switch from a rollback journal with ``SQLITE_BUSY`` at once,
+        without calling the busy handler, while another connection holds a write lock (its
+        deadlock avoidance): two migrators of a v1 database together failed with "database
+        is locked" after 0.1 s (``migrators-together``, issue 26). So the switch is tried
+        again every 10 ms until the busy timeout has passed.
+
+        Raises:
+            sqlite3.OperationalError: still locked after the busy timeout, or another error.
+        """
+        deadline = time.monotonic() + self._busy_timeout_s
+        while True:
+            try:
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.01)  # a lock held by another process: no event to wait on
+
     def _prepare(self) -> None:
         """WAL mode, the schema's missing objects and added columns: at creation, or at the
         first write to an existing database (never on open: fail closed)."""
-        self._conn.execute("PRAGMA journal_mode = WAL")
+        self._wal()
         with Transaction(self._conn):
             for statement in SCHEMA:
                 self._conn.execute(statement)

@@ -571,3 +571,33 @@ def test_checkpoint_row_is_frozen() -> None:
     with pytest.raises(AttributeError):
         row.seq = 2  # type: ignore[misc]
     assert row.state() == parked()
+
+
+def test_a_migrator_waits_for_another_writer_of_a_v1_database(v1_db: Path) -> None:
+    """Two migrators of a v1 (rollback-journal) database together: SQLite refuses the
+    switch to WAL at once, without the busy handler, while the other holds its write lock.
+    The second migrator must wait (up to its busy timeout), not fail "database is locked"
+    (``migrators-together[no-kill]`` came out unknown so, in a busy run)."""
+    other = sqlite3.connect(v1_db, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # the first migrator, inside its write
+    waiting = threading.Event()
+    released = threading.Event()
+
+    def release() -> None:
+        waiting.wait(60)
+        time.sleep(0.2)  # let the migrator meet the lock at least once
+        other.execute("COMMIT")
+        released.set()
+
+    helper = threading.Thread(target=release)
+    helper.start()
+    try:
+        store = CheckpointStore(v1_db, busy_timeout_s=60)
+        waiting.set()
+        assert store.migrate_v1_to_v2() == 3
+        assert released.is_set()
+        store.close()
+    finally:
+        waiting.set()
+        helper.join(60)
+        other.close()
