@@ -58,8 +58,8 @@ ASK = ("own_node", "interrupt_node")
 INTAKE = ("serial", "fanout")
 
 
-class O1001(TypedDict, total=False):
-    """The graph's state (LangGraph channels)."""
+class _Case(TypedDict, total=False):
+    """The channels both graphs share (LangGraph reads inherited keys too)."""
 
     case_id: str
     order_id: str
@@ -71,6 +71,11 @@ class O1001(TypedDict, total=False):
     idempotency_key: str | None
     delivery_id: str
     sent: bool
+
+
+class O1001(_Case, total=False):
+    """The graph's state (LangGraph channels)."""
+
     step: int
 
 
@@ -79,20 +84,10 @@ def _larger(old: int, new: int) -> int:
     return max(old, new)
 
 
-class O1001Fanout(TypedDict, total=False):
+class O1001Fanout(_Case, total=False):
     """The state of the fan-out graph: as ``O1001``, but ``step`` keeps the larger of the
     values written in one superstep (both branches write it)."""
 
-    case_id: str
-    order_id: str
-    customer: dict[str, Any]
-    order: dict[str, Any]
-    draft: dict[str, str]
-    request_id: str
-    ticket: str
-    idempotency_key: str | None
-    delivery_id: str
-    sent: bool
     step: Annotated[int, _larger]
 
 
