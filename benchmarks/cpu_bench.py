@@ -10,7 +10,8 @@ not much. Prints progress, then on its last line a JSON object::
      "fork_server_start_cpu_ms"}
 
 - ``*_cpu_ms``: per execution of ``o1001[--schedule]`` (default ``t6.gateway_accepted``:
-  park, approve, kill at the gateway's acceptance, resume), run one after another;
+  park, approve, kill at the gateway's acceptance, resume), run one after another as
+  ``shopops-chaos run`` runs them (a passing execution's databases dropped: no ``--keep-all``);
 - ``noop_worker_cpu_ms``: one forked worker that exits at once (``shopops --version``
   refused by argparse): the fork, the copy-on-write faults of a child, the reaping;
 - ``fork_server_start_cpu_ms``: starting a fork server (interpreter, preload) and forking
@@ -52,12 +53,14 @@ def executions(schedule: str, n: int) -> dict[str, float]:
     launcher = make_launcher("fork")
     me = psutil.Process()
     with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
-        first = execute(plan, Path(tmp) / "warm", launcher=launcher)  # the server is up
+        # the server is up
+        first = execute(plan, Path(tmp) / "warm", launcher=launcher, keep_databases=False)
         server = psutil.Process(launcher.server_pid)
         s0, c0 = server.cpu_times(), me.cpu_times()
         wall = time.perf_counter()
         for i in range(n):
-            result = execute(plan, Path(tmp) / f"e{i}", launcher=launcher)
+            result = execute(plan, Path(tmp) / f"e{i}", launcher=launcher,
+                             keep_databases=False)  # as `run` without --keep-all
             assert result.verdict == first.verdict == "pass", result.verdict
         wall = time.perf_counter() - wall
         s1, c1 = server.cpu_times(), me.cpu_times()

@@ -46,7 +46,8 @@ def measure(scenario: Scenario, *, launcher: str, jobs: int | None) -> dict[str,
     time of one worker)."""
     with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
         t = time.perf_counter()
-        result = run([scenario], Path(tmp) / "run", jobs=jobs, launcher=launcher)
+        result = run([scenario], Path(tmp) / "run", jobs=jobs, launcher=launcher,
+                     keep_databases=False)  # as `shopops-chaos run` without --keep-all
         wall = time.perf_counter() - t
     n = len(result.results)
     runs = [w for r in result.results for w in r.evidence.workers]
