@@ -29,8 +29,10 @@ def iso(epoch: float) -> str:
 
 
 def to_wire(record: ApprovalRequest | Ticket) -> dict[str, Any]:
-    """The record as a JSON object (its fields by name)."""
-    return dataclasses.asdict(record)
+    """The record as a JSON object (its fields by name). The records' fields are flat
+    (strings, numbers, ``RequestStatus``), so no deep copy (``dataclasses.asdict``) is
+    needed: it was a fifth of the approval service's CPU."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
 
 
 def from_wire(cls: type[R], data: object) -> R:

@@ -4,8 +4,12 @@ harness processes are pruned; ``SHOPOPS_SCRATCH`` is validated."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -147,3 +151,35 @@ def test_the_story_errors_and_gaps_name_the_run_folder_not_the_scratch_area(
     assert len(evidence.errors) == 1 and evidence.gaps, texts
     assert all(str(home / "checkpoints.db") in t for t in texts[:2]), texts
     assert not any(str(work) in t for t in texts), texts
+
+
+@pytest.mark.skipif(scratch.default_root() is None, reason="needs a tmpfs at /dev/shm")
+def test_a_move_across_filesystems_keeps_content_mode_and_links(tmp_path: Path) -> None:
+    """From the tmpfs to the test's folder (another filesystem here, so no rename): small
+    files copied by hand, a large one and a symlink through ``shutil.move``; all keep what
+    they were, and nothing stays behind."""
+    shm = scratch.default_root()
+    assert shm is not None
+    outer = Path(tempfile.mkdtemp(prefix="shopops-test-move-", dir=shm))
+    src = outer / "home"  # as in_scratch makes it: move_home removes its parent
+    src.mkdir()
+    try:
+        home = tmp_path / "home"
+        home.mkdir()
+        if os.stat(src).st_dev == os.stat(home).st_dev:
+            pytest.skip("the test folder is on the tmpfs too: a move is a rename")
+        (src / "small.out").write_bytes(b"tail\n" * 100)
+        os.chmod(src / "small.out", 0o640)
+        (src / "empty.err").write_bytes(b"")
+        big = os.urandom(scratch._SMALL + 7)
+        (src / "big.db").write_bytes(big)
+        os.symlink("small.out", src / "link")
+        scratch.move_home(src, home)
+        assert (home / "small.out").read_bytes() == b"tail\n" * 100
+        assert stat.S_IMODE(os.stat(home / "small.out").st_mode) == 0o640
+        assert (home / "empty.err").read_bytes() == b""
+        assert (home / "big.db").read_bytes() == big
+        assert os.readlink(home / "link") == "small.out"
+        assert not outer.exists()
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)

@@ -108,6 +108,7 @@ class Workers:
         self.injected: list[StoredRow] = []
         self._started = 0
         self._latest: DurableWrite | None = None  # the loop's latest write, as last read
+        self._base_env: dict[str, str] | None = None  # env() without the clock: per story
         # a target's history read is started like its workers: forked from the server
         # preloaded with its frameworks. Sealed, it stays a fresh interpreter as the uid:
         # through the sealed launcher, a concurrent hostile grade's victim lost its read
@@ -175,6 +176,18 @@ class Workers:
         """The worker's environment: ours without any ``SHOPOPS_*``, plus the channel, the
         approval service, the simulated clock, loopback in ``NO_PROXY`` and, for a target, the
         frameworks its code uses (``harness.launch.target_servers.FRAMEWORKS_ENV``)."""
+        if self._base_env is None:  # the same for every worker of the story
+            self._base_env = self._story_env()
+        env = dict(self._base_env)
+        if self.clock_offset_s:
+            env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
+        if self.shadow is not None:  # the shim records what the worker syncs
+            env = power.env_for(self.data_dir, self.shadow, env)
+        return env
+
+    def _story_env(self) -> dict[str, str]:
+        """``env()`` but the simulated clock: built once per story (read from
+        ``os.environ`` at the first worker's start)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = self.sut.pythonpath(env.get("PYTHONPATH"))
         env["SHOPOPS_FAILPOINT_CHANNEL"] = self.channel
@@ -182,8 +195,6 @@ class Workers:
             env[ENV_SOCKET] = self.approvals
         env["SHOPOPS_FIXTURES"] = str(DEFAULT_FIXTURES)  # the harness's CRM and orders
         env |= self.email_env  # an app's own email client: Resend's base URL, SMTP host
-        if self.clock_offset_s:
-            env["SHOPOPS_CLOCK_OFFSET_S"] = f"{self.clock_offset_s:.3f}"
         # the gateway and the services are the harness's, on loopback: no proxy from our
         # environment may stand between a worker and them (requests and urllib honour
         # NO_PROXY; an implementation's own client would otherwise fail through a proxy)
@@ -193,8 +204,6 @@ class Workers:
         if self.target is not None:  # the fork server to start it from (target_servers)
             target = self.target.target
             env[FRAMEWORKS_ENV] = ",".join(frameworks_of(target.folder, target.extra))
-        if self.shadow is not None:  # the shim records what the worker syncs
-            env = power.env_for(self.data_dir, self.shadow, env)
         return env
 
     def run(self, role: WorkerRole, owner: str = DEFAULT_OWNER,
