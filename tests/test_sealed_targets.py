@@ -167,6 +167,65 @@ def test_a_concurrent_hostile_execution_cannot_reach_anothers_services(
         {c: v["passed"] for c, v in alone.items()}
 
 
+_WHERE = (
+    "    import resource, sys\n"
+    "    print('where:', ROLE, os.getppid(), os.getuid(), *(resource.getrlimit(r) for r in (\n"
+    "        resource.RLIMIT_AS, resource.RLIMIT_FSIZE, resource.RLIMIT_CPU,\n"
+    "        resource.RLIMIT_NPROC)), file=sys.stderr, flush=True)\n")
+
+
+def test_a_sealed_targets_history_read_is_forked_as_its_uid_under_its_limits(
+        reachable: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sealed target's ``history`` read is a child of the sealed fork server, like its
+    workers (no fresh interpreter: ``TargetDriver._spawned`` is never called), as the
+    execution's uid and under the limits its workers have; the grade scores as before."""
+    from harness.launch.fork import ForkLauncher
+    from harness.sandbox.users import UID_BASE
+    from harness.targets.drive import TargetDriver
+
+    folder = reachable / "where"
+    folder.mkdir()
+    (folder / "target.toml").write_text((STARTER / "target.toml").read_text())
+    loop = (STARTER / "loop.py").read_text()
+    for role, head in (("start", 'def start(ctx: Any) -> None:\n'),
+                       ("history", 'def history(ctx: Any) -> list[dict[str, Any]]:\n')):
+        assert head in loop
+        loop = loop.replace(head, head + _WHERE.replace("ROLE", repr(role)))
+    (folder / "loop.py").write_text(loop)
+    for path in (folder, folder / "target.toml", folder / "loop.py"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    spawned: list[object] = []
+    monkeypatch.setattr(TargetDriver, "_spawned", lambda self, *a: spawned.append(a) or (
+        "", "", "a fresh interpreter", 1))
+    servers: list[tuple[int, int | None]] = []  # (launcher index, the server's pid)
+    start_sealed = ForkLauncher.start_sealed
+
+    def recorded(self: ForkLauncher, *args: object, **kwargs: object) -> object:
+        worker = start_sealed(self, *args, **kwargs)  # type: ignore[arg-type]
+        servers.append((kwargs["index"], self.server_pid))  # type: ignore[arg-type]
+        return worker
+
+    monkeypatch.setattr(ForkLauncher, "start_sealed", recorded)
+
+    score, _ = _grade(folder, tmp_path / "g", tmp_path / "g.json")
+
+    assert score == 10 and spawned == []
+    (execution,) = (tmp_path / "g" / "run" / "executions").iterdir()
+    where = {}
+    for err in sorted(execution.glob("*.err")):
+        for line in err.read_text().splitlines():
+            if line.startswith("where: "):
+                role, rest = line.split(" ", 2)[1:]
+                where.setdefault(role, set()).add(rest)
+    assert set(where) == {"start", "history"}, where
+    (worker,), (read,) = where["start"], where["history"]
+    assert read == worker  # one server, one uid, the same limits
+    ppid, uid = (int(n) for n in read.split()[:2])
+    assert uid >= UID_BASE and ppid != os.getpid()
+    history_index = max(index for index, _ in servers)
+    assert (history_index, ppid) in servers  # its parent: the sealed fork server
+
+
 @NEEDS_DBOS
 def test_a_framework_skeleton_runs_sealed_and_passes(tmp_path: Path) -> None:
     """The frameworks are importable by the execution's uid, whatever they import late: DBOS

@@ -6,21 +6,25 @@ anything it spawned. A worker is reaped through one API only — ``Popen.wait`` 
 children, the fork server's ``waitpid`` for its children (psutil's notes: reaping through
 two APIs loses the exit status). ``REGISTRY`` holds every live worker of this harness
 process, so that a failing check, a timeout, SIGINT/SIGTERM or interpreter exit all end in
-the same ``reap_all``.
+the same ``reap_all``. A worker started for a run (``REGISTRY.within``) is filed under it,
+and the end of that run reaps its own workers only: two runs in one process (two grades at
+once) never kill each other's.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextvars
 import os
 import signal
 import stat
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import psutil
 
@@ -29,6 +33,8 @@ from harness.launch.stop import stop_on_signals
 __all__ = ["OUTPUT_KEEP_BYTES", "OUTPUT_TAIL_BYTES", "REGISTRY", "STOPPING", "ExitInfo",
            "HarnessStopping", "PopenWorker", "Worker", "output_tail", "reaping_on_signals",
            "spawn", "trim_output"]
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -158,28 +164,48 @@ def _group_leftovers(pgid: int) -> tuple[int, ...]:
     return tuple(p.pid for p in survivors)
 
 
+#: The run the current thread starts workers for (``_Registry.within``), or ``None``.
+_RUN: contextvars.ContextVar[object | None] = contextvars.ContextVar("harness_run",
+                                                                     default=None)
+
+
 class _Registry:
-    """Live workers of this harness process."""
+    """Live workers of this harness process, each filed under the run it was started for
+    (``within``; ``None`` outside any run)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._live: set[Worker] = set()
+        self._live: dict[Worker, object | None] = {}
 
     def add(self, worker: Worker) -> None:
         with self._lock:
-            self._live.add(worker)
+            self._live[worker] = _RUN.get()
 
     def discard(self, worker: Worker) -> None:
         with self._lock:
-            self._live.discard(worker)
+            self._live.pop(worker, None)
 
-    def live(self) -> list[Worker]:
+    def live(self, run: object | None = None) -> list[Worker]:
+        """The live workers (``run`` given: those started for it only)."""
         with self._lock:
-            return list(self._live)
+            return [w for w, of in self._live.items() if run is None or of is run]
 
-    def reap_all(self) -> int:
-        """SIGKILL and reap every live worker; returns how many there were."""
-        workers = self.live()
+    def within(self, run: object, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` with every worker it starts in this thread filed under ``run`` (any
+        object naming one run: ``harness.run.runner.run`` makes one per call), which
+        ``reap_all(run)`` then reaps; the thread's previous run is restored after."""
+        token = _RUN.set(run)
+        try:
+            return fn(*args)
+        finally:
+            _RUN.reset(token)
+
+    def reap_all(self, run: object | None = None) -> int:
+        """SIGKILL and reap every live worker — with ``run``, only those started for it
+        (``within``): the end of one run must not kill the workers of another run going on
+        in the same process (seen: a grade's end SIGKILLed a concurrent grade's target
+        ``history`` read, and lost its evidence). Returns how many there were."""
+        workers = self.live(run)
         for worker in workers:
             worker.kill()
         for worker in workers:

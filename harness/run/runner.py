@@ -2,7 +2,8 @@
 
 Executions run in a thread pool: each thread only waits on its own worker processes, the
 real work happens in those processes. ``STOPPING`` (set on SIGINT/SIGTERM) stops new
-workers from starting; every live worker is then killed and reaped.
+workers from starting; every live worker of the run (``REGISTRY.within``: not another
+run's in the same process) is then killed and reaped.
 """
 
 from __future__ import annotations
@@ -179,10 +180,13 @@ def run(
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
                               thread_name_prefix="execution")
     submitted: list[Future[ExecutionResult]] = []
+    # this run's workers: its end reaps them, never another run's in this process (a
+    # concurrent grade's, mid-story)
+    this_run = object()
 
     def launch(fn: Callable[[ExecutionPlan], ExecutionResult], plan: ExecutionPlan
                ) -> Future[ExecutionResult]:
-        fut = pool.submit(fn, plan)
+        fut = pool.submit(REGISTRY.within, this_run, fn, plan)
         submitted.append(fut)
         return fut
     salt = secrets.token_hex(16) if sut.untrusted else ""
@@ -391,16 +395,16 @@ def run(
         raise
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-        REGISTRY.reap_all()
+        REGISTRY.reap_all(this_run)
         # a worker that was being started while that reaping ran (past the launcher's check
         # of STOPPING, not yet registered) would hold its execution, and this wait, until
         # its deadline: reap again until every execution has returned
         # (done(): a future cancelled above is never "notified", so wait() would not count it)
         while running := [f for f in submitted if not f.done()]:
             wait(running, timeout=_REAP_EVERY_S)
-            REGISTRY.reap_all()
+            REGISTRY.reap_all(this_run)
         pool.shutdown(wait=True)
-        REGISTRY.reap_all()
+        REGISTRY.reap_all(this_run)
         sandbox.sweep_strays()  # sealed runs: nothing of an execution's uid outlives the run
         STOPPING.clear()  # scoped to this run: a later run in the same process starts clean
         if owned:

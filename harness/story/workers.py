@@ -110,14 +110,12 @@ class Workers:
         self._latest: DurableWrite | None = None  # the loop's latest write, as last read
         self._base_env: dict[str, str] | None = None  # env() without the clock: per story
         # a target's history read is started like its workers: forked from the server
-        # preloaded with its frameworks. Sealed, it stays a fresh interpreter as the uid:
-        # through the sealed launcher, a concurrent hostile grade's victim lost its read
-        # (tests/test_sealed_targets.py, not yet understood)
+        # preloaded with its frameworks (sealed: from the sealed one, as its uid)
         self.target = (TargetDriver(
             scenario, self.data_dir, self.appr_db, gateway_url, approvals, seal,
-            launcher=launcher if seal is None else None, outdir=workdir,
-            launch_env={FRAMEWORKS_ENV: ",".join(frameworks_of(scenario.target.folder,
-                                                               scenario.target.extra))})
+            launcher=launcher, outdir=workdir, launch_env={FRAMEWORKS_ENV: ",".join(
+                frameworks_of(scenario.target.folder if seal is None else seal.folder,
+                              scenario.target.extra))})
                        if scenario.target is not None else None)
         #: power cuts (``harness.launch.power``): the harness-owned shadow of what the
         #: workers synced (``None``: every kill is a plain SIGKILL), and a cut due once

@@ -9,13 +9,15 @@ deadline, and is reaped with its whole process group whatever happens. Given the
 execution's launcher (the story's), it is started like the execution's own workers:
 forked from the fork server that preloaded the target's frameworks
 (``harness.launch.target_servers``; a fresh interpreter cost ~0.4-1.4 s a read, most of a
-small target's execution). Each fork is a new process with the context
+small target's execution), or, sealed, from the sealed server as the execution's uid
+(``harness.launch.sealed.SealedLauncher``). Each fork is a new process with the context
 file of its own execution: no state passes from one execution's read to another's.
 
 A sealed execution (``TargetSeal``, an untrusted target graded as root) runs the target from
 its root-owned copy, writes the context files where its uid can read and not change them,
-and reads ``history`` as that uid too, under the same limits, every process of the uid
-killed after it.
+and reads ``history`` as that uid too, under the same limits, in its sandbox, every process
+of the uid killed after it; the output is read back bounded (``_MAX_OUTPUT``) and parsed
+as untrusted JSON.
 """
 
 from __future__ import annotations
