@@ -58,16 +58,29 @@ def _workflow(ctx: Any) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def parked_at(steps: Sequence[Mapping[str, Any]]) -> int | None:
+def parked_at(steps: Sequence[Mapping[str, Any]], now: float | None = None) -> int | None:
     """The function ID of the ``recv`` the steps show waiting (see the module docstring),
-    or ``None``."""
+    or ``None``. Given ``now`` (epoch seconds), a wait whose durable timeout (the
+    ``DBOS.sleep`` step's output: its wake-up time, epoch seconds) is not after ``now`` is
+    over — the recovered ``recv`` returns ``None`` and the workflow goes on — so it is no
+    longer waiting for the human."""
     if not steps:
         return None
     last = steps[-1]
     ids = {s["function_id"] for s in steps}
     if last["function_name"] == "DBOS.sleep" and last["function_id"] - 1 not in ids:
+        if now is not None and _wake_up(last.get("output")) <= now:
+            return None
         return int(last["function_id"]) - 1
     return None
+
+
+def _wake_up(output: Any) -> float:
+    """The wake-up time a durable sleep recorded (epoch seconds; ``inf`` if unreadable)."""
+    try:
+        return float(output)
+    except (TypeError, ValueError):
+        return float("inf")
 
 
 def _shown(steps: Sequence[Mapping[str, Any]]) -> Any:
@@ -89,7 +102,7 @@ def _drive(ctx: Any) -> None:
         if status is not None and status.status in _DONE:
             return
         steps = DBOS.list_workflow_steps(ctx.run_id)
-        at = parked_at(steps)
+        at = parked_at(steps, time.time())  # a wait timed out goes on: not parked
         if at is not None and ctx.ticket is None:
             ask = f"recv-{ctx.run_id}-{at}"
             said_no, answer = rejection_answer(ctx, [ask])
