@@ -86,8 +86,8 @@ def test_an_app_target_is_the_harness_adapter_over_the_app() -> None:
      "target.graph", "not of kind = \"python\""),
     ('kind = "langgraph"\nfolder = "nowhere"\ngraph = "a:g"', "target.folder",
      "is not a folder"),
-    ('kind = "langgraph"\nfolder = "."\ngraph = "a:g"\n[human]\naction = "reject"\n'
-     'feedback = "shorter"', "human.feedback", "not supported for target kind"),
+    ('kind = "langgraph"\nfolder = "."\ngraph = "a:g"\n[human]\ntwice = true',
+     "human.twice", "not supported for target kind"),
 ])
 def test_a_bad_app_target_is_refused_naming_the_field(tmp_path, body, field, says) -> None:
     with pytest.raises(ScenarioError) as err:
