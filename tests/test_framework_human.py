@@ -233,3 +233,51 @@ def test_an_app_that_sends_when_the_human_never_answers_fails(tmp_path) -> None:
     checks = _checks(r)
     assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 1, r.reasons
     assert not checks[CheckId.PER_ACTION].passed, checks[CheckId.PER_ACTION]
+
+
+class _Queue:
+    """The approval records ``rejection_answer`` reads: ``requests(case_id)``."""
+
+    def __init__(self, requests: list[object]) -> None:
+        self._requests = requests
+
+    def __enter__(self) -> _Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def requests(self, case_id: str) -> list[object]:
+        return self._requests
+
+
+class _Ctx:
+    case_id = "case-O-1001"
+
+    def __init__(self, options: dict[str, str], requests: list[object]) -> None:
+        self.options, self._requests = options, requests
+
+    def approval_queue(self) -> _Queue:
+        return _Queue(self._requests)
+
+
+@pytest.mark.pure
+def test_the_answer_to_a_rejection_fills_the_feedback_into_the_template() -> None:
+    from types import SimpleNamespace
+
+    from harness.targets.human import rejection_answer
+
+    def asked(status: str, feedback: str | None = None) -> object:
+        return SimpleNamespace(request_id="interrupt-a", status=status, feedback=feedback)
+
+    assert rejection_answer(_Ctx({}, [asked("pending")]), ["interrupt-a"]) == (False, None)
+    assert rejection_answer(_Ctx({}, [asked("rejected")]), ["interrupt-b"]) == (False, None)
+    assert rejection_answer(_Ctx({}, [asked("rejected")]), ["interrupt-a"]) == (True, False)
+    assert rejection_answer(_Ctx({"reject": '"no"'}, [asked("rejected")]),
+                            ["interrupt-a"]) == (True, "no")
+    assert rejection_answer(_Ctx({}, [asked("rejected", "Say sorry.")]), ["interrupt-a"]) == \
+        (True, {"approved": False, "feedback": "Say sorry."})
+    custom = {"reject_feedback": '{"ok": false, "notes": ["Reviewer: {feedback}"], "n": 1}'}
+    assert rejection_answer(_Ctx(custom, [asked("rejected", "Say sorry.")]),
+                            ["interrupt-a"]) == \
+        (True, {"ok": False, "notes": ["Reviewer: Say sorry."], "n": 1})

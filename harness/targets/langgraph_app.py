@@ -95,13 +95,14 @@ def _drive(ctx: Any, graph: Any) -> None:
 
     snapshot = graph.get_state(_config(ctx))
     if snapshot.interrupts:
-        said_no, answer = rejection_answer(ctx, [f"interrupt-{i.id}"
-                                                 for i in snapshot.interrupts])
         if ctx.ticket is not None:
             answer = json.loads(ctx.options.get("approve", "true"))
-        elif not said_no:  # undecided: it stays parked
-            _record_asks(ctx, graph)
-            return
+        else:
+            said_no, answer = rejection_answer(ctx, [f"interrupt-{i.id}"
+                                                     for i in snapshot.interrupts])
+            if not said_no:  # undecided: it stays parked
+                _record_asks(ctx, graph)
+                return
         graph.invoke(Command(resume=answer), _config(ctx))
     elif snapshot.tasks:  # killed mid-run: continue from the last checkpoint
         graph.invoke(None, _config(ctx))
