@@ -86,8 +86,8 @@ def test_an_app_target_is_the_harness_adapter_over_the_app() -> None:
      "target.graph", "not of kind = \"python\""),
     ('kind = "langgraph"\nfolder = "nowhere"\ngraph = "a:g"', "target.folder",
      "is not a folder"),
-    ('kind = "langgraph"\nfolder = "."\ngraph = "a:g"\n[human]\naction = "reject"\n'
-     'feedback = "shorter"', "human.feedback", "not supported for target kind"),
+    ('kind = "langgraph"\nfolder = "."\ngraph = "a:g"\n[human]\ntwice = true',
+     "human.twice", "not supported for target kind"),
 ])
 def test_a_bad_app_target_is_refused_naming_the_field(tmp_path, body, field, says) -> None:
     with pytest.raises(ScenarioError) as err:
@@ -117,6 +117,9 @@ def test_a_dbos_workflow_waits_in_recv_when_its_timeout_follows_an_unrecorded_st
     assert parked_at([*waiting[:2], step(3, "DBOS.recv"), step(4, "DBOS.sleep")]) is None
     assert parked_at([step(1, "draft"), step(2, "DBOS.sleep")]) is None  # a plain sleep
     assert parked_at([]) is None
+    timed = [*waiting[:2], {**step(4, "DBOS.sleep"), "output": 1000.0}]  # wakes at 1000 s
+    assert parked_at(timed, now=999.0) == 3 and parked_at(timed) == 3
+    assert parked_at(timed, now=1000.0) is None  # its recv returns None: the wait is over
 
 
 # -- the verdicts, in real processes ---------------------------------------------------------

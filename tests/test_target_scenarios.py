@@ -331,6 +331,9 @@ EXPECTED: dict[str, Verdict] = {
     "langgraph-email-agent": Verdict.PASS, "langgraph-email-agent-keys-off": Verdict.FAIL,
     "dbos-email-agent": Verdict.PASS, "dbos-email-agent-keys-off": Verdict.FAIL,
     "langgraph-email-agent-reject": Verdict.PASS, "dbos-email-agent-reject": Verdict.PASS,
+    "langgraph-email-agent-feedback": Verdict.PASS, "dbos-email-agent-feedback": Verdict.PASS,
+    "langgraph-email-agent-late": Verdict.PASS, "dbos-email-agent-late": Verdict.PASS,
+    "langgraph-email-agent-never": Verdict.PASS, "dbos-email-agent-never": Verdict.PASS,
 }
 
 

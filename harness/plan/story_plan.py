@@ -80,20 +80,27 @@ def _expand(s: Scenario) -> list[Step]:
             # rejected with feedback: the loop redrafts and parks; the human approves that
             steps += [HumanStep(HumanAction.REJECT, feedback=s.reject_feedback),
                       WorkersStep(WorkerRole.RECHECK, recover=WorkerRole.RECHECK),
-                      HumanStep()]
+                      HumanStep(delay_hours=s.approve_delay_h)]
+            steps += _decide(s)
         elif s.human_action is HumanAction.REJECT:
             steps.append(HumanStep(HumanAction.REJECT))
         elif s.ticket is TicketKind.ISSUED:
             steps.append(HumanStep(delay_hours=s.approve_delay_h, twice=s.approve_twice))
             if s.order_note:  # the case's second gate: approved right after the email's
                 steps.append(HumanStep(gate=NOTE_GATE))
-            if s.target is not None and s.target.has(TargetRole.DECIDE):
-                # a target told the decision by a worker of its own (a DBOS message)
-                steps.append(WorkersStep(WorkerRole.DECIDE, recover=WorkerRole.DECIDE))
+            steps += _decide(s)
         else:
             steps.append(HumanStep(ticket=s.ticket))
     steps += _resume(s)
     return steps
+
+
+def _decide(s: Scenario) -> list[Step]:
+    """After an approval: a target told the decision by a worker of its own (a DBOS
+    message) gets ``decide`` workers until one is not killed."""
+    if s.target is not None and s.target.has(TargetRole.DECIDE):
+        return [WorkersStep(WorkerRole.DECIDE, recover=WorkerRole.DECIDE)]
+    return []
 
 
 def _resume(s: Scenario) -> list[Step]:

@@ -16,8 +16,10 @@ and the ``PythonTarget`` over the harness's own adapter for its framework.
 
 Optional: ``input`` (LangGraph: the graph's input, default ``{order_id, case_id}``),
 ``args`` (DBOS: the workflow's arguments, default ``[order_id]``), ``approve`` (what the
-human answers on approval, default ``true``), ``reject`` (on a rejection, default
-``false``) and ``env`` (a table of strings set in the
+human answers on approval, default ``true``), ``reject`` (on a plain rejection, default
+``false``), ``reject_feedback`` (on a rejection with feedback: any TOML value in whose
+strings ``{feedback}`` is replaced by the reviewer's text, default ``{ approved = false,
+feedback = "{feedback}" }``; ``FEEDBACK_SLOT``) and ``env`` (a table of strings set in the
 app's environment before it is imported, e.g. its own settings). The adapters
 (``harness.targets.langgraph_app``, ``harness.targets.dbos_app``) derive start, resume,
 decide and history; their docstrings document what the harness supplies the app.
@@ -33,18 +35,24 @@ from typing import Any
 
 from harness.model import PythonTarget, TargetRole
 
-__all__ = ["APP_FIELDS", "APP_TYPES", "FIELDS_OF", "app_target", "is_app"]
+__all__ = ["APP_FIELDS", "APP_TYPES", "DEFAULT_REJECT_FEEDBACK", "FEEDBACK_SLOT", "FIELDS_OF",
+           "app_target", "is_app"]
 
 #: The fields of an app target, by kind; the first is required.
 FIELDS_OF: dict[str, tuple[str, ...]] = {
-    "langgraph": ("graph", "input", "approve", "reject", "env"),
-    "dbos": ("workflow", "topic", "args", "approve", "reject", "env"),
+    "langgraph": ("graph", "input", "approve", "reject", "reject_feedback", "env"),
+    "dbos": ("workflow", "topic", "args", "approve", "reject", "reject_feedback", "env"),
 }
+#: Where the reviewer's feedback goes in ``reject_feedback`` (each string holding it).
+FEEDBACK_SLOT = "{feedback}"
+#: What the human answers on a rejection with feedback unless ``reject_feedback`` says.
+DEFAULT_REJECT_FEEDBACK: dict[str, Any] = {"approved": False, "feedback": FEEDBACK_SLOT}
 APP_FIELDS: tuple[str, ...] = tuple(dict.fromkeys(f for fs in FIELDS_OF.values() for f in fs))
 #: Each app field's TOML type(s), for the scenario's table check (``harness.plan.scenario``).
 APP_TYPES: dict[str, type | tuple[type, ...]] = {
     "graph": str, "workflow": str, "topic": str, "input": dict, "args": list, "env": dict,
-    "approve": (bool, int, float, str, list, dict), "reject": (bool, int, float, str, list, dict)}
+    "approve": (bool, int, float, str, list, dict), "reject": (bool, int, float, str, list, dict),
+    "reject_feedback": (str, list, dict)}
 _REF = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _ADAPTER = {"langgraph": "harness.targets.langgraph_app", "dbos": "harness.targets.dbos_app"}
 _ROLES = {"langgraph": (TargetRole.START, TargetRole.RESUME, TargetRole.HISTORY),
@@ -62,7 +70,7 @@ def app_target(kind: str, table: dict[str, Any], folder: Path,
         whatever ``fail(field, reason)`` makes: a field of another kind, ``options`` (an
         app is configured by its own fields), the required field missing or not
         ``module:attr``, ``topic`` not a string, ``input``/``args``/``env`` of the wrong
-        type.
+        type, ``reject_feedback`` with no string holding ``{feedback}``.
     """
     allowed = FIELDS_OF[kind]
     for key in table:
@@ -83,6 +91,14 @@ def app_target(kind: str, table: dict[str, Any], folder: Path,
     for answer in ("approve", "reject"):
         if answer in table:
             options[answer] = json.dumps(table[answer])
+    if "reject_feedback" in table:
+        template = table["reject_feedback"]
+        if not _holds_slot(template):
+            raise fail("target.reject_feedback", "what the human answers on a rejection with "
+                       f"feedback must hold {FEEDBACK_SLOT} in one of its strings, where the "
+                       "reviewer's text goes (e.g. { approved = false, feedback = "
+                       f"\"{FEEDBACK_SLOT}\" }}), got {template!r}")
+        options["reject_feedback"] = json.dumps(template)
     if "topic" in table:
         if not isinstance(table["topic"], str):
             raise fail("target.topic", "must be a string (the DBOS.recv topic)")
@@ -96,6 +112,18 @@ def app_target(kind: str, table: dict[str, Any], folder: Path,
     adapter = _ADAPTER[kind]
     return PythonTarget(folder, {role: f"{adapter}:{role.value}" for role in _ROLES[kind]},
                         kind, kind, options)
+
+
+def _holds_slot(value: Any) -> bool:
+    """Whether a string in ``value`` (a TOML value: nested tables and lists) holds
+    ``FEEDBACK_SLOT``."""
+    if isinstance(value, str):
+        return FEEDBACK_SLOT in value
+    if isinstance(value, dict):
+        return any(_holds_slot(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_slot(v) for v in value)
+    return False
 
 
 def is_app(target: PythonTarget | None) -> bool:

@@ -16,7 +16,10 @@ The configuration the harness supplies, documented for the app's author
 - the human answers the workflow's ``DBOS.recv(topic)`` with ``DBOSClient.send(run_id,
   approve, topic)`` (``approve`` default ``true``), keyed by the ticket so a repeated
   decision is one message; a rejection (the harness's records) with ``DBOS.send(run_id,
-  reject, topic)`` (``reject`` default ``false``) by the next worker, keyed by the ask.
+  reject, topic)`` (``reject`` default ``false``; with the reviewer's feedback
+  ``reject_feedback``, default ``{"approved": false, "feedback": ...}``,
+  ``harness.targets.human.rejection_answer``) by the next worker, keyed by the ask; a
+  workflow that redrafts and waits in ``recv`` again is a new ask.
 
 A workflow waits for the human when its steps (``DBOS.list_workflow_steps``) end with the
 durable timeout ``DBOS.recv`` records (a ``DBOS.sleep`` whose function ID follows one with
@@ -33,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness.targets.human import email_in, ended_as, prepare_app, record_ask, rejected
+from harness.targets.human import email_in, ended_as, prepare_app, record_ask, rejection_answer
 
 __all__ = ["PARK_DEADLINE_S", "history", "parked_at", "resume", "start"]
 
@@ -55,16 +58,29 @@ def _workflow(ctx: Any) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def parked_at(steps: Sequence[Mapping[str, Any]]) -> int | None:
+def parked_at(steps: Sequence[Mapping[str, Any]], now: float | None = None) -> int | None:
     """The function ID of the ``recv`` the steps show waiting (see the module docstring),
-    or ``None``."""
+    or ``None``. Given ``now`` (epoch seconds), a wait whose durable timeout (the
+    ``DBOS.sleep`` step's output: its wake-up time, epoch seconds) is not after ``now`` is
+    over — the recovered ``recv`` returns ``None`` and the workflow goes on — so it is no
+    longer waiting for the human."""
     if not steps:
         return None
     last = steps[-1]
     ids = {s["function_id"] for s in steps}
     if last["function_name"] == "DBOS.sleep" and last["function_id"] - 1 not in ids:
+        if now is not None and _wake_up(last.get("output")) <= now:
+            return None
         return int(last["function_id"]) - 1
     return None
+
+
+def _wake_up(output: Any) -> float:
+    """The wake-up time a durable sleep recorded (epoch seconds; ``inf`` if unreadable)."""
+    try:
+        return float(output)
+    except (TypeError, ValueError):
+        return float("inf")
 
 
 def _shown(steps: Sequence[Mapping[str, Any]]) -> Any:
@@ -86,12 +102,13 @@ def _drive(ctx: Any) -> None:
         if status is not None and status.status in _DONE:
             return
         steps = DBOS.list_workflow_steps(ctx.run_id)
-        at = parked_at(steps)
+        at = parked_at(steps, time.time())  # a wait timed out goes on: not parked
         if at is not None and ctx.ticket is None:
             ask = f"recv-{ctx.run_id}-{at}"
-            if rejected(ctx, [ask]):  # the human's rejection, told the DBOS way
-                DBOS.send(ctx.run_id, json.loads(ctx.options.get("reject", "false")),
-                          ctx.options.get("topic"), idempotency_key=f"rejection:{ask}")
+            said_no, answer = rejection_answer(ctx, [ask])
+            if said_no:  # the human's rejection, told the DBOS way; the workflow goes on
+                DBOS.send(ctx.run_id, answer, ctx.options.get("topic"),
+                          idempotency_key=f"rejection:{ask}")
             else:  # waits for the human: ask, and leave
                 record_ask(ctx, ask, _shown(steps))
                 return

@@ -22,11 +22,13 @@ import os
 import time
 from typing import Any
 
+from harness.targets.apps import DEFAULT_REJECT_FEEDBACK, FEEDBACK_SLOT
 from shopops.approval_records import ApprovalRequest
 from shopops_contract.approvals import DEFAULT_GATE, RequestStatus
 from shopops_contract.digests import draft_digest
 
-__all__ = ["email_in", "ended_as", "prepare_app", "record_ask", "rejected", "shown_digest"]
+__all__ = ["email_in", "ended_as", "prepare_app", "record_ask", "rejection_answer",
+           "shown_digest"]
 
 _BODY = ("body", "text", "html")
 
@@ -90,12 +92,40 @@ def prepare_app(ctx: Any) -> None:
     os.environ.update(json.loads(ctx.options.get("env", "{}")))
 
 
-def rejected(ctx: Any, request_ids: list[str]) -> bool:
-    """Whether the human rejected one of the asks ``request_ids`` (the harness's approval
-    records: the story's rejection marks the case's pending request ``rejected``)."""
+def rejection_answer(ctx: Any, request_ids: list[str]) -> tuple[bool, Any]:
+    """What the harness answers the app's ask when the human rejected one of the asks
+    ``request_ids`` (the harness's approval records: the story's rejection marks the case's
+    pending request ``rejected``, with the reviewer's feedback if any).
+
+    Returns:
+        ``(False, None)`` when none was rejected; else ``(True, answer)``: a plain
+        rejection answers the target's ``reject`` (default ``false``); one with feedback
+        answers ``reject_feedback`` (default ``{"approved": false, "feedback": "{feedback}"}``)
+        with every ``{feedback}`` in its strings replaced by the reviewer's text
+        (``harness.targets.apps``).
+    """
     with ctx.approval_queue() as queue:
-        return any(r.request_id in request_ids and r.status == RequestStatus.REJECTED
-                   for r in queue.requests(ctx.case_id))
+        found = [r for r in queue.requests(ctx.case_id)
+                 if r.request_id in request_ids and r.status == RequestStatus.REJECTED]
+    if not found:
+        return False, None
+    feedback = found[-1].feedback
+    if not feedback:
+        return True, json.loads(ctx.options.get("reject", "false"))
+    raw = ctx.options.get("reject_feedback")
+    template = json.loads(raw) if raw else DEFAULT_REJECT_FEEDBACK
+    return True, _filled(template, feedback)
+
+
+def _filled(value: Any, feedback: str) -> Any:
+    """``value`` with ``FEEDBACK_SLOT`` replaced by ``feedback`` in each of its strings."""
+    if isinstance(value, str):
+        return value.replace(FEEDBACK_SLOT, feedback)
+    if isinstance(value, dict):
+        return {k: _filled(v, feedback) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_filled(v, feedback) for v in value]
+    return value
 
 
 def ended_as(ctx: Any) -> str:

@@ -18,7 +18,9 @@ invokes the graph with ``input`` (default ``{"order_id": ..., "case_id": ...}``)
 parks; every pending interrupt found in ``get_state`` is recorded as an ask
 (``harness.targets.human``); ``resume`` with the human's ticket answers it with
 ``Command(resume=approve)`` (default ``True``), after the human's rejection with
-``Command(resume=reject)`` (default ``False``), undecided leaves it parked, and a
+``Command(resume=reject)`` (default ``False``) or, with the reviewer's feedback,
+``Command(resume=reject_feedback)`` (default ``{"approved": False, "feedback": ...}``;
+``harness.targets.human.rejection_answer``), undecided leaves it parked, and a
 thread killed mid-run (pending tasks, no interrupt) is continued with ``invoke(None)`` from
 its checkpointer — LangGraph's own recovery. ``history`` reads ``get_state_history``.
 """
@@ -30,7 +32,7 @@ import json
 import os
 from typing import Any
 
-from harness.targets.human import email_in, ended_as, prepare_app, record_ask, rejected
+from harness.targets.human import email_in, ended_as, prepare_app, record_ask, rejection_answer
 
 __all__ = ["CHECKPOINTS", "history", "resume", "start"]
 
@@ -94,13 +96,14 @@ def _drive(ctx: Any, graph: Any) -> None:
     snapshot = graph.get_state(_config(ctx))
     if snapshot.interrupts:
         if ctx.ticket is not None:
-            answer = ctx.options.get("approve", "true")
-        elif rejected(ctx, [f"interrupt-{i.id}" for i in snapshot.interrupts]):
-            answer = ctx.options.get("reject", "false")
+            answer = json.loads(ctx.options.get("approve", "true"))
         else:
-            _record_asks(ctx, graph)
-            return
-        graph.invoke(Command(resume=json.loads(answer)), _config(ctx))
+            said_no, answer = rejection_answer(ctx, [f"interrupt-{i.id}"
+                                                     for i in snapshot.interrupts])
+            if not said_no:  # undecided: it stays parked
+                _record_asks(ctx, graph)
+                return
+        graph.invoke(Command(resume=answer), _config(ctx))
     elif snapshot.tasks:  # killed mid-run: continue from the last checkpoint
         graph.invoke(None, _config(ctx))
     elif not snapshot.values:  # never checkpointed: start afresh

@@ -234,11 +234,12 @@ def target_limits(s: Scenario) -> list[tuple[str, str]]:
     pairs; empty for the reference loop)."""
     if s.target is None:
         return []
-    app = is_app(s.target)  # a framework app takes a plain rejection through its framework
+    # a framework app takes the human's rejection (with feedback too) and a late approval
+    # through its framework (harness.targets.human)
+    app = is_app(s.target)
     used = [("human.action", s.human_action is not HumanAction.APPROVE and not app),
-            ("human.feedback", app and s.reject_feedback is not None),
             ("human.approve_at", s.approve_at is not None),
-            ("human.delay_hours", bool(s.approve_delay_h)),
+            ("human.delay_hours", bool(s.approve_delay_h) and not app),
             ("human.twice", s.approve_twice),
             ("human.ticket", s.ticket is not TicketKind.ISSUED),
             ("concurrency.resumers", s.resumers > 1), ("concurrency.leases", s.leases),
@@ -249,11 +250,13 @@ def target_limits(s: Scenario) -> list[tuple[str, str]]:
             ("sut.read_timeout_s", s.read_timeout_s is not None),
             ("sut.max_attempts", s.max_attempts is not None),
             ("expect.worker_error", s.expect_worker_error is not None),
-            ("story", bool(s.story) and not all(_target_step(st) for st in s.story))]
+            ("story", bool(s.story) and not all(_target_step(st, app) for st in s.story))]
+    human = ("approvals of the email now, late (delay_hours) or rejections, with feedback "
+             "or not" if app else "approvals of the email now")
     return [(name, f"not supported for target kind {s.target.name!r} (only the reference "
              "loop has it; a target may use [case], sut.idempotency_keys, [crash], "
              "[gateway], [expect] and a [[story]] of workers steps — start, recheck, "
-             "resume, from_seq —, one after another, and approvals of the email now)")
+             f"resume, from_seq —, one after another, and {human})")
             for name, on in used if on]
 
 
@@ -261,17 +264,21 @@ def target_limits(s: Scenario) -> list[tuple[str, str]]:
 _TARGET_ROLES = (WorkerRole.START, WorkerRole.RECHECK, WorkerRole.RESUME)
 
 
-def _target_step(step: Step) -> bool:
+def _target_step(step: Step, app: bool = False) -> bool:
     """Whether a target can play ``step``: workers of its own roles, one after another
     (``from_seq``: a resume from its history's N-th checkpoint, ``TargetContext.from_seq``),
-    or the human approving the email now. Holds, storage faults, bad tickets and the
-    rest reach into the reference loop's own storage or command line."""
+    or the human approving the email now — and, for a framework app (``app``: the harness
+    answers its ask through the framework), approving hours later or rejecting, with
+    feedback or not. Holds, storage faults, bad tickets and the rest reach into the
+    reference loop's own storage or command line."""
     if isinstance(step, WorkersStep):
         return (step.role in _TARGET_ROLES and not step.together and step.wait is Wait.EXIT
                 and step.owner == DEFAULT_OWNER and step.from_phase is None
                 and step.recover in (None, *_TARGET_ROLES))
     if isinstance(step, HumanStep):
-        return (step.action is HumanAction.APPROVE and step.gate == DEFAULT_GATE
-                and step.ticket is TicketKind.ISSUED and not step.twice
-                and not step.delay_hours and step.at is None)
+        plain = step.gate == DEFAULT_GATE and step.ticket is TicketKind.ISSUED \
+            and not step.twice and step.at is None
+        if app:
+            return plain
+        return plain and step.action is HumanAction.APPROVE and not step.delay_hours
     return False
