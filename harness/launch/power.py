@@ -25,12 +25,14 @@ was: the metadata reached the disk, the data did not).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import re
 import secrets
 import shutil
 import stat
+import struct
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -138,8 +140,26 @@ def env_for(state: Path, shadow: Path, env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _key(st: os.stat_result) -> str:
-    return f"{st.st_dev}-{st.st_ino}"
+_AT_EMPTY_PATH = 0x1000
+_MAX_HANDLE_SZ = 128
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _key(fd: int, st: os.stat_result) -> str:
+    """The shim's key of the inode open as ``fd`` (``key_of`` in ``power_shim.c``, which
+    must agree): ``<dev>-<ino>-<fp>``, ``fp`` the FNV-1a 64 hash of the inode's file handle
+    (``name_to_handle_at``: it carries the inode's generation, so a reused inode number is a
+    new key), 0 where the file system gives no handle."""
+    buf = ctypes.create_string_buffer(8 + _MAX_HANDLE_SZ)
+    struct.pack_into("I", buf, 0, _MAX_HANDLE_SZ)
+    mount = ctypes.c_int()
+    fp = 0
+    if _libc.name_to_handle_at(fd, b"", buf, ctypes.byref(mount), _AT_EMPTY_PATH) == 0:
+        size = min(struct.unpack_from("I", buf, 0)[0], _MAX_HANDLE_SZ)
+        fp = 1469598103934665603
+        for byte in buf.raw[4:8 + size]:  # handle_type's bytes, then the handle's
+            fp = ((fp ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{st.st_dev}-{st.st_ino}-{fp}"
 
 
 # -- the folder, through descriptors ---------------------------------------------------------
@@ -149,7 +169,7 @@ def _key(st: os.stat_result) -> str:
 # planted symlink or a "../" name is skipped, never followed (docs/security.md).
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_KEY = re.compile(r"^[0-9]+-[0-9]+$")
+_KEY = re.compile(r"^[0-9]+-[0-9]+-[0-9]+$")
 
 
 def _parts(rel: str) -> list[str] | None:
@@ -187,8 +207,9 @@ def _open_dir(base: int, parts: list[str], *, create: bool = False) -> int:
         raise
 
 
-def _read(dir_fd: int, name: str) -> tuple[bytes, os.stat_result] | None:
-    """A regular file's content and stat, or ``None`` (missing, a symlink, not a file)."""
+def _read(dir_fd: int, name: str) -> tuple[bytes, str] | None:
+    """A regular file's content and its inode's key (``_key``), or ``None`` (missing, a
+    symlink, not a file)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      dir_fd=dir_fd)
@@ -196,7 +217,7 @@ def _read(dir_fd: int, name: str) -> tuple[bytes, os.stat_result] | None:
         return None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        return (f.read(), st) if stat.S_ISREG(st.st_mode) else None
+        return (f.read(), _key(fd, st)) if stat.S_ISREG(st.st_mode) else None
 
 
 def _replace(dir_fd: int, name: str, data: bytes) -> None:
@@ -309,11 +330,11 @@ def _shadow_dirs(state: Path, shadow: Path) -> Iterator[tuple[int, int, int]]:
             os.close(fd)
 
 
-def _record(data: int, names: int, rel: str, got: tuple[bytes, os.stat_result]) -> None:
-    """Record ``rel``'s content ``got`` as durable, under its name."""
-    content, st = got
-    _replace(data, _key(st), content)
-    _replace(names, rel.encode().hex(), _key(st).encode())
+def _record(data: int, names: int, rel: str, got: tuple[bytes, str]) -> None:
+    """Record ``rel``'s content ``got`` (content, key) as durable, under its name."""
+    content, key = got
+    _replace(data, key, content)
+    _replace(names, rel.encode().hex(), key.encode())
 
 
 def _owned_like(state: Path, shadow: Path) -> None:
