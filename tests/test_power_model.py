@@ -205,3 +205,58 @@ def test_the_harness_and_the_shim_key_an_inode_alike(tmp_path: Path) -> None:
     power.cut(state, shadow)
     assert sorted(p.name for p in state.iterdir()) == ["moved.json"]
     assert (state / "moved.json").read_bytes() == b"from the harness"
+
+
+_C_WORKER = r"""
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+#include <unistd.h>
+int main(void) {
+    int fd = open("c_dsync", O_WRONLY | O_CREAT | O_DSYNC, 0600);
+    struct iovec v[2] = {{"de", 2}, {"f", 1}};
+    if (write(fd, "abc", 3) != 3 || writev(fd, v, 2) != 3 || pwrite(fd, "X", 1, 0) != 1)
+        return 1;
+    int plain = open("c_dsync", O_WRONLY);
+    pwrite(plain, "unsynced", 8, 6);              /* past the durable size: lost */
+    int m = open("c_mapped", O_RDWR | O_CREAT, 0600);
+    if (ftruncate(m, 4096) != 0 || fsync(m) != 0) return 2;
+    char *p = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, m, 0);
+    if (p == MAP_FAILED) return 3;
+    memcpy(p, "async", 5);
+    if (msync(p, 4096, MS_ASYNC) != 0) return 4;  /* starts write-back, promises nothing */
+    int t = open(".", O_TMPFILE | O_RDWR, 0600);
+    if (t < 0) return 0;                          /* no O_TMPFILE here: the rest is moot */
+    if (write(t, "tmp", 3) != 3 || fdatasync(t) != 0) return 5;
+    if (linkat(t, "", AT_FDCWD, "c_tmp", AT_EMPTY_PATH) != 0) {  /* needs CAP_DAC_... */
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", t);
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, "c_tmp", AT_SYMLINK_FOLLOW) != 0) return 6;
+    }
+    int d = open(".", O_RDONLY | O_DIRECTORY);
+    return fsync(d) != 0 ? 7 : 0;
+}
+"""
+
+
+def test_a_c_program_is_seen_through_the_same_calls(tmp_path: Path) -> None:
+    """A C worker calling libc directly: O_DSYNC through write, writev and pwrite keeps its
+    bytes and nothing past them, msync(MS_ASYNC) makes nothing durable, and an O_TMPFILE
+    linked with linkat(AT_EMPTY_PATH) (or its /proc path) keeps its fdatasync'ed content."""
+    source, binary = tmp_path / "worker.c", tmp_path / "worker"
+    source.write_text(_C_WORKER)
+    cc = subprocess.run(["cc", "-O1", "-o", str(binary), str(source)],
+                        capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr
+    state, _, said = _run_then_cut(tmp_path / "run", f"""
+        import subprocess
+        print(subprocess.run([{str(binary)!r}]).returncode)
+    """)
+    assert said == ["0"]
+    assert (state / "c_dsync").read_bytes() == b"Xbcdef"
+    assert (state / "c_mapped").read_bytes() == b"\0" * 4096
+    if _tmpfile_supported(tmp_path):
+        assert (state / "c_tmp").read_bytes() == b"tmp"

@@ -2,20 +2,26 @@
 harness's side of the model — a baseline of the state folder, and the cut that puts the
 folder back to what was durable (``docs/design.md``, "Power cuts").
 
-The model (the shim's comment, ``power_shim.c``, says the same from its side):
+The model (the shim's comment, ``power_shim.c``, says the same from its side, and why):
 
+* an **inode** is keyed ``<dev>-<ino>-<fp>``, ``fp`` a hash of its file handle (which holds
+  its generation), so a new file given a deleted file's inode number never inherits its
+  content (``_key``: the harness and the shim must compute the same key);
 * a regular file's **content** is durable as of its last ``fsync``/``fdatasync`` (of any
-  descriptor on it) — the shim copies it then into the shadow folder, keyed by inode;
-* a **name** (the path of a regular file) is durable as of the last ``fsync`` of that file
+  descriptor on it, named or not: an ``O_TMPFILE`` linked later keeps it) — the shim
+  copies it then into the shadow folder; a ``write`` on an ``O_DSYNC``/``O_SYNC``
+  descriptor (or ``pwritev2`` with ``RWF_DSYNC``), or ``msync(MS_SYNC)`` of a shared
+  mapping, makes durable the bytes it covers and the file's size, nothing else of it;
+* a **name** (the path of a regular file) is durable as of the last sync above of that file
   through that path (a newly created file's fsync commits its directory entry, as ext4 and
   XFS do in practice) or the last ``fsync`` of its directory (every entry then, and the
   names gone from it are forgotten);
 * ``sync()`` and ``syncfs()`` make everything under the folder durable; so does the
   harness itself, before the first worker and after it writes the folder (a storage
   fault), as if it called ``sync``;
-* directories are never removed by a cut; nothing else (``msync``, ``sync_file_range``,
-  ``O_SYNC`` writes without ``fsync``, a rename or unlink without a directory ``fsync``)
-  makes anything durable: stricter than a real disk, never laxer.
+* directories are never removed by a cut; nothing else (``sync_file_range``, ``close``,
+  ``O_DIRECT`` writes, a rename or unlink without a directory ``fsync``) makes anything
+  durable: stricter than a real disk, never laxer.
 
 At a cut every regular file under the folder is removed, then every durable name is written
 back with its inode's durable content (empty when the name is durable but the content never
