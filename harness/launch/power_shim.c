@@ -36,6 +36,8 @@
  * Not seen (so their data counts as never synced: a stricter result): stdio writes on an
  * O_SYNC stream (glibc calls its own write, not the exported one), copy_file_range, sendfile
  * and splice into an O_SYNC file, io_uring and AIO, raw system calls, static binaries.
+ * Content synced outside the dir (a file, or an O_TMPFILE, moved or linked in later) is
+ * not recorded either.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -213,12 +215,15 @@ static void snapshot_content(int fd, const char *shadow, const char *key) {
     char data[PATH_MAX + 96], proc[64];
     snprintf(data, sizeof data, "%s/data/%s", shadow, key);
     int flags = fcntl(fd, F_GETFL);
-    if (flags >= 0 && (flags & O_ACCMODE) != O_WRONLY) {  /* pread moves no offset */
+    /* its own descriptor when it can: pread moves no offset (O_DIRECT wants aligned reads) */
+    if (flags >= 0 && (flags & O_ACCMODE) != O_WRONLY && !(flags & O_DIRECT)) {
         atomic_copy_fd(fd, data);
         return;
     }
     snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-    int src = open(proc, O_RDONLY | O_CLOEXEC); /* a write-only fd can still be copied */
+    /* a write-only fd can still be copied (closing this one drops the worker's POSIX locks
+     * on the file, as sync()'s walk does: only for write-only and O_DIRECT descriptors) */
+    int src = open(proc, O_RDONLY | O_CLOEXEC);
     if (src < 0) return;
     atomic_copy_fd(src, data);
     close(src);
