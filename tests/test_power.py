@@ -218,10 +218,10 @@ def test_a_cut_follows_nothing_planted_in_the_shadow_or_the_folder(tmp_path: Pat
     state.mkdir()
     outside.write_bytes(b"secret")
     power.baseline(state, shadow)
-    (shadow / "names" / b"../escape".hex()).write_text("1-2")
+    (shadow / "names" / b"../escape".hex()).write_text("1-2-0")
     (shadow / "names" / b"leak".hex()).write_text("../../outside")
-    (shadow / "data" / "7-7").symlink_to(outside)
-    (shadow / "names" / b"linked".hex()).write_text("7-7")
+    (shadow / "data" / "7-7-0").symlink_to(outside)
+    (shadow / "names" / b"linked".hex()).write_text("7-7-0")
     (state / "ln").symlink_to(outside)
     cut = power.cut(state, shadow)
     assert outside.read_bytes() == b"secret"

@@ -2,20 +2,26 @@
 harness's side of the model — a baseline of the state folder, and the cut that puts the
 folder back to what was durable (``docs/design.md``, "Power cuts").
 
-The model (the shim's comment, ``power_shim.c``, says the same from its side):
+The model (the shim's comment, ``power_shim.c``, says the same from its side, and why):
 
+* an **inode** is keyed ``<dev>-<ino>-<fp>``, ``fp`` a hash of its file handle (which holds
+  its generation), so a new file given a deleted file's inode number never inherits its
+  content (``_key``: the harness and the shim must compute the same key);
 * a regular file's **content** is durable as of its last ``fsync``/``fdatasync`` (of any
-  descriptor on it) — the shim copies it then into the shadow folder, keyed by inode;
-* a **name** (the path of a regular file) is durable as of the last ``fsync`` of that file
+  descriptor on it, named or not: an ``O_TMPFILE`` linked later keeps it) — the shim
+  copies it then into the shadow folder; a ``write`` on an ``O_DSYNC``/``O_SYNC``
+  descriptor (or ``pwritev2`` with ``RWF_DSYNC``), or ``msync(MS_SYNC)`` of a shared
+  mapping, makes durable the bytes it covers and the file's size, nothing else of it;
+* a **name** (the path of a regular file) is durable as of the last sync above of that file
   through that path (a newly created file's fsync commits its directory entry, as ext4 and
   XFS do in practice) or the last ``fsync`` of its directory (every entry then, and the
   names gone from it are forgotten);
 * ``sync()`` and ``syncfs()`` make everything under the folder durable; so does the
   harness itself, before the first worker and after it writes the folder (a storage
   fault), as if it called ``sync``;
-* directories are never removed by a cut; nothing else (``msync``, ``sync_file_range``,
-  ``O_SYNC`` writes without ``fsync``, a rename or unlink without a directory ``fsync``)
-  makes anything durable: stricter than a real disk, never laxer.
+* directories are never removed by a cut; nothing else (``sync_file_range``, ``close``,
+  ``O_DIRECT`` writes, a rename or unlink without a directory ``fsync``) makes anything
+  durable: stricter than a real disk, never laxer.
 
 At a cut every regular file under the folder is removed, then every durable name is written
 back with its inode's durable content (empty when the name is durable but the content never
@@ -25,12 +31,14 @@ was: the metadata reached the disk, the data did not).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import hashlib
 import os
 import re
 import secrets
 import shutil
 import stat
+import struct
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -138,8 +146,26 @@ def env_for(state: Path, shadow: Path, env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _key(st: os.stat_result) -> str:
-    return f"{st.st_dev}-{st.st_ino}"
+_AT_EMPTY_PATH = 0x1000
+_MAX_HANDLE_SZ = 128
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _key(fd: int, st: os.stat_result) -> str:
+    """The shim's key of the inode open as ``fd`` (``key_of`` in ``power_shim.c``, which
+    must agree): ``<dev>-<ino>-<fp>``, ``fp`` the FNV-1a 64 hash of the inode's file handle
+    (``name_to_handle_at``: it carries the inode's generation, so a reused inode number is a
+    new key), 0 where the file system gives no handle."""
+    buf = ctypes.create_string_buffer(8 + _MAX_HANDLE_SZ)
+    struct.pack_into("I", buf, 0, _MAX_HANDLE_SZ)
+    mount = ctypes.c_int()
+    fp = 0
+    if _libc.name_to_handle_at(fd, b"", buf, ctypes.byref(mount), _AT_EMPTY_PATH) == 0:
+        size = min(struct.unpack_from("I", buf, 0)[0], _MAX_HANDLE_SZ)
+        fp = 1469598103934665603
+        for byte in buf.raw[4:8 + size]:  # handle_type's bytes, then the handle's
+            fp = ((fp ^ byte) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return f"{st.st_dev}-{st.st_ino}-{fp}"
 
 
 # -- the folder, through descriptors ---------------------------------------------------------
@@ -149,7 +175,7 @@ def _key(st: os.stat_result) -> str:
 # planted symlink or a "../" name is skipped, never followed (docs/security.md).
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_KEY = re.compile(r"^[0-9]+-[0-9]+$")
+_KEY = re.compile(r"^[0-9]+-[0-9]+-[0-9]+$")
 
 
 def _parts(rel: str) -> list[str] | None:
@@ -187,8 +213,9 @@ def _open_dir(base: int, parts: list[str], *, create: bool = False) -> int:
         raise
 
 
-def _read(dir_fd: int, name: str) -> tuple[bytes, os.stat_result] | None:
-    """A regular file's content and stat, or ``None`` (missing, a symlink, not a file)."""
+def _read(dir_fd: int, name: str) -> tuple[bytes, str] | None:
+    """A regular file's content and its inode's key (``_key``), or ``None`` (missing, a
+    symlink, not a file)."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                      dir_fd=dir_fd)
@@ -196,7 +223,7 @@ def _read(dir_fd: int, name: str) -> tuple[bytes, os.stat_result] | None:
         return None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        return (f.read(), st) if stat.S_ISREG(st.st_mode) else None
+        return (f.read(), _key(fd, st)) if stat.S_ISREG(st.st_mode) else None
 
 
 def _replace(dir_fd: int, name: str, data: bytes) -> None:
@@ -309,11 +336,11 @@ def _shadow_dirs(state: Path, shadow: Path) -> Iterator[tuple[int, int, int]]:
             os.close(fd)
 
 
-def _record(data: int, names: int, rel: str, got: tuple[bytes, os.stat_result]) -> None:
-    """Record ``rel``'s content ``got`` as durable, under its name."""
-    content, st = got
-    _replace(data, _key(st), content)
-    _replace(names, rel.encode().hex(), _key(st).encode())
+def _record(data: int, names: int, rel: str, got: tuple[bytes, str]) -> None:
+    """Record ``rel``'s content ``got`` (content, key) as durable, under its name."""
+    content, key = got
+    _replace(data, key, content)
+    _replace(names, rel.encode().hex(), key.encode())
 
 
 def _owned_like(state: Path, shadow: Path) -> None:
