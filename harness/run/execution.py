@@ -54,6 +54,7 @@ from harness.model import (
     ExecutionResult,
     Gap,
     GatewayDialect,
+    GatewayLog,
     History,
     HistorySource,
     KillPoint,
@@ -132,8 +133,8 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                 launcher = SealedLauncher(
                     sandbox, str(install_code(plan.sut.path, plan.sut.module)), tamper,
                     fixtures, server)  # type: ignore[arg-type]
-        record, controller = _drive(plan, workdir, launcher or SpawnLauncher(), events,
-                                    worker_timeout_s, sandbox, seal)
+        record, controller, held = _drive(plan, workdir, launcher or SpawnLauncher(), events,
+                                          worker_timeout_s, sandbox, seal)
         if sandbox is not None:
             for pid in sandbox.kill_all():
                 events.add(EventKind.LEFTOVER, None, pid, None,
@@ -142,7 +143,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
             for line in sandbox.sanitize():
                 events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
                            f"{line}")
-        evidence = collect(plan, record, controller, events, final)
+        evidence = collect(plan, record, controller, events, final, held)
         checks, verdict, reasons = assess(evidence, plan)
         keep = keep_databases or verdict != Verdict.PASS
         if sandbox is not None and keep:
@@ -180,10 +181,12 @@ def _target_seal(sandbox: Sandbox, folder: Path, fixtures: str, sut: Sut) -> Tar
 
 def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
            worker_timeout_s: float, sandbox: Sandbox | None, seal: TargetSeal | None = None
-           ) -> tuple[StoryRecord, KillController]:
+           ) -> tuple[StoryRecord, KillController, GatewayLog]:
     """Play the story with the channel, the gateway and the approval service up; all are
     down on return. A sealed execution's channel and approval service listen on socket
-    files in the sandbox's ``shared`` folder, which only its uid can enter."""
+    files in the sandbox's ``shared`` folder, which only its uid can enter. Returns the
+    story's record, the kill controller and the gateway's log as the gateway held it in
+    memory (``MockGateway.held_log``)."""
     uid = sandbox.uid if sandbox is not None else None
     folder = sandbox.shared if sandbox is not None else None
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
@@ -228,7 +231,7 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
                        approvals=approvals.address, seal=seal,
                        pending_faults=gateway.pending_faults,
                        fingerprint=applies(plan) and len(plan.schedule.kills) == 1)
-    return record, controller
+    return record, controller, gateway.held_log()
 
 
 def _keep_databases(sandbox: Path, workdir: Path) -> None:
@@ -258,13 +261,16 @@ def _keep_target_state(state: Path, home: Path) -> None:
 
 
 def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController,
-            events: EventLog, home: Path | None = None) -> Evidence:
+            events: EventLog, home: Path | None = None,
+            held: GatewayLog | None = None) -> Evidence:
     """The evidence of one execution: the story's record, the harness's trace, and the
     checkpoint history, approval records and gateway log read back from the files (read
     only; a file that cannot be read becomes a ``Gap``). ``home``: where the execution's
     folder will be once moved out of the scratch area (``harness.sandbox.scratch``); the evidence
     names that folder, and a gap's reason and the story's errors name its files there
-    (a worker's own output is kept as it printed it)."""
+    (a worker's own output is kept as it printed it). ``held``: the gateway's log as the
+    gateway held it in memory; then the evidence is that log, and a file that differs from
+    it is tampering (``_held_gateway``)."""
     s = plan.scenario
     home = home or record.workdir
 
@@ -290,6 +296,9 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
               if record.target_error is not None else None)
     requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
     gateway_log, g3 = read_gateway(record.gateway_db)
+    if held is not None:
+        gateway_log, g3 = _held_gateway(gateway_log, g3, held, record.gateway_db, events,
+                                        at_home)
     return Evidence(
         execution_id=plan.id, case_id=s.case_id, events=events.snapshot(),
         workers=record.workers, checkpoints=checkpoints, approval_requests=requests,
@@ -312,6 +321,30 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         target="reference" if target is None else target.name,
         history=history, crash_state=record.crash_state,
     )
+
+
+def _held_gateway(from_file: GatewayLog, gap: Gap | None, held: GatewayLog, db: Path,
+                  events: EventLog, at_home: Callable[[str], str]
+                  ) -> tuple[GatewayLog, Gap | None]:
+    """The gateway's evidence: what the harness's gateway held in memory (``held``), never
+    less. The log file lies in the execution's folder, where an unsealed worker (same uid)
+    can delete a second delivery and pass ``exactly_one_delivery`` (found by an attack: a
+    target that sent twice with two keys and deleted the second row passed ``run``). A
+    file that is gone, unreadable or differs from the held log is recorded as tampering
+    (``no_tampering`` fails), and the held log is judged either way."""
+    if gap is not None:
+        what = gap.reason
+    elif from_file != held:
+        counts = (f"{len(from_file.requests)} requests, {len(from_file.deliveries)} "
+                  f"deliveries, {len(from_file.notes)} notes in the file; "
+                  f"{len(held.requests)}, {len(held.deliveries)}, {len(held.notes)} logged")
+        what = f"gateway log {db} differs from what the gateway logged ({counts})"
+    else:
+        return held, None
+    events.add(EventKind.TAMPERING, None, None, None,
+               at_home(f"{what}: a worker changed the harness's gateway log; the log the "
+                       "harness's gateway held in memory is judged"))
+    return held, None
 
 
 def _gone(db: Path, events: EventLog) -> Gap | None:

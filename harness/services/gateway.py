@@ -167,6 +167,11 @@ class MockGateway:
         self._serving: ServerThread | None = None
         self._smtp_wanted = smtp
         self._smtp: SmtpFront | None = None
+        # what this gateway itself logged, held in memory (``held_log``): by ledger name,
+        # its requests and its deliveries
+        self._held_lock = threading.Lock()
+        self._held: dict[str, tuple[list[RequestRecord], list[Delivery | NoteDelivery]]] = {
+            ledger.name: ([], []) for ledger in ledgers.LEDGERS}
         inspect(self.db_path, GATEWAY_LOG, create=True)  # fail closed: adopt no file
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -393,7 +398,9 @@ class MockGateway:
         }
         if refused:
             with self._transaction() as conn:
-                ledgers.insert_request(conn, ledger, evidence, ledgers.FOREIGN_STATUS)
+                held = ledgers.request_record(conn, ledger, ledgers.insert_request(
+                    conn, ledger, evidence, ledgers.FOREIGN_STATUS))
+            self._hold(ledger, held)
             return Outcome(ledgers.FOREIGN_STATUS,
                            {"error": "forbidden", "detail": "not this execution's worker"})
         if fault is not None and fault.kind is FaultKind.ERROR:
@@ -416,7 +423,7 @@ class MockGateway:
         with self._transaction() as conn:
             status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
             record = self._record(conn, ledger, seq)
-        self._report(ledger, record)
+        self._report(ledger, record, delivery)
         accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
         if delivery is not None and accepted is not None:
             accepted(delivery)  # type: ignore[arg-type]
@@ -436,18 +443,50 @@ class MockGateway:
         pid = getattr(peer, "pid", None)
         return self.faults_for is None or self.faults_for(pid)
 
-    def _record(self, conn: sqlite3.Connection, ledger: Ledger, seq: int
-                ) -> RequestRecord | None:
-        """The request ``seq`` just logged, read in the logging transaction (``None``: no
-        ``on_request`` hook wants it)."""
-        hook = self.on_request if ledger is EMAIL else self.on_note_request
-        return None if hook is None else ledgers.request_record(conn, ledger, seq)
+    def _record(self, conn: sqlite3.Connection, ledger: Ledger, seq: int) -> RequestRecord:
+        """The request ``seq`` just logged, read in the logging transaction."""
+        return ledgers.request_record(conn, ledger, seq)
 
-    def _report(self, ledger: Ledger, record: RequestRecord | None) -> None:
-        """Hand a committed request's record to ``ledger``'s ``on_request`` hook."""
+    def _hold(self, ledger: Ledger, record: RequestRecord,
+              delivery: Delivery | NoteDelivery | None = None) -> None:
+        """Keep a committed request (and its new delivery) in memory (``held_log``)."""
+        with self._held_lock:
+            requests, deliveries = self._held[ledger.name]
+            requests.append(record)
+            if delivery is not None:
+                deliveries.append(delivery)
+
+    def _report(self, ledger: Ledger, record: RequestRecord,
+                delivery: Delivery | NoteDelivery | None = None) -> None:
+        """Hold a committed request's record and hand it to ``ledger``'s ``on_request``
+        hook."""
+        self._hold(ledger, record, delivery)
         hook = self.on_request if ledger is EMAIL else self.on_note_request
-        if hook is not None and record is not None:
+        if hook is not None:
             hook(record)
+
+    def held_log(self) -> GatewayLog:
+        """What this gateway logged since it was made, from memory, in the shape
+        ``ledger.read_log`` reads from its file (requests by ``seq``, deliveries by id,
+        refused senders' requests in ``foreign``). The file is where a worker of the
+        execution's uid can reach it (an unsealed execution: ``../gateway.db``); this copy
+        is the harness's own, so the evidence is judged from it and a file that differs
+        from it is tampering (``harness.run.execution.collect``).
+
+        Only what this object logged: rows of the file from before it (a gateway log
+        reused after a restart) are not in it."""
+        with self._held_lock:
+            held = {name: (sorted(r, key=lambda x: x.seq),
+                           sorted(d, key=lambda x: x.delivery_id))
+                    for name, (r, d) in self._held.items()}
+        emails, deliveries = held[EMAIL.name]
+        notes, note_deliveries = held[ledgers.NOTES.name]
+        foreign = tuple(r for r in emails + notes if r.status == ledgers.FOREIGN_STATUS)
+        return GatewayLog(tuple(r for r in emails if r.status != ledgers.FOREIGN_STATUS),
+                          tuple(deliveries),  # type: ignore[arg-type]
+                          tuple(r for r in notes if r.status != ledgers.FOREIGN_STATUS),
+                          tuple(note_deliveries),  # type: ignore[arg-type]
+                          foreign)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

@@ -1,0 +1,70 @@
+"""The gateway's evidence is the log the harness's gateway held in memory
+(``MockGateway.held_log``), not the file a worker can reach: an unsealed target that sends
+twice and deletes its second delivery from ``../gateway.db`` fails (found by an attack: it
+passed ``shopops-chaos run``)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import requests
+
+from harness.model import CrashSchedule, ExecutionPlan, Verdict
+from harness.plan.scenario import load_scenario
+from harness.run.execution import execute
+from harness.services.gateway import MockGateway
+from harness.services.ledger import read_log
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: the starter's send, then a second send under another key whose rows it deletes
+FORGE = '''
+        headers["Idempotency-Key"] = state["send_idempotency_key"] + "-again"
+        requests.post(f"{ctx.gateway_url}/v1/messages", timeout=(2, 5), headers=headers,
+                      json={"case_id": ctx.case_id, **state["draft"]}).raise_for_status()
+        log = os.path.join(os.path.dirname(os.path.abspath(ctx.workdir)), "gateway.db")
+        with closing(sqlite3.connect(log)) as db, db:
+            db.execute("DELETE FROM deliveries WHERE idempotency_key LIKE '%-again'")
+            db.execute("DELETE FROM requests WHERE idempotency_key LIKE '%-again'")
+'''
+SENT = "        reply.raise_for_status()\n"
+
+
+def test_the_held_log_is_what_the_file_holds_when_nobody_touched_it(tmp_path: Path) -> None:
+    with MockGateway(tmp_path / "gateway.db") as gateway:
+        for key in ("k1", "k1", "k2", None):
+            headers = {"Idempotency-Key": key} if key else {}
+            requests.post(f"{gateway.url}/v1/messages", headers=headers, timeout=10,
+                          json={"case_id": "O-1", "to": "a@b", "subject": "s", "body": key
+                                or "b"})
+        requests.post(f"{gateway.url}/v1/messages", json={"case_id": 1}, timeout=10)
+        held = gateway.held_log()
+    assert held == read_log(tmp_path / "gateway.db")
+    assert len(held.requests) == 5 and len(held.deliveries) == 3
+
+
+def test_a_target_that_deletes_its_second_delivery_from_the_log_fails(tmp_path: Path) -> None:
+    folder = tmp_path / "forge"
+    shutil.copytree(ROOT / "examples" / "python_starter", folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    loop = folder / "loop.py"
+    text = loop.read_text()
+    assert text.count(SENT) == 1
+    loop.write_text(text.replace(SENT, SENT + FORGE))
+    scenario = tmp_path / "forge.toml"
+    scenario.write_text('name = "forge"\n[target]\nkind = "python"\nfolder = "forge"\n'
+                        'start = "loop:start"\nresume = "loop:resume"\n'
+                        'history = "loop:history"\n')
+    plan = ExecutionPlan(load_scenario(scenario), CrashSchedule(()))
+    result = execute(plan, tmp_path / "run")
+    in_file = read_log(tmp_path / "run" / "gateway.db")
+    assert len(in_file.deliveries) == 1  # the forgery itself worked on the file
+    assert result.verdict is Verdict.FAIL
+    failed = {str(c.check_id) for c in result.checks
+              if not c.passed and c.applicable and c.undecided is None}
+    assert {"no_tampering", "same_key_one_delivery", "exactly_one_delivery"} <= failed
+    assert len(result.evidence.gateway.deliveries) == 2
+    with sqlite3.connect(tmp_path / "run" / "gateway.db") as db:  # only the file changed
+        assert db.execute("SELECT COUNT(*) FROM deliveries").fetchone() == (1,)
