@@ -59,11 +59,14 @@ def write_results(tests: Sequence[GradedTest], out: Path, elapsed_s: float, outp
     return write_sealed(out, json.dumps(payload, indent=2) + "\n")
 
 
-def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str) -> Path:
-    """The readable ``report.md`` next to ``results.json``."""
+def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str,
+                 implementation: str | None = None) -> Path:
+    """The readable ``report.md`` next to ``results.json``; ``implementation`` names what
+    was graded (default ``sut.describe()``: a target's folder is not ``sut``'s)."""
     total = sum(t.score for t in tests)
     best = sum(t.max_score for t in tests)
-    lines = [f"# Grade: {total:g} / {best:g}", "", f"Implementation: `{sut.describe()}`", "",
+    graded = implementation or sut.describe()
+    lines = [f"# Grade: {total:g} / {best:g}", "", f"Implementation: `{graded}`", "",
              output, "", "| test | score |", "|---|---|"]
     lines += [f"| {t.name} | {t.score:g} / {t.max_score:g} |" for t in tests]
     for t in tests:
@@ -71,7 +74,8 @@ def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str)
     return write_sealed(path, "\n".join(lines) + "\n")
 
 
-def write_page(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str) -> Path:
+def write_page(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str,
+               implementation: str | None = None) -> Path:
     """The student-facing ``report.html`` next to ``report.md``, in the style of the run's
     ``report.html`` (``harness.reports.html.render_grade``: jinja2 autoescape, so every
     string the implementation controls is escaped and its control characters spelled out).
@@ -87,6 +91,7 @@ def write_page(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str) -
     total, best = sum(t.score for t in tests), sum(t.max_score for t in tests)
     run_page = path.parent / "run" / "report.html"
     page = render_grade(title=f"Grade: {total:g} / {best:g}", score=total, max_score=best,
-                        implementation=sut.describe(), output=output, tests=tests,
+                        implementation=implementation or sut.describe(), output=output,
+                        tests=tests,
                         run_report="run/report.html" if run_page.is_file() else None)
     return write_sealed(path, page)
