@@ -280,8 +280,8 @@ def test_not_root_a_target_is_graded_not_sealed_and_says_so(
     assert ("Not sealed: the harness is not root, so workers ran as the harness's user."
             in g.output)
     # the page names the target graded, not the reference (found by a new-user trial)
-    assert f"Implementation: `{STARTER} (target python)`" in (tmp_path / "g" /
-                                                                "report.md").read_text()
+    assert f"Implementation: `{STARTER.name} (target python)`" in (tmp_path / "g" /
+                                                                     "report.md").read_text()
 
 
 def test_a_sealed_target_forked_from_its_server_reports_every_point(

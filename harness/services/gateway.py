@@ -167,11 +167,7 @@ class MockGateway:
         self._serving: ServerThread | None = None
         self._smtp_wanted = smtp
         self._smtp: SmtpFront | None = None
-        # what this gateway itself logged, held in memory (``held_log``): by ledger name,
-        # its requests and its deliveries
-        self._held_lock = threading.Lock()
-        self._held: dict[str, tuple[list[RequestRecord], list[Delivery | NoteDelivery]]] = {
-            ledger.name: ([], []) for ledger in ledgers.LEDGERS}
+        self._held = ledgers.HeldLog()  # what this gateway logged, in memory (held_log)
         inspect(self.db_path, GATEWAY_LOG, create=True)  # fail closed: adopt no file
         with contextlib.closing(self._connect()) as conn:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -400,7 +396,7 @@ class MockGateway:
             with self._transaction() as conn:
                 held = ledgers.request_record(conn, ledger, ledgers.insert_request(
                     conn, ledger, evidence, ledgers.FOREIGN_STATUS))
-            self._hold(ledger, held)
+            self._held.add(ledger, held)
             return Outcome(ledgers.FOREIGN_STATUS,
                            {"error": "forbidden", "detail": "not this execution's worker"})
         if fault is not None and fault.kind is FaultKind.ERROR:
@@ -447,20 +443,11 @@ class MockGateway:
         """The request ``seq`` just logged, read in the logging transaction."""
         return ledgers.request_record(conn, ledger, seq)
 
-    def _hold(self, ledger: Ledger, record: RequestRecord,
-              delivery: Delivery | NoteDelivery | None = None) -> None:
-        """Keep a committed request (and its new delivery) in memory (``held_log``)."""
-        with self._held_lock:
-            requests, deliveries = self._held[ledger.name]
-            requests.append(record)
-            if delivery is not None:
-                deliveries.append(delivery)
-
     def _report(self, ledger: Ledger, record: RequestRecord,
                 delivery: Delivery | NoteDelivery | None = None) -> None:
         """Hold a committed request's record and hand it to ``ledger``'s ``on_request``
         hook."""
-        self._hold(ledger, record, delivery)
+        self._held.add(ledger, record, delivery)
         hook = self.on_request if ledger is EMAIL else self.on_note_request
         if hook is not None:
             hook(record)
@@ -475,18 +462,7 @@ class MockGateway:
 
         Only what this object logged: rows of the file from before it (a gateway log
         reused after a restart) are not in it."""
-        with self._held_lock:
-            held = {name: (sorted(r, key=lambda x: x.seq),
-                           sorted(d, key=lambda x: x.delivery_id))
-                    for name, (r, d) in self._held.items()}
-        emails, deliveries = held[EMAIL.name]
-        notes, note_deliveries = held[ledgers.NOTES.name]
-        foreign = tuple(r for r in emails + notes if r.status == ledgers.FOREIGN_STATUS)
-        return GatewayLog(tuple(r for r in emails if r.status != ledgers.FOREIGN_STATUS),
-                          tuple(deliveries),  # type: ignore[arg-type]
-                          tuple(r for r in notes if r.status != ledgers.FOREIGN_STATUS),
-                          tuple(note_deliveries),  # type: ignore[arg-type]
-                          foreign)
+        return self._held.log()
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

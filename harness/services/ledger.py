@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -111,13 +112,50 @@ def read(conn: sqlite3.Connection) -> GatewayLog:
         return tuple(RequestRecord(**{**r, "duplicate": bool(r["duplicate"])})
                      for r in select(RequestRecord, table))
 
-    emails, notes = requests(EMAIL.requests), requests(NOTES.requests)
+    return _log(requests(EMAIL.requests),
+                tuple(Delivery(**r) for r in select(Delivery, EMAIL.deliveries)),
+                requests(NOTES.requests),
+                tuple(NoteDelivery(**r) for r in select(NoteDelivery, NOTES.deliveries)))
+
+
+def _log(emails: tuple[RequestRecord, ...], deliveries: tuple[Delivery, ...],
+         notes: tuple[RequestRecord, ...], note_deliveries: tuple[NoteDelivery, ...]
+         ) -> GatewayLog:
+    """The ``GatewayLog`` of both ledgers' rows: refused senders' requests apart."""
     foreign = tuple(r for r in emails + notes if r.status == FOREIGN_STATUS)
-    return GatewayLog(tuple(r for r in emails if r.status != FOREIGN_STATUS),
-                      tuple(Delivery(**r) for r in select(Delivery, EMAIL.deliveries)),
-                      tuple(r for r in notes if r.status != FOREIGN_STATUS),
-                      tuple(NoteDelivery(**r) for r in select(NoteDelivery, NOTES.deliveries)),
+    return GatewayLog(tuple(r for r in emails if r.status != FOREIGN_STATUS), deliveries,
+                      tuple(r for r in notes if r.status != FOREIGN_STATUS), note_deliveries,
                       foreign)
+
+
+class HeldLog:
+    """What one gateway logged, held in memory as it commits (thread-safe): the harness's
+    own copy of its log file, which a worker of the execution's uid can reach (an unsealed
+    execution: ``../gateway.db``). ``log()`` is in the shape ``read`` gives."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._requests: dict[str, list[RequestRecord]] = {EMAIL.name: [], NOTES.name: []}
+        self._deliveries: dict[str, list[Delivery | NoteDelivery]] = {
+            EMAIL.name: [], NOTES.name: []}
+
+    def add(self, ledger: Ledger, record: RequestRecord,
+            delivery: Delivery | NoteDelivery | None = None) -> None:
+        """Hold a committed request of ``ledger`` and the new delivery it made."""
+        with self._lock:
+            self._requests[ledger.name].append(record)
+            if delivery is not None:
+                self._deliveries[ledger.name].append(delivery)
+
+    def log(self) -> GatewayLog:
+        """Everything held: requests by ``seq``, deliveries by id (the file's order)."""
+        with self._lock:
+            requests = {k: tuple(sorted(v, key=lambda r: r.seq))
+                        for k, v in self._requests.items()}
+            deliveries = {k: tuple(sorted(v, key=lambda d: d.delivery_id))
+                          for k, v in self._deliveries.items()}
+        return _log(requests[EMAIL.name], deliveries[EMAIL.name],  # type: ignore[arg-type]
+                    requests[NOTES.name], deliveries[NOTES.name])  # type: ignore[arg-type]
 
 
 def request_record(conn: sqlite3.Connection, ledger: Ledger, seq: int) -> RequestRecord:
