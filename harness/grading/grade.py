@@ -241,10 +241,11 @@ def _grade(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], results_path: 
         output = f"The grader itself failed ({type(exc).__name__}: {exc}); not your fault."
     elapsed = time.monotonic() - started
     write_results(tests, results_path, elapsed, output)
-    graded = (None if target is None  # a target's folder by name: no path of the grader's
+    # a target by its folder's name: no path of the grader's machine on a student's page
+    graded = (sut.describe() if target is None
               else f"{(target.source or target.folder).name} (target {target.name})")
-    write_report(tests, report_path, sut, output, graded)
-    page_path = write_page(tests, out_dir / "report.html", sut, output, graded)
+    write_report(tests, report_path, graded, output)
+    page_path = write_page(tests, out_dir / "report.html", graded, output)
     return Grade(tuple(tests), sum(t.score for t in tests), sum(t.max_score for t in tests),
                  round(elapsed, 3), output, results_path, report_path, page_path,
                  interrupted)

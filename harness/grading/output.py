@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.grading.safe_io import write_sealed
-from harness.model import Sut
 
 __all__ = ["Grade", "GradedTest", "write_page", "write_report", "write_results"]
 
@@ -59,14 +58,14 @@ def write_results(tests: Sequence[GradedTest], out: Path, elapsed_s: float, outp
     return write_sealed(out, json.dumps(payload, indent=2) + "\n")
 
 
-def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str,
-                 implementation: str | None = None) -> Path:
+def write_report(tests: Sequence[GradedTest], path: Path, implementation: str,
+                 output: str) -> Path:
     """The readable ``report.md`` next to ``results.json``; ``implementation`` names what
-    was graded (default ``sut.describe()``: a target's folder is not ``sut``'s)."""
+    was graded (``harness.grading.grade.grade``: no path of the grader's machine for a
+    target)."""
     total = sum(t.score for t in tests)
     best = sum(t.max_score for t in tests)
-    graded = implementation or sut.describe()
-    lines = [f"# Grade: {total:g} / {best:g}", "", f"Implementation: `{graded}`", "",
+    lines = [f"# Grade: {total:g} / {best:g}", "", f"Implementation: `{implementation}`", "",
              output, "", "| test | score |", "|---|---|"]
     lines += [f"| {t.name} | {t.score:g} / {t.max_score:g} |" for t in tests]
     for t in tests:
@@ -74,8 +73,8 @@ def write_report(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str,
     return write_sealed(path, "\n".join(lines) + "\n")
 
 
-def write_page(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str,
-               implementation: str | None = None) -> Path:
+def write_page(tests: Sequence[GradedTest], path: Path, implementation: str,
+               output: str) -> Path:
     """The student-facing ``report.html`` next to ``report.md``, in the style of the run's
     ``report.html`` (``harness.reports.html.render_grade``: jinja2 autoescape, so every
     string the implementation controls is escaped and its control characters spelled out).
@@ -91,7 +90,6 @@ def write_page(tests: Sequence[GradedTest], path: Path, sut: Sut, output: str,
     total, best = sum(t.score for t in tests), sum(t.max_score for t in tests)
     run_page = path.parent / "run" / "report.html"
     page = render_grade(title=f"Grade: {total:g} / {best:g}", score=total, max_score=best,
-                        implementation=implementation or sut.describe(), output=output,
-                        tests=tests,
+                        implementation=implementation, output=output, tests=tests,
                         run_report="run/report.html" if run_page.is_file() else None)
     return write_sealed(path, page)

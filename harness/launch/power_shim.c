@@ -323,8 +323,7 @@ static void snapshot_tree(const char *path, const char *shadow, const char *rel)
             int fd = open(child, O_RDONLY | O_CLOEXEC);
             if (fd >= 0) {
                 key_of(fd, "", AT_EMPTY_PATH, &st, key, sizeof key);
-                snapshot_content(fd, shadow, key);
-                record_name(shadow, crel, key);
+                snapshot_content(fd, shadow, key);  /* its name: snapshot_dir below */
                 close(fd);
             }
         }

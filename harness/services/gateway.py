@@ -392,33 +392,24 @@ class MockGateway:
             "claimed_pid": int(claimed) if claimed.isdigit() and len(claimed) <= 12 else None,
             "remote_port": remote_port,
         }
-        if refused:
-            with self._transaction() as conn:
-                held = ledgers.request_record(conn, ledger, ledgers.insert_request(
-                    conn, ledger, evidence, ledgers.FOREIGN_STATUS))
-            self._held.add(ledger, held)
+        if refused:  # held, but no hook hears of it: not the execution's
+            self._held.add(ledger, self._log_only(ledger, evidence, ledgers.FOREIGN_STATUS))
             return Outcome(ledgers.FOREIGN_STATUS,
                            {"error": "forbidden", "detail": "not this execution's worker"})
         if fault is not None and fault.kind is FaultKind.ERROR:
             status = fault.status or 500
-            with self._transaction() as conn:
-                record = self._record(conn, ledger,
-                                      ledgers.insert_request(conn, ledger, evidence, status))
-            self._report(ledger, record)
+            self._report(ledger, self._log_only(ledger, evidence, status))
             return Outcome(status, {"error": "injected_fault", "status": status})
         if problem is not None:
             code = 413 if too_large else 400
-            with self._transaction() as conn:
-                record = self._record(conn, ledger,
-                                      ledgers.insert_request(conn, ledger, evidence, code))
-            self._report(ledger, record)
+            self._report(ledger, self._log_only(ledger, evidence, code))
             field, why = problem
             return Outcome(code, {"error": "invalid_request", "field": field,
                                   "detail": f"{field}: {why}"})
         assert message is not None
         with self._transaction() as conn:
             status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
-            record = self._record(conn, ledger, seq)
+            record = ledgers.request_record(conn, ledger, seq)
         self._report(ledger, record, delivery)
         accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
         if delivery is not None and accepted is not None:
@@ -439,9 +430,12 @@ class MockGateway:
         pid = getattr(peer, "pid", None)
         return self.faults_for is None or self.faults_for(pid)
 
-    def _record(self, conn: sqlite3.Connection, ledger: Ledger, seq: int) -> RequestRecord:
-        """The request ``seq`` just logged, read in the logging transaction."""
-        return ledgers.request_record(conn, ledger, seq)
+    def _log_only(self, ledger: Ledger, evidence: dict[str, Any], status: int
+                  ) -> RequestRecord:
+        """Log a request that delivers nothing, answered ``status``; its record."""
+        with self._transaction() as conn:
+            return ledgers.request_record(
+                conn, ledger, ledgers.insert_request(conn, ledger, evidence, status))
 
     def _report(self, ledger: Ledger, record: RequestRecord,
                 delivery: Delivery | NoteDelivery | None = None) -> None:
