@@ -36,7 +36,7 @@ from typing import Any
 from harness.model import PythonTarget, TargetRole
 
 __all__ = ["APP_FIELDS", "APP_TYPES", "DEFAULT_REJECT_FEEDBACK", "FEEDBACK_SLOT", "FIELDS_OF",
-           "app_target", "is_app"]
+           "app_target", "fill_feedback", "is_app"]
 
 #: The fields of an app target, by kind; the first is required.
 FIELDS_OF: dict[str, tuple[str, ...]] = {
@@ -114,16 +114,21 @@ def app_target(kind: str, table: dict[str, Any], folder: Path,
                         kind, kind, options)
 
 
-def _holds_slot(value: Any) -> bool:
-    """Whether a string in ``value`` (a TOML value: nested tables and lists) holds
-    ``FEEDBACK_SLOT``."""
+def fill_feedback(value: Any, feedback: str) -> Any:
+    """``value`` (a TOML value: nested tables and lists) with ``FEEDBACK_SLOT`` replaced by
+    ``feedback`` in each of its strings (``harness.targets.human.rejection_answer``)."""
     if isinstance(value, str):
-        return FEEDBACK_SLOT in value
+        return value.replace(FEEDBACK_SLOT, feedback)
     if isinstance(value, dict):
-        return any(_holds_slot(v) for v in value.values())
+        return {k: fill_feedback(v, feedback) for k, v in value.items()}
     if isinstance(value, list):
-        return any(_holds_slot(v) for v in value)
-    return False
+        return [fill_feedback(v, feedback) for v in value]
+    return value
+
+
+def _holds_slot(value: Any) -> bool:
+    """Whether a string in ``value`` holds ``FEEDBACK_SLOT`` (filling it changes ``value``)."""
+    return fill_feedback(value, "\0") != value
 
 
 def is_app(target: PythonTarget | None) -> bool:

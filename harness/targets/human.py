@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any
 
-from harness.targets.apps import DEFAULT_REJECT_FEEDBACK, FEEDBACK_SLOT
+from harness.targets.apps import DEFAULT_REJECT_FEEDBACK, fill_feedback
 from shopops.approval_records import ApprovalRequest
 from shopops_contract.approvals import DEFAULT_GATE, RequestStatus
 from shopops_contract.digests import draft_digest
@@ -114,18 +114,7 @@ def rejection_answer(ctx: Any, request_ids: list[str]) -> tuple[bool, Any]:
         return True, json.loads(ctx.options.get("reject", "false"))
     raw = ctx.options.get("reject_feedback")
     template = json.loads(raw) if raw else DEFAULT_REJECT_FEEDBACK
-    return True, _filled(template, feedback)
-
-
-def _filled(value: Any, feedback: str) -> Any:
-    """``value`` with ``FEEDBACK_SLOT`` replaced by ``feedback`` in each of its strings."""
-    if isinstance(value, str):
-        return value.replace(FEEDBACK_SLOT, feedback)
-    if isinstance(value, dict):
-        return {k: _filled(v, feedback) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_filled(v, feedback) for v in value]
-    return value
+    return True, fill_feedback(template, feedback)
 
 
 def ended_as(ctx: Any) -> str:
