@@ -1,12 +1,12 @@
 """The gateway's evidence is the log the harness's gateway held in memory
-(``MockGateway.held_log``), not the file a worker can reach: an unsealed target that sends
+(``MockGateway.held_log``), not a file a worker can reach: an unsealed target that sends
 twice and deletes its second delivery from ``../gateway.db`` fails (found by an attack: it
-passed ``shopops-chaos run``)."""
+passed ``shopops-chaos run`` when the ledger was that file). An execution's ledger is in
+memory now (``MockGateway(memory=True)``), written to ``gateway.db`` after the verdict."""
 
 from __future__ import annotations
 
 import shutil
-import sqlite3
 from pathlib import Path
 
 import requests
@@ -59,12 +59,26 @@ def test_a_target_that_deletes_its_second_delivery_from_the_log_fails(tmp_path: 
                         'history = "loop:history"\n')
     plan = ExecutionPlan(load_scenario(scenario), CrashSchedule(()))
     result = execute(plan, tmp_path / "run")
-    in_file = read_log(tmp_path / "run" / "gateway.db")
-    assert len(in_file.deliveries) == 1  # the forgery itself worked on the file
     assert result.verdict is Verdict.FAIL
     failed = {str(c.check_id) for c in result.checks
               if not c.passed and c.applicable and c.undecided is None}
     assert {"no_tampering", "same_key_one_delivery", "exactly_one_delivery"} <= failed
     assert len(result.evidence.gateway.deliveries) == 2
-    with sqlite3.connect(tmp_path / "run" / "gateway.db") as db:  # only the file changed
-        assert db.execute("SELECT COUNT(*) FROM deliveries").fetchone() == (1,)
+    tampering = [e.detail for e in result.evidence.events if str(e.kind) == "tampering"]
+    assert any("gateway.db was created by a worker" in t for t in tampering), tampering
+    # the file kept for the report is the harness's ledger, not what the worker made
+    assert len(read_log(tmp_path / "run" / "gateway.db").deliveries) == 2
+
+
+def test_an_executions_ledger_is_no_file_while_it_runs_and_saved_after(
+        tmp_path: Path) -> None:
+    gateway = MockGateway(tmp_path / "gateway.db", memory=True)
+    with gateway:
+        requests.post(f"{gateway.url}/v1/messages", headers={"Idempotency-Key": "k"},
+                      timeout=10, json={"case_id": "O-1", "to": "a@b", "subject": "s",
+                                        "body": "b"})
+        assert not (tmp_path / "gateway.db").exists()
+        assert len(gateway.log().deliveries) == 1
+    (tmp_path / "gateway.db").write_bytes(b"a worker's file")  # replaced, not adopted
+    gateway.save()
+    assert read_log(tmp_path / "gateway.db") == gateway.held_log()

@@ -77,6 +77,7 @@ from harness.services.approvals import ApprovalService
 from harness.services.channel import FailpointChannel
 from harness.services.gateway import MockGateway
 from harness.story.controller import KillController
+from harness.story.crash_state import database_digest
 from harness.story.engine import drive
 from harness.targets.drive import TargetSeal
 from shopops.records import DEFAULT_FIXTURES
@@ -133,8 +134,8 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                 launcher = SealedLauncher(
                     sandbox, str(install_code(plan.sut.path, plan.sut.module)), tamper,
                     fixtures, server)  # type: ignore[arg-type]
-        record, controller, held = _drive(plan, workdir, launcher or SpawnLauncher(), events,
-                                          worker_timeout_s, sandbox, seal)
+        record, controller, gateway = _drive(plan, workdir, launcher or SpawnLauncher(),
+                                             events, worker_timeout_s, sandbox, seal)
         if sandbox is not None:
             for pid in sandbox.kill_all():
                 events.add(EventKind.LEFTOVER, None, pid, None,
@@ -143,9 +144,11 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
             for line in sandbox.sanitize():
                 events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
                            f"{line}")
-        evidence = collect(plan, record, controller, events, final, held)
+        evidence = collect(plan, record, controller, events, final, gateway.held_log())
         checks, verdict, reasons = assess(evidence, plan)
         keep = keep_databases or verdict != Verdict.PASS
+        if keep:
+            gateway.save()  # its ledger, for the reports and replays (not evidence)
         if sandbox is not None and keep:
             _keep_databases(sandbox.path, final)  # straight home: no second copy
             if seal is not None:
@@ -181,16 +184,17 @@ def _target_seal(sandbox: Sandbox, folder: Path, fixtures: str, sut: Sut) -> Tar
 
 def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
            worker_timeout_s: float, sandbox: Sandbox | None, seal: TargetSeal | None = None
-           ) -> tuple[StoryRecord, KillController, GatewayLog]:
+           ) -> tuple[StoryRecord, KillController, MockGateway]:
     """Play the story with the channel, the gateway and the approval service up; all are
     down on return. A sealed execution's channel and approval service listen on socket
     files in the sandbox's ``shared`` folder, which only its uid can enter. Returns the
-    story's record, the kill controller and the gateway's log as the gateway held it in
-    memory (``MockGateway.held_log``)."""
+    story's record, the kill controller and the gateway, stopped, whose ledger is in
+    memory (``MockGateway(memory=True)``: its ``held_log`` is the evidence, its ``save``
+    writes ``gateway.db`` for the reports)."""
     uid = sandbox.uid if sandbox is not None else None
     folder = sandbox.shared if sandbox is not None else None
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
-    gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid,
+    gateway = MockGateway(workdir / "gateway.db", allowed_uid=uid, memory=True,
                           candidates=lambda: list(controller.by_pid),
                           smtp=plan.scenario.gateway_dialect is GatewayDialect.SMTP)
     # the worker pid the gateway logged for each request (the kernel's answer), by
@@ -230,8 +234,10 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
                        data_dir=sandbox.path if sandbox is not None else None,
                        approvals=approvals.address, seal=seal,
                        pending_faults=gateway.pending_faults,
-                       fingerprint=applies(plan) and len(plan.schedule.kills) == 1)
-    return record, controller, gateway.held_log()
+                       fingerprint=applies(plan) and len(plan.schedule.kills) == 1,
+                       held_databases={"gateway.db": lambda now_s: gateway.read_ledger(
+                           lambda conn: database_digest(conn, now_s))})
+    return record, controller, gateway
 
 
 def _keep_databases(sandbox: Path, workdir: Path) -> None:
@@ -269,8 +275,9 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     folder will be once moved out of the scratch area (``harness.sandbox.scratch``); the evidence
     names that folder, and a gap's reason and the story's errors name its files there
     (a worker's own output is kept as it printed it). ``held``: the gateway's log as the
-    gateway held it in memory; then the evidence is that log, and a file that differs from
-    it is tampering (``_held_gateway``)."""
+    gateway held it in memory, whose ledger no file holds while the execution runs; then
+    the evidence is that log, and anything at the ledger's path is tampering
+    (``_held_gateway``). ``None``: the gateway log is read from ``record.gateway_db``."""
     s = plan.scenario
     home = home or record.workdir
 
@@ -295,9 +302,10 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         g4 = (Gap(EvidenceSource.TARGET, record.target_error)
               if record.target_error is not None else None)
     requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
-    gateway_log, g3 = read_gateway(record.gateway_db)
-    if held is not None:
-        gateway_log, g3 = _held_gateway(gateway_log, g3, held, record.gateway_db, events,
+    if held is None:
+        gateway_log, g3 = read_gateway(record.gateway_db)
+    else:
+        gateway_log, g3 = _held_gateway(held, record.gateway_db, events,
                                         at_home)
     return Evidence(
         execution_id=plan.id, case_id=s.case_id, events=events.snapshot(),
@@ -323,27 +331,20 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     )
 
 
-def _held_gateway(from_file: GatewayLog, gap: Gap | None, held: GatewayLog, db: Path,
-                  events: EventLog, at_home: Callable[[str], str]
-                  ) -> tuple[GatewayLog, Gap | None]:
-    """The gateway's evidence: what the harness's gateway held in memory (``held``), never
-    less. The log file lies in the execution's folder, where an unsealed worker (same uid)
-    can delete a second delivery and pass ``exactly_one_delivery`` (found by an attack: a
-    target that sent twice with two keys and deleted the second row passed ``run``). A
-    file that is gone, unreadable or differs from the held log is recorded as tampering
-    (``no_tampering`` fails), and the held log is judged either way."""
-    if gap is not None:
-        what = gap.reason
-    elif from_file != held:
-        counts = (f"{len(from_file.requests)} requests, {len(from_file.deliveries)} "
-                  f"deliveries, {len(from_file.notes)} notes in the file; "
-                  f"{len(held.requests)}, {len(held.deliveries)}, {len(held.notes)} logged")
-        what = f"gateway log {db} differs from what the gateway logged ({counts})"
-    else:
-        return held, None
-    events.add(EventKind.TAMPERING, None, None, None,
-               at_home(f"{what}: a worker changed the harness's gateway log; the log the "
-                       "harness's gateway held in memory is judged"))
+def _held_gateway(held: GatewayLog, db: Path, events: EventLog,
+                  at_home: Callable[[str], str]) -> tuple[GatewayLog, None]:
+    """The gateway's evidence: what the harness's gateway held in memory (``held``). Its
+    ledger is in the harness's memory while the execution runs (``MockGateway(memory=True)``)
+    and is written to ``db`` only after the verdict; so anything at ``db`` now was put there
+    by a worker — an unsealed one shares the folder (found by an attack: a target that sent
+    twice with two keys and deleted the second row of the then on-disk log passed ``run``)
+    — and is recorded as tampering (``no_tampering`` fails). The held log is judged either
+    way; ``MockGateway.save`` replaces what is at ``db`` when the files are kept."""
+    if os.path.lexists(db):
+        events.add(EventKind.TAMPERING, None, None, None,
+                   at_home(f"{db} was created by a worker: the harness writes its gateway "
+                           "log there only after the verdict; the log the harness's gateway "
+                           "held in memory is judged"))
     return held, None
 
 

@@ -56,9 +56,9 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -72,12 +72,14 @@ from harness.services import dialects
 from harness.services import ledger as ledgers
 from harness.services.dialects import MOCK_RESEND_KEY, RESEND_PATH, Outcome
 from harness.services.ledger import EMAIL, Ledger, read_log
+from harness.services.ledger_db import LedgerDatabase
 from harness.services.peers import Peer, tcp_peer
 from harness.services.serving import ServerThread
 from harness.services.smtp import SmtpFront
-from shopops.checkpoint_file import OurSchema, inspect
+from shopops.checkpoint_file import OurSchema
 
 _log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 __all__ = ["FAULT_KINDS", "GATEWAY_LOG", "MAX_FAULT_MS", "MESSAGE_FIELDS", "Delivery", "FaultSpec",
            "GatewayLog", "MockGateway", "RequestRecord", "read_log"]
@@ -128,6 +130,12 @@ class MockGateway:
             set, else every process. Keeps the kernel look-up cheap.
         smtp: also serve SMTP on an ephemeral loopback port (``smtp_port``;
             ``harness.services.smtp``, needs ``aiosmtpd``).
+        memory: keep the ledger in this process's memory (SQLite ``:memory:``, the same
+            tables) and write ``db_path`` only when ``save`` is called: an execution's
+            gateway (``harness.run.execution``). No file exists while workers run, so none
+            can change it, and a passing execution, whose databases a run drops, writes
+            none (issue 27: the file's SQLite work was ~3 ms of the harness's CPU an
+            execution).
 
     Resend's ``POST /emails`` is always served beside the native API
     (``harness.services.dialects``); a Resend or SMTP message belongs to ``case_id``.
@@ -140,7 +148,7 @@ class MockGateway:
                  on_note_request: Callable[[RequestRecord], None] | None = None,
                  control: bool = False, allowed_uid: int | None = None,
                  candidates: Callable[[], Iterable[int]] | None = None,
-                 smtp: bool = False) -> None:
+                 smtp: bool = False, memory: bool = False) -> None:
         self.db_path = Path(db_path)
         self.host, self.port = host, port
         self.on_accepted = on_accepted
@@ -168,10 +176,7 @@ class MockGateway:
         self._smtp_wanted = smtp
         self._smtp: SmtpFront | None = None
         self._held = ledgers.HeldLog()  # what this gateway logged, in memory (held_log)
-        inspect(self.db_path, GATEWAY_LOG, create=True)  # fail closed: adopt no file
-        with contextlib.closing(self._connect()) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(ledgers.SCHEMA)
+        self._ledger = LedgerDatabase(self.db_path, GATEWAY_LOG, memory=memory)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> MockGateway:
@@ -276,18 +281,22 @@ class MockGateway:
             return tuple(self._faults)
 
     def log(self) -> GatewayLog:
-        """The durable log as it is now."""
-        with contextlib.closing(self._connect()) as conn:
-            return ledgers.read(conn)
+        """The log as it is now (the file's, or the in-memory ledger's)."""
+        return self._ledger.read(ledgers.read)
+
+    def read_ledger(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        """``read(connection)`` on the ledger (``LedgerDatabase.read``); its result."""
+        return self._ledger.read(read)
+
+    def save(self) -> None:
+        """Write an in-memory ledger (``memory=True``) to ``db_path``, replacing what is
+        there; call it after ``stop``. Nothing for a ledger that is its file
+        (``LedgerDatabase.save``, whose errors it raises)."""
+        self._ledger.save()
 
     def _take_fault(self) -> FaultSpec | None:
         with self._faults_lock:
             return self._faults.popleft() if self._faults else None
-
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.db_path, timeout=30, isolation_level=None)
-        conn.execute("PRAGMA synchronous=FULL")
-        return conn
 
     # -- HTTP ---------------------------------------------------------------------------
     def _wsgi(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
@@ -407,7 +416,7 @@ class MockGateway:
             return Outcome(code, {"error": "invalid_request", "field": field,
                                   "detail": f"{field}: {why}"})
         assert message is not None
-        with self._transaction() as conn:
+        with self._ledger.transaction() as conn:
             status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
             record = ledgers.request_record(conn, ledger, seq)
         self._report(ledger, record, delivery)
@@ -433,7 +442,7 @@ class MockGateway:
     def _log_only(self, ledger: Ledger, evidence: dict[str, Any], status: int
                   ) -> RequestRecord:
         """Log a request that delivers nothing, answered ``status``; its record."""
-        with self._transaction() as conn:
+        with self._ledger.transaction() as conn:
             return ledgers.request_record(
                 conn, ledger, ledgers.insert_request(conn, ledger, evidence, status))
 
@@ -457,17 +466,6 @@ class MockGateway:
         Only what this object logged: rows of the file from before it (a gateway log
         reused after a restart) are not in it."""
         return self._held.log()
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with contextlib.closing(self._connect()) as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
 
 
 #: The log endpoints of the control socket and the ``GatewayLog`` field each serves.

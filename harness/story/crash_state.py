@@ -6,11 +6,12 @@ happens, the story engine calls ``fingerprint``: a SHA-256 of everything the nex
 the rest of the story can see or depend on —
 
 - every file of the workers' data folder (their cwd) and the harness's own files beside it
-  (checkpoint rows, leases, migrations and dead letters; the approval requests and tickets;
-  the gateway's request log and deliveries); an SQLite file by its rows, any other file by
-  its bytes. Left out: what differs between two runs of the same state without changing
-  what follows — wall-clock timestamps, process ids, ports and uids, and the approval
-  service's own call log, which no worker reads; an absolute deadline (a lease's expiry, a
+  (checkpoint rows, leases, migrations and dead letters; the approval requests and tickets),
+  and the gateway's request log and deliveries, which the harness holds in memory; an
+  SQLite database by its rows, any other file by its bytes. Left out: what differs between
+  two runs of the same state without changing what follows — wall-clock timestamps,
+  process ids, ports and uids, and the approval service's own call log, which no worker
+  reads; an absolute deadline (a lease's expiry, a
   ticket's issue time) is kept as minutes from the story's simulated now, which is what a
   worker compares it with;
 - the story's position: the step, the worker within it, how many workers ran, whether the
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["DROPPED_COLUMNS", "RELATIVE_COLUMNS", "SKIPPED_TABLES", "after_first_kill",
-           "durable_digest", "fingerprint", "simulated_now"]
+           "database_digest", "durable_digest", "fingerprint", "simulated_now"]
 
 #: Columns that hold a wall-clock time, a pid, a port or a uid: they differ between two
 #: runs of the same state and no worker decides on them (checked against the schemas of
@@ -88,13 +89,13 @@ def after_first_kill(engine: Any, run: Any, step: Any, nth: int) -> str | None:
         "faults": [repr(f) for f in engine.pending_faults()],
         "lock": engine.storage.lock_holder is not None,
     }
-    return fingerprint(
-        story, (engine.w.data_dir, engine.w.workdir),
-        simulated_now(engine.w.clock_offset_s))
+    now_s = simulated_now(engine.w.clock_offset_s)
+    return fingerprint(story, (engine.w.data_dir, engine.w.workdir), now_s,
+                       {name: digest(now_s) for name, digest in engine.held_databases.items()})
 
 
 def fingerprint(story: Mapping[str, object], folders: Iterable[Path],
-                now_s: float) -> str:
+                now_s: float, held: Mapping[str, str] | None = None) -> str:
     """The SHA-256 (hex) of ``story`` (JSON-able facts of the story's position) and of the
     durable files under ``folders``.
 
@@ -103,10 +104,14 @@ def fingerprint(story: Mapping[str, object], folders: Iterable[Path],
         folders: the workers' data folder and the execution folder (the same for an
             execution that is not sealed; each file counted once).
         now_s: the story's simulated now, in epoch seconds (``RELATIVE_COLUMNS``).
+        held: the digests (``database_digest``) of the databases the harness holds in
+            memory, by name (the gateway's ledger: no file while workers run).
     """
     h = hashlib.sha256()
     h.update(json.dumps(story, sort_keys=True, default=str).encode())
     h.update(durable_digest(folders, now_s).encode())
+    for name, digest in sorted((held or {}).items()):
+        h.update(f"\0held {name} {digest}\0".encode())
     return h.hexdigest()
 
 
@@ -175,24 +180,36 @@ def _raw_digest(path: Path) -> str:
 
 def _sqlite_digest(path: Path, now_s: float) -> str:
     """The rows of every table, read only (the WAL's content included)."""
-    h = hashlib.sha256()
     with closing(sqlite3.connect(path.as_uri() + "?mode=ro", uri=True)) as db:
-        tables = [r[0] for r in db.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
-        schema = db.execute("SELECT type, name, sql FROM sqlite_master "
-                            "ORDER BY type, name").fetchall()
-        h.update(repr(schema).encode())
-        for table in tables:
-            if table in SKIPPED_TABLES:
-                continue
-            quoted = '"' + table.replace('"', '""') + '"'
-            cur = db.execute(f"SELECT * FROM {quoted} ORDER BY rowid")  # noqa: S608
-            names = [d[0] for d in cur.description]
-            h.update(f"\0table {table} {names}\0".encode())
-            for row in cur:
-                kept = [_relative(v, now_s) if n in RELATIVE_COLUMNS else v
-                        for n, v in zip(names, row, strict=True) if n not in DROPPED_COLUMNS]
-                h.update(repr(kept).encode())
+        return database_digest(db, now_s)
+
+
+def database_digest(db: sqlite3.Connection, now_s: float) -> str:
+    """The SHA-256 (hex) of an open SQLite database: its schema and the rows of every
+    table but ``SKIPPED_TABLES``, ``DROPPED_COLUMNS`` left out, ``RELATIVE_COLUMNS``
+    relative to ``now_s`` (epoch seconds). Also what a database the harness holds in memory
+    counts as (the gateway's ledger, ``harness.services.gateway.MockGateway.read_ledger``).
+
+    Raises:
+        sqlite3.Error: it cannot be read.
+    """
+    h = hashlib.sha256()
+    tables = [r[0] for r in db.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    schema = db.execute("SELECT type, name, sql FROM sqlite_master "
+                        "ORDER BY type, name").fetchall()
+    h.update(repr(schema).encode())
+    for table in tables:
+        if table in SKIPPED_TABLES:
+            continue
+        quoted = '"' + table.replace('"', '""') + '"'
+        cur = db.execute(f"SELECT * FROM {quoted} ORDER BY rowid")  # noqa: S608
+        names = [d[0] for d in cur.description]
+        h.update(f"\0table {table} {names}\0".encode())
+        for row in cur:
+            kept = [_relative(v, now_s) if n in RELATIVE_COLUMNS else v
+                    for n, v in zip(names, row, strict=True) if n not in DROPPED_COLUMNS]
+            h.update(repr(kept).encode())
     return h.hexdigest()
 
 

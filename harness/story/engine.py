@@ -69,7 +69,8 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
           data_dir: Path | None = None, approvals: str | None = None,
           email_env: Mapping[str, str] | None = None, seal: TargetSeal | None = None,
           pending_faults: Callable[[], tuple[object, ...]] | None = None,
-          fingerprint: bool = False) -> StoryRecord:
+          fingerprint: bool = False,
+          held_databases: Mapping[str, Callable[[float], str]] | None = None) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``): the workers' cwd and databases, a sealed execution's sandbox;
     ``seal``: how that execution runs a target (``TargetSeal``). ``approvals``: the address
@@ -77,7 +78,9 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
     open that file). ``email_env``: what points an app's email client at the gateway.
     ``pending_faults``: the gateway faults not yet spent. ``fingerprint``: take the
     fingerprint of the state the first kill leaves (``StoryRecord.crash_state``; only where
-    equivalence may use it: it costs a read of every file).
+    equivalence may use it: it costs a read of every file). ``held_databases``: by name,
+    the digest at a simulated now (epoch seconds) of each database the harness holds in
+    memory (the gateway's ledger), counted in that fingerprint.
 
     A harness error while the story runs cuts it short: it is recorded in
     ``StoryRecord.errors`` (the verdict can then only be ``fail`` or ``unknown``). So is a
@@ -94,6 +97,7 @@ def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: Ki
                      approvals=approvals, email_env=email_env, seal=seal)
     engine.pending_faults = pending_faults or tuple
     engine.fingerprint = fingerprint
+    engine.held_databases = dict(held_databases or {})
     try:
         engine.play()
         engine.read_target()
@@ -149,6 +153,8 @@ class _Engine:
         self.target_error: str | None = None
         self.pending_faults: Callable[[], tuple[object, ...]] = tuple
         self.fingerprint = False  # take crash_state at the first kill
+        #: the digest, at a simulated now, of each database the harness holds in memory
+        self.held_databases: dict[str, Callable[[float], str]] = {}
         self.step_index = 0  # the step being played
         self.crash_state: str | None = None  # the fingerprint after the first kill
         self._crashed = False  # a worker was killed by the harness (the first kill is past)
