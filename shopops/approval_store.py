@@ -66,6 +66,11 @@ class SqliteStore:
             approval service adds its call log: ``harness.services.approvals.SERVICE_QUEUE``).
         threads: the connection may be used from any thread (``check_same_thread=False``,
             Python's ``sqlite3`` docs); the caller then serializes the calls itself.
+        connection: an open connection (autocommit, ``isolation_level=None``) whose
+            database becomes the queue (its tables created if missing): the harness's
+            approval service keeps an execution's records in memory
+            (``harness.services.approvals``). ``path`` then only names it in messages; no
+            file is inspected or opened. ``close`` closes it.
 
     Raises:
         NotOurDatabase: ``path`` is not an approval queue of ours; decided read-only
@@ -75,13 +80,16 @@ class SqliteStore:
 
     def __init__(self, path: str | os.PathLike[str], busy_timeout_s: float = 5.0, *,
                  create: bool = True, kind: checkpoint_file.OurSchema = APPROVAL_QUEUE,
-                 threads: bool = False) -> None:
+                 threads: bool = False, connection: sqlite3.Connection | None = None) -> None:
         self.path = os.fspath(path)
-        checkpoint_file.inspect(self.path, kind, create=create)
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=busy_timeout_s,
-                                     check_same_thread=not threads)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=FULL")
+        if connection is not None:  # the caller's database (one in memory): adopted as is
+            self._conn = connection
+        else:
+            checkpoint_file.inspect(self.path, kind, create=create)
+            self._conn = sqlite3.connect(self.path, isolation_level=None,
+                                         timeout=busy_timeout_s, check_same_thread=not threads)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=FULL")
         self._conn.executescript(_SCHEMA)
         columns = {r[1] for r in self._conn.execute("PRAGMA table_info(approval_requests)")}
         if "feedback" not in columns:  # a queue database from before feedback existed

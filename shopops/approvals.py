@@ -53,6 +53,9 @@ class ApprovalQueue:
             (``shopops approve``/``reject``: nothing to decide without a request) such a
             file is refused and nothing is created.
         kind: the file's schema as accepted (``approval_store.SqliteStore``).
+        store: an open store to act on instead (the harness's approval service lends its
+            own, ``harness.services.approvals.ApprovalService.queue``); ``close`` leaves it
+            open.
 
     Raises:
         NotOurDatabase: ``path`` is not an approval queue (another application's tables, a
@@ -70,16 +73,20 @@ class ApprovalQueue:
         service: str | None = None,
         create: bool = True,
         kind: OurSchema = APPROVAL_QUEUE,
+        store: SqliteStore | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self.clock = clock
+        self._owned = store is None
         self._store: SqliteStore | RemoteStore = (
-            RemoteStore(service) if service else SqliteStore(self.path, busy_timeout_s,
-                                                             create=create, kind=kind))
+            store if store is not None else RemoteStore(service) if service
+            else SqliteStore(self.path, busy_timeout_s, create=create, kind=kind))
 
     def close(self) -> None:
-        """Close the store's connection."""
-        self._store.close()
+        """Close the store's connection (not a ``store`` the caller gave: it stays the
+        caller's)."""
+        if self._owned:
+            self._store.close()
 
     def __enter__(self) -> ApprovalQueue:
         return self
@@ -88,6 +95,12 @@ class ApprovalQueue:
         self.close()
 
     # -- the worker's side ------------------------------------------------------------
+    def record(self, request: ApprovalRequest) -> None:
+        """Record ``request`` as given, its id included (nothing if that id exists): the
+        harness restoring a request a migrated checkpoint names
+        (``harness.story.queue_acts.request_migrated``). A loop asks with ``request``."""
+        self._store.add_request(request)
+
     def request(self, case_id: str, draft_digest: str, gate: str = DEFAULT_GATE) -> str:
         """Propose a gated action for approval; idempotent for the same case, gate and
         content.

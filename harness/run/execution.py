@@ -40,6 +40,7 @@ from harness.judge.evidence import (
     read_gateway,
 )
 from harness.judge.observers import store
+from harness.judge.observers.approvals import records_of
 from harness.judge.observers.store import migrations
 from harness.launch.launcher import Launcher
 from harness.launch.sealed import SealedLauncher, sealed_target_argv, worker_env
@@ -47,6 +48,7 @@ from harness.launch.spawn import SpawnLauncher
 from harness.model import (
     DEFAULT_GATE,
     NOTE_GATE,
+    ApprovalRecord,
     EventKind,
     Evidence,
     EvidenceSource,
@@ -61,6 +63,7 @@ from harness.model import (
     RequestRecord,
     StoryRecord,
     Sut,
+    TicketRecord,
     Verdict,
 )
 from harness.run.equivalence import applies
@@ -134,8 +137,8 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
                 launcher = SealedLauncher(
                     sandbox, str(install_code(plan.sut.path, plan.sut.module)), tamper,
                     fixtures, server)  # type: ignore[arg-type]
-        record, controller, gateway = _drive(plan, workdir, launcher or SpawnLauncher(),
-                                             events, worker_timeout_s, sandbox, seal)
+        record, controller, gateway, approvals = _drive(
+            plan, workdir, launcher or SpawnLauncher(), events, worker_timeout_s, sandbox, seal)
         if sandbox is not None:
             for pid in sandbox.kill_all():
                 events.add(EventKind.LEFTOVER, None, pid, None,
@@ -144,11 +147,13 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
             for line in sandbox.sanitize():
                 events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
                            f"{line}")
-        evidence = collect(plan, record, controller, events, final, gateway.held_log())
+        evidence = collect(plan, record, controller, events, final, gateway.held_log(),
+                           approvals)
         checks, verdict, reasons = assess(evidence, plan)
         keep = keep_databases or verdict != Verdict.PASS
-        if keep:
-            gateway.save()  # its ledger, for the reports and replays (not evidence)
+        if keep:  # the records held in memory, for the reports and replays (not evidence)
+            gateway.save()
+            approvals.save()
         if sandbox is not None and keep:
             _keep_databases(sandbox.path, final)  # straight home: no second copy
             if seal is not None:
@@ -184,13 +189,13 @@ def _target_seal(sandbox: Sandbox, folder: Path, fixtures: str, sut: Sut) -> Tar
 
 def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: EventLog,
            worker_timeout_s: float, sandbox: Sandbox | None, seal: TargetSeal | None = None
-           ) -> tuple[StoryRecord, KillController, MockGateway]:
+           ) -> tuple[StoryRecord, KillController, MockGateway, ApprovalService]:
     """Play the story with the channel, the gateway and the approval service up; all are
     down on return. A sealed execution's channel and approval service listen on socket
     files in the sandbox's ``shared`` folder, which only its uid can enter. Returns the
-    story's record, the kill controller and the gateway, stopped, whose ledger is in
-    memory (``MockGateway(memory=True)``: its ``held_log`` is the evidence, its ``save``
-    writes ``gateway.db`` for the reports)."""
+    story's record, the kill controller, and the gateway and the approval service, both
+    stopped, whose records are in memory (``memory=True``: the evidence is read from them,
+    their ``save`` writes ``gateway.db`` and ``approvals.db`` for the reports)."""
     uid = sandbox.uid if sandbox is not None else None
     folder = sandbox.shared if sandbox is not None else None
     controller = KillController(plan.schedule.kills, events, allowed_uid=uid)
@@ -222,22 +227,26 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
     def tampered(line: str) -> None:
         events.add(EventKind.TAMPERING, None, None, None, line)
 
+    def consumed(pid: int, ticket_id: str, key: str) -> None:
+        events.add(EventKind.CONSUMED, None, pid, None, f"key {key}", ref=ticket_id)
+
     with FailpointChannel(controller.on_hit, tampered, folder) as channel, gateway, \
             ApprovalService(workdir / "approvals.db", allowed_uid=uid, on_tamper=tampered,
-                            folder=folder, on_consumed=lambda pid, ticket_id, key: events.add(
-                                EventKind.CONSUMED, None, pid, None, f"key {key}",
-                                ref=ticket_id)) as approvals:
+                            folder=folder, memory=True, on_consumed=consumed) as approvals:
         record = drive(plan, workdir, launcher, controller, events,
                        gateway_url=gateway.url, email_env=gateway.worker_env(),
                        channel=channel.path,
                        worker_timeout_s=worker_timeout_s,
                        data_dir=sandbox.path if sandbox is not None else None,
-                       approvals=approvals.address, seal=seal,
+                       approvals=approvals, seal=seal,
                        pending_faults=gateway.pending_faults,
                        fingerprint=applies(plan) and len(plan.schedule.kills) == 1,
-                       held_databases={"gateway.db": lambda now_s: gateway.read_ledger(
-                           lambda conn: database_digest(conn, now_s))})
-    return record, controller, gateway
+                       held_databases={
+                           "gateway.db": lambda now_s: gateway.read_ledger(
+                               lambda conn: database_digest(conn, now_s)),
+                           "approvals.db": lambda now_s: approvals.read(
+                               lambda conn: database_digest(conn, now_s))})
+    return record, controller, gateway, approvals
 
 
 def _keep_databases(sandbox: Path, workdir: Path) -> None:
@@ -268,7 +277,8 @@ def _keep_target_state(state: Path, home: Path) -> None:
 
 def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController,
             events: EventLog, home: Path | None = None,
-            held: GatewayLog | None = None) -> Evidence:
+            held: GatewayLog | None = None,
+            approvals: ApprovalService | None = None) -> Evidence:
     """The evidence of one execution: the story's record, the harness's trace, and the
     checkpoint history, approval records and gateway log read back from the files (read
     only; a file that cannot be read becomes a ``Gap``). ``home``: where the execution's
@@ -277,7 +287,9 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     (a worker's own output is kept as it printed it). ``held``: the gateway's log as the
     gateway held it in memory, whose ledger no file holds while the execution runs; then
     the evidence is that log, and anything at the ledger's path is tampering
-    (``_held_gateway``). ``None``: the gateway log is read from ``record.gateway_db``."""
+    (``_held_gateway``). ``None``: the gateway log is read from ``record.gateway_db``.
+    ``approvals``: the approval service whose records are in memory (``_held_approvals``);
+    ``None``: they are read from ``record.approvals_db``."""
     s = plan.scenario
     home = home or record.workdir
 
@@ -301,7 +313,9 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
                                                    observes=frozenset())
         g4 = (Gap(EvidenceSource.TARGET, record.target_error)
               if record.target_error is not None else None)
-    requests, tickets, g2 = read_approvals(record.approvals_db, s.case_id)
+    requests, tickets, g2 = (
+        read_approvals(record.approvals_db, s.case_id) if approvals is None
+        else _held_approvals(approvals, record.approvals_db, s.case_id, events, at_home))
     if held is None:
         gateway_log, g3 = read_gateway(record.gateway_db)
     else:
@@ -346,6 +360,26 @@ def _held_gateway(held: GatewayLog, db: Path, events: EventLog,
                            "log there only after the verdict; the log the harness's gateway "
                            "held in memory is judged"))
     return held, None
+
+
+def _held_approvals(service: ApprovalService, db: Path, case_id: str, events: EventLog,
+                    at_home: Callable[[str], str]
+                    ) -> tuple[tuple[ApprovalRecord, ...], tuple[TicketRecord, ...],
+                               Gap | None]:
+    """The case's approval records as the harness's approval service holds them in memory
+    (``ApprovalService(memory=True)``; ``approvals.db`` is written only after the verdict):
+    anything at ``db`` now was put there by a worker and is recorded as tampering, like
+    the gateway's ledger (``_held_gateway``)."""
+    if os.path.lexists(db):
+        events.add(EventKind.TAMPERING, None, None, None,
+                   at_home(f"{db} was created by a worker: the harness writes its approval "
+                           "records there only after the verdict; the records its approval "
+                           "service held in memory are judged"))
+    try:
+        requests, tickets = service.read(lambda conn: records_of(conn, case_id))
+    except sqlite3.Error as exc:
+        return (), (), Gap(EvidenceSource.APPROVALS, f"approval records unreadable: {exc}")
+    return requests, tickets, None
 
 
 def _gone(db: Path, events: EventLog) -> Gap | None:

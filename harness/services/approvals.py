@@ -3,11 +3,13 @@
 A worker of an execution reaches the approval queue's records only through this service
 (``SHOPOPS_APPROVALS_SOCKET``; the client is ``shopops.approval_client.RemoteStore``, whose
 docstring is the protocol). The records are an ordinary approval database
-(``shopops.approval_store``) in the execution folder, which a sealed worker cannot open; so
-a worker can add a pending request and bind an unconsumed ticket to its send, and nothing
-else: no request is deleted or changed, no consumption undone, no ticket issued. Approving
-and rejecting are the human's acts, done by the harness on the same file
-(``harness.story.engine``).
+(``shopops.approval_store``): an execution's is in the harness's memory (``memory=True``,
+SQLite ``:memory:``; ``approvals.db`` is written in the execution folder only after the
+verdict, by ``save``), a file otherwise, which a sealed worker cannot open; so a worker can
+add a pending request and bind an unconsumed ticket to its send, and nothing else: no
+request is deleted or changed, no consumption undone, no ticket issued. Approving and
+rejecting are the human's acts, done by the harness on the same records
+(``ApprovalService.queue``, ``harness.story.engine``).
 
 Who asks is the kernel's word (``SO_PEERCRED``, ``unix(7)``), as on the failpoint channel:
 with ``allowed_uid`` set (a sealed execution) a call of another uid is refused and logged,
@@ -37,14 +39,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
+import shutil
 import socket
 import socketserver
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.services.channel import peer_credentials
 from harness.services.serving import ServerThread, open_socket, socket_address
@@ -54,11 +58,14 @@ from shopops.approval_records import (
     to_wire,
 )
 from shopops.approval_store import APPROVAL_QUEUE, SqliteStore
+from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops_contract.approvals import DEFAULT_GATE, GATES, RequestStatus
 
 __all__ = ["MAX_CONNECTIONS", "MAX_CONNECTIONS_PER_WORKER", "MAX_FIELD", "MAX_REQUESTS",
            "MAX_REQUESTS_PER_WORKER", "WORKER_OPS", "ApprovalService"]
+
+T = TypeVar("T")
 
 #: The operations a worker may ask for (``shopops.approval_client``).
 WORKER_OPS = ("add_request", "requests", "tickets", "ticket", "mark_consumed")
@@ -251,6 +258,11 @@ class ApprovalService:
             ``(pid, ticket_id, key)`` when a worker's ``mark_consumed`` bound a ticket that
             was unconsumed: the service's own record of when each ticket was consumed
             (``ticket_consumed_first`` sets it against the gateway's requests).
+        memory: keep the records (and the call log) in this process's memory, one SQLite
+            ``:memory:`` connection, and write ``db_path`` only when ``save`` is called: an
+            execution's service (``harness.run.execution``; issue 27: opening, syncing and
+            reading back the file was ~3 ms of the harness's CPU an execution). No file
+            exists while the workers run, so none can change or truncate it.
 
     ``address`` (``@name``) goes into the workers' ``SHOPOPS_APPROVALS_SOCKET``.
     """
@@ -258,19 +270,28 @@ class ApprovalService:
     def __init__(self, db_path: str | Path, *, allowed_uid: int | None = None,
                  on_tamper: Callable[[str], object] | None = None,
                  folder: Path | None = None,
-                 on_consumed: Callable[[int, str, str], object] | None = None) -> None:
+                 on_consumed: Callable[[int, str, str], object] | None = None,
+                 memory: bool = False) -> None:
         self.db_path = Path(db_path)
         self.allowed_uid = allowed_uid
         self.on_tamper = on_tamper or (lambda line: None)
         self.on_consumed = on_consumed or (lambda pid, ticket_id, key: None)
+        self.memory = memory
         # the schema exists before any worker asks; one store and one log connection serve
         # every connection's calls, one call at a time (opening them per worker connection
-        # cost ~1.5 ms each)
-        self._store = SqliteStore(self.db_path, busy_timeout_s=30.0, kind=SERVICE_QUEUE,
-                                  threads=True)
-        self._log = sqlite3.connect(self.db_path, timeout=30, isolation_level=None,
-                                    check_same_thread=False)
+        # cost ~1.5 ms each); in memory both are the one connection to the database
+        if memory:
+            self._log = sqlite3.connect(":memory:", isolation_level=None,
+                                        check_same_thread=False)
+            self._store = SqliteStore(self.db_path, kind=SERVICE_QUEUE, threads=True,
+                                      connection=self._log)
+        else:
+            self._store = SqliteStore(self.db_path, busy_timeout_s=30.0, kind=SERVICE_QUEUE,
+                                      threads=True)
+            self._log = sqlite3.connect(self.db_path, timeout=30, isolation_level=None,
+                                        check_same_thread=False)
         self._log.executescript(_LOG_SCHEMA)
+        self._closed = False
         self._calls = threading.Lock()
         self._requests: dict[int, int] = {}  # requests per worker pid
         self._total = 0  # requests from all pids
@@ -347,17 +368,64 @@ class ApprovalService:
             self.on_consumed(pid, str(args["ticket_id"]), str(args.get("key")))
         return {"ok": True, "result": result}
 
+    @contextlib.contextmanager
+    def queue(self, clock: Callable[[], float] = time.time) -> Iterator[ApprovalQueue]:
+        """The approval queue on the service's own records, for the human's acts (the
+        harness's story: approve, reject, a forged ticket): one call at a time with the
+        workers' calls, no second connection to open.
+
+        Raises:
+            RuntimeError: the service is closed.
+        """
+        with self._calls:
+            if self._closed:
+                raise RuntimeError("the approval service is closed")
+            yield ApprovalQueue(self.db_path, clock=clock, store=self._store)
+
+    def read(self, read: Callable[[sqlite3.Connection], T]) -> T:
+        """``read(connection)`` on the records (between two calls; after ``close`` too,
+        in memory, until ``save``); its result.
+
+        Raises:
+            sqlite3.Error: as ``read`` raises it; ``sqlite3.ProgrammingError`` on a file's
+                service once closed.
+        """
+        with self._calls:
+            return read(self._log)
+
+    def save(self) -> None:
+        """Write records kept in memory (``memory=True``) to ``db_path`` with SQLite's
+        online backup (``sqlite3.Connection.backup``), replacing whatever is there (a file
+        a worker put there is not the service's: the caller has recorded it), then free
+        them. Call it after ``close``; nothing for a service whose records are its file.
+
+        Raises:
+            OSError: what is at ``db_path`` cannot be removed.
+            sqlite3.Error: the file cannot be written.
+        """
+        if not self.memory:
+            return
+        if os.path.isdir(self.db_path) and not os.path.islink(self.db_path):
+            shutil.rmtree(self.db_path)
+        elif os.path.lexists(self.db_path):
+            os.unlink(self.db_path)
+        with self._calls, contextlib.closing(sqlite3.connect(self.db_path)) as target:
+            self._log.backup(target)
+
     def close(self) -> None:
         """Stop serving (at once) and end the connections still open, waiting (up to
-        ``HANDLER_WAIT_S``) for their threads, then close the service's SQLite connections.
-        Idempotent."""
+        ``HANDLER_WAIT_S``) for their threads, then close the service's SQLite connections
+        (records in memory stay readable, ``read``, and savable, ``save``, until the
+        object is freed). Idempotent."""
         self._serving.stop()
         server = self._serving.server
         assert isinstance(server, _Server)
         server.finish_handlers(HANDLER_WAIT_S)
         with self._calls:
-            self._store.close()
-            self._log.close()
+            self._closed = True
+            if not self.memory:
+                self._store.close()
+                self._log.close()
 
     def __enter__(self) -> ApprovalService:
         return self

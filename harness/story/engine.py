@@ -13,8 +13,9 @@ injected fault, which it records."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from harness.judge.evidence import EventLog, history_at, latest_checkpoint, read_checkpoints
@@ -46,7 +47,7 @@ from harness.model import (
     WorkersStep,
 )
 from harness.plan.story_plan import story_of
-from harness.services.approvals import SERVICE_QUEUE
+from harness.services.approvals import SERVICE_QUEUE, ApprovalService
 from harness.story import crash_state
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
 from harness.story.queue_acts import draft_not_durable, other_case_ticket, request_migrated
@@ -66,16 +67,17 @@ OTHER_CASE = ("case-O-1002", "O-1002")
 
 def drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, controller: KillController,
           events: EventLog, *, gateway_url: str, channel: str, worker_timeout_s: float,
-          data_dir: Path | None = None, approvals: str | None = None,
+          data_dir: Path | None = None, approvals: ApprovalService | None = None,
           email_env: Mapping[str, str] | None = None, seal: TargetSeal | None = None,
           pending_faults: Callable[[], tuple[object, ...]] | None = None,
           fingerprint: bool = False,
           held_databases: Mapping[str, Callable[[float], str]] | None = None) -> StoryRecord:
     """Play the story of ``plan`` in ``workdir`` and return what happened. ``data_dir``
     (default ``workdir``): the workers' cwd and databases, a sealed execution's sandbox;
-    ``seal``: how that execution runs a target (``TargetSeal``). ``approvals``: the address
-    of the harness's approval service over ``workdir/approvals.db`` (``None``: the workers
-    open that file). ``email_env``: what points an app's email client at the gateway.
+    ``seal``: how that execution runs a target (``TargetSeal``). ``approvals``: the harness's
+    approval service (its workers get its address; the human acts on its records through
+    ``ApprovalService.queue``); ``None``: the workers and the human open
+    ``workdir/approvals.db``. ``email_env``: what points an app's email client at the gateway.
     ``pending_faults``: the gateway faults not yet spent. ``fingerprint``: take the
     fingerprint of the state the first kill leaves (``StoryRecord.crash_state``; only where
     equivalence may use it: it costs a read of every file). ``held_databases``: by name,
@@ -125,7 +127,8 @@ class _Engine:
     def __init__(self, plan: ExecutionPlan, workdir: Path, launcher: Launcher,
                  controller: KillController, events: EventLog, *, gateway_url: str,
                  channel: str, worker_timeout_s: float, data_dir: Path | None = None,
-                 approvals: str | None = None, email_env: Mapping[str, str] | None = None,
+                 approvals: ApprovalService | None = None,
+                 email_env: Mapping[str, str] | None = None,
                  seal: TargetSeal | None = None) -> None:
         self.s = s = plan.scenario
         self.steps = story_of(s)
@@ -137,7 +140,9 @@ class _Engine:
         self.w = Workers(s, plan.sut, workdir, launcher, controller, events,
                          gateway_url=gateway_url, channel=channel,
                          timeout_s=worker_timeout_s, extra_wait_s=extra, data_dir=data_dir,
-                         approvals=approvals, email_env=email_env, seal=seal)
+                         approvals=approvals.address if approvals is not None else None,
+                         email_env=email_env, seal=seal)
+        self.service = approvals
         self.storage = StorageSteps(self.w, controller, events, s.case_id)
         # the budget of workers: one per kill, the largest group, and a margin
         self.max_workers = (len(plan.schedule.kills) + max((st.count for st in workers),
@@ -411,8 +416,7 @@ class _Engine:
             latest = latest_checkpoint(self.w.ckpt_db, self.s.case_id)
             seq_now = latest.seq if latest is not None else 0
         try:
-            with ApprovalQueue(self.w.appr_db, clock=offset_clock(hours * 3600),
-                               kind=SERVICE_QUEUE) as queue:
+            with self._queue(offset_clock(hours * 3600)) as queue:
                 ticket = queue.approve(self.s.case_id, approver=APPROVER, gate=gate)
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"{ticket.ticket_id} by {APPROVER}"
@@ -437,9 +441,19 @@ class _Engine:
             self.checkpoint_seq_at_approval = seq_now
             self.history_at_approval = mark
 
+    @contextlib.contextmanager
+    def _queue(self, clock: Callable[[], float] = time.time) -> Iterator[ApprovalQueue]:
+        """The approval queue the human acts on: the service's records, or the file."""
+        if self.service is not None:
+            with self.service.queue(clock) as queue:
+                yield queue
+        else:
+            with ApprovalQueue(self.w.appr_db, clock=clock, kind=SERVICE_QUEUE) as queue:
+                yield queue
+
     def _as_queue(self, act: Callable[[ApprovalQueue], object], what: str) -> None:
         try:
-            with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
+            with self._queue() as queue:
                 result = act(queue)
             self.events.add(EventKind.HUMAN, None, None, None, f"{what}: {result}")
         except ShopOpsError as exc:
@@ -451,7 +465,7 @@ class _Engine:
         """Hand the next workers a ticket the queue must refuse, on ``gate`` (the email's,
         ``--ticket``, or the order note's, ``--note-ticket``)."""
         case = self.s.case_id
-        with ApprovalQueue(self.w.appr_db, kind=SERVICE_QUEUE) as queue:
+        with self._queue() as queue:
             if kind is TicketKind.FORGED:
                 ticket: str | None = FORGED_TICKET
             elif kind in (TicketKind.FORGED_IN_STATE, TicketKind.FORGED_IN_PARKED_STATE):
@@ -485,7 +499,7 @@ class _Engine:
         migrated checkpoint is an error of the story (``queue_acts.request_migrated``)."""
         if self._migrated_asked:  # once: a second migrator migrates nothing
             return
-        self._migrated_asked, error = request_migrated(self.w.ckpt_db, self.w.appr_db,
+        self._migrated_asked, error = request_migrated(self.w.ckpt_db, self._queue,
                                                        self.s.case_id)
         if error is not None:
             self.w.errors.append(error)

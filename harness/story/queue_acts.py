@@ -5,15 +5,15 @@ history when the human approves (``docs/design.md``, "The story engine")."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
 
 from harness.judge.evidence import latest_checkpoint
 from harness.judge.observers import store
 from harness.model import HistoryMark, StoredRow
-from harness.services.approvals import SERVICE_QUEUE
 from shopops.approval_records import ApprovalRequest, iso
-from shopops.approval_store import SqliteStore
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops_contract.approvals import RequestStatus
@@ -21,12 +21,15 @@ from shopops_contract.approvals import RequestStatus
 __all__ = ["draft_not_durable", "other_case_ticket", "request_migrated"]
 
 
-def request_migrated(ckpt_db: Path, appr_db: Path, case_id: str) -> tuple[bool, str | None]:
+def request_migrated(ckpt_db: Path, queue: Callable[[], AbstractContextManager[ApprovalQueue]],
+                     case_id: str) -> tuple[bool, str | None]:
     """After a migration, the queue holds the parked case's request, as it did all along
     before the upgrade: under the request id the migrated state names (the v1 state's
     ``approval_request_id``), so a loop that finds its request by that id finds it (found by
     the implementation written from the contract alone). Called once a migrator committed
     (issue 26: at the end of a held migrator's step it read an unmigrated row).
+    ``queue()``: the harness's approval queue (``harness.services.approvals.ApprovalService
+    .queue``).
 
     Returns:
         ``(asked, error)``: whether the request is now in the queue, and why the migrated
@@ -42,16 +45,12 @@ def request_migrated(ckpt_db: Path, appr_db: Path, case_id: str) -> tuple[bool, 
     if write is None or write.draft is None:
         return False, None
     asked = write.email.request_id  # under the id the loop gave it (its v1 state's)
-    if asked is None:
-        with ApprovalQueue(appr_db, kind=SERVICE_QUEUE) as queue:
-            queue.request(case_id, write.draft.digest)
-        return True, None
-    records = SqliteStore(appr_db, kind=SERVICE_QUEUE)
-    try:
-        records.add_request(ApprovalRequest(asked, case_id, write.draft.digest,
-                                            iso(time.time()), RequestStatus.PENDING))
-    finally:
-        records.close()
+    with queue() as approvals:
+        if asked is None:
+            approvals.request(case_id, write.draft.digest)
+        else:
+            approvals.record(ApprovalRequest(asked, case_id, write.draft.digest,
+                                             iso(time.time()), RequestStatus.PENDING))
     return True, None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from harness.judge.observers.store import open_readonly
 from harness.model.observations import ApprovalRecord, TicketRecord
 
-__all__ = ["read_records"]
+__all__ = ["read_records", "records_of"]
 
 
 def _select(conn: sqlite3.Connection, table: str, cls: type[Any],
@@ -45,5 +45,16 @@ def read_records(db: str | os.PathLike[str], case_id: str
     if not os.path.lexists(path):
         return (), ()
     with contextlib.closing(open_readonly(path)) as conn:
-        return (tuple(_select(conn, "approval_requests", ApprovalRecord, case_id)),
-                tuple(_select(conn, "tickets", TicketRecord, case_id)))
+        return records_of(conn, case_id)
+
+
+def records_of(conn: sqlite3.Connection, case_id: str
+               ) -> tuple[tuple[ApprovalRecord, ...], tuple[TicketRecord, ...]]:
+    """``read_records`` through an open connection (the approval service's, whose records
+    are in memory: ``harness.services.approvals.ApprovalService.read``).
+
+    Raises:
+        sqlite3.Error: the records cannot be read.
+    """
+    return (tuple(_select(conn, "approval_requests", ApprovalRecord, case_id)),
+            tuple(_select(conn, "tickets", TicketRecord, case_id)))
