@@ -52,13 +52,17 @@ def open_socket(server: socketserver.UnixStreamServer, folder: Path | None) -> N
 class ServerThread:
     """Run ``server`` (any ``socketserver.BaseServer``) in a daemon thread named ``name``.
 
-    Requests are handled with the server's public ``handle_request``; ``stop()`` wakes the
-    loop through a pipe, joins the thread and closes the server. Idempotent.
+    A connection the loop's selector reports is handled with ``socketserver``'s
+    ``_handle_request_noblock`` (what ``handle_request`` calls once its own, per-call
+    selector reports it; that selector cost an ``epoll`` file a request); ``stop()`` wakes
+    the loop through a pipe, joins the thread and closes the server. Idempotent.
     """
 
     def __init__(self, server: socketserver.BaseServer, name: str) -> None:
         self.server = server
-        server.timeout = 0.5  # bounds handle_request if a ready connection went away
+        # a connection reset before it is accepted leaves nothing to accept: the accept
+        # must then fail (BlockingIOError, ignored), not wait (accepted sockets block)
+        server.socket.setblocking(False)  # type: ignore[attr-defined]
         self._wake_r, self._wake_w = os.pipe()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -71,7 +75,9 @@ class ServerThread:
             while not self._stopping.is_set():
                 for key, _ in selector.select():
                     if key.fileobj is self.server and not self._stopping.is_set():
-                        self.server.handle_request()
+                        # the selector said a connection waits: accept it at once, without
+                        # ``handle_request``'s second wait on a selector it makes per call
+                        self.server._handle_request_noblock()  # type: ignore[attr-defined]  # noqa: SLF001
 
     def stop(self) -> None:
         """Stop serving now, join the thread, close the server's socket."""
