@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from harness.judge.evidence import read_approvals
+from harness.judge.observers.approvals import records_of
 from harness.services.approvals import SERVICE_QUEUE, ApprovalService
 from shopops.approvals import ENV_SOCKET, NOTE_GATE, ApprovalQueue
 from shopops.errors import ApprovalRefused, ConfigError
@@ -343,3 +344,28 @@ def test_the_service_reports_each_ticket_it_binds_once(tmp_path: Path) -> None:
         assert [r["ok"] for r in replies] == [True, False, True, False]
         assert seen == [(os.getpid(), ticket.ticket_id, "key-1")]
         human.close()
+
+
+def test_an_executions_records_in_memory_are_no_file_until_saved(tmp_path: Path) -> None:
+    """``memory=True`` (an execution's service): a worker's request and the human's
+    approval (through ``queue``) are held in memory, no file exists while it serves (a
+    worker has nothing to change or truncate), the records stay readable after ``close``,
+    and ``save`` writes them over whatever a worker put at the path."""
+    db = tmp_path / "approvals.db"
+    svc = ApprovalService(db, memory=True)
+    with svc:
+        worker = ApprovalQueue(tmp_path / "never-created.db", service=svc.address)
+        worker.request(CASE, DIGEST)
+        with svc.queue() as human:
+            ticket = human.approve(CASE, approver="maya")
+        assert worker.ticket_for(CASE, DIGEST) == ticket
+        worker.close()
+        assert not db.exists()
+    requests, tickets = svc.read(lambda conn: records_of(conn, CASE))
+    assert [r.status for r in requests] == ["approved"] and len(tickets) == 1
+    with pytest.raises(RuntimeError):  # no human act once closed
+        with svc.queue():
+            pass
+    db.write_bytes(b"a worker's file")
+    svc.save()
+    assert read_approvals(db, CASE)[:2] == (requests, tickets)
