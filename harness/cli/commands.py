@@ -416,6 +416,8 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     dupes = [r for r in result.results if r.evidence.deliveries != 1]
     say()
     state = " (INTERRUPTED)" if result.interrupted else ""
+    if result.gaps:
+        state += " (KILL MATRIX INCOMPLETE)"
     if result.stopped_early:
         state += " (stopped at the first failure: --fail-fast)"
     soak = len(set(result.repeats)) > 1
@@ -453,6 +455,8 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     if result.skipped:
         say(f"  --schedule skipped {len(result.skipped)} scenario(s) where it is not in the "
             "kill matrix: " + ", ".join(name for name, _ in result.skipped))
+    for line in result.shortfall():
+        say(f"  NOT A FULL RUN: {line}")
     for name, path in paths.items():
         say(f"  {name:<10} {os.path.relpath(path)}")
 
