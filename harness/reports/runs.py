@@ -17,13 +17,13 @@ The life of ``reports/<run-id>/``:
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.model import Verdict
+from harness.sandbox.code_copy import RUN_ID as _RUN_ID
 from harness.sandbox.scratch import DATABASE_SUFFIXES as _DB_SUFFIXES
 
 if TYPE_CHECKING:
@@ -37,8 +37,9 @@ DEFAULT_KEEP_RUNS = 10
 #: The file whose presence says a run folder's reports are all written (each is written
 #: last: ``summary.json`` by ``write_reports``, ``explore.json`` by an exploration).
 COMPLETE_MARKS = ("summary.json", "explore.json")
-#: A run id (``harness.run.runner.new_run_id``), optionally prefixed (``grade-``).
-RUN_ID = re.compile(r"(?:[a-z]+-)?(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)")
+#: A run id (``harness.run.runner.new_run_id``), optionally prefixed (``grade-``): the one
+#: rule, which the sandbox also uses to leave a target folder's reports uncopied.
+RUN_ID = _RUN_ID
 
 
 def point_latest(out_dir: Path) -> Path:
