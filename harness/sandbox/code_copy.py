@@ -32,8 +32,8 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "REPORTS", "RUN_ID", "CopyRefused", "copy_file",
-           "copy_tree", "harness_reports"]
+__all__ = ["KILLED", "MAX_BYTES", "MAX_FILES", "REPORTS", "RUN_ID", "CopyRefused",
+           "copy_file", "copy_tree", "harness_reports"]
 
 #: At most this many entries (files and folders) and bytes in an implementation's folder
 #: (a package of Python sources is kilobytes; the reference's ``shopops/`` is ~0.4 MiB with
@@ -46,6 +46,8 @@ REPORTS = "reports"
 #: A run folder's name (``harness.run.runner.new_run_id``), optionally prefixed (``grade-``);
 #: ``harness.reports.runs`` uses this one. Defined here, the lowest layer that needs it.
 RUN_ID = re.compile(r"(?:[a-z]+-)?(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)")
+#: The prefix of a killed run's folder kept as evidence (``harness.reports.runs.keep_killed``).
+KILLED = "incomplete-"
 #: ``latest``'s temporary name while it is moved (``harness.reports.runs.point_latest``).
 _LATEST_TMP = re.compile(r"\.latest\.\d+\.tmp")
 
@@ -58,9 +60,10 @@ class CopyRefused(OSError):
 def harness_reports(src: Path) -> bool:
     """``src/reports`` is the harness's own output folder and nothing else: a real folder
     (not a symlink) whose every entry is a run folder (a real folder named like a run id,
-    ``RUN_ID``), ``latest`` or its temporary name — each a symlink to the bare name of a
-    run folder beside it (``harness.reports.runs.point_latest``) — and nothing more. Only
-    names and ``lstat`` are looked at; nothing is opened or followed."""
+    ``RUN_ID``, or a killed run's kept as ``incomplete-<run-id>``), ``latest`` or its
+    temporary name — each a symlink to the bare name of a run folder beside it
+    (``harness.reports.runs.point_latest``) — and nothing more. Only names and ``lstat``
+    are looked at; nothing is opened or followed."""
     top = src / REPORTS
     try:
         if not stat.S_ISDIR(os.lstat(top).st_mode):
@@ -69,7 +72,7 @@ def harness_reports(src: Path) -> bool:
     except OSError:
         return False
     runs = {name for name, e in entries.items()
-            if RUN_ID.fullmatch(name) and e.is_dir(follow_symlinks=False)}
+            if RUN_ID.fullmatch(name.removeprefix(KILLED)) and e.is_dir(follow_symlinks=False)}
     for name, entry in entries.items():
         if name in runs:
             continue
