@@ -87,13 +87,16 @@ def test_the_newest_killed_run_is_kept_as_evidence_and_only_it(tmp_path: Path) -
     done = _run_dir(tmp_path, "20260101T000000Z", dead, True)
     kept_before = tmp_path / f"{KILLED}20260101T120000Z-{dead}"
     kept_before.mkdir()
+    graded = tmp_path / f"grade-20260101T130000Z-{dead}"  # a finished grade: report.html
+    (graded / "run").mkdir(parents=True)
+    (graded / "report.html").write_text("<html></html>")
     kept = keep_killed(tmp_path, current=running)
     assert kept == tmp_path / f"{KILLED}{newer.name}"
     assert (kept / "executions" / "o1001--t4.parked").is_dir() and not newer.exists()
     removed = prune_runs(tmp_path, 2, current=running)
     assert sorted(p.name for p in removed) == sorted([older.name, kept_before.name])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [kept.name, running.name, done.name])
+        [kept.name, running.name, done.name, graded.name])
     assert keep_killed(tmp_path, current=running) is None  # nothing left to keep
 
 

@@ -42,6 +42,10 @@ DEFAULT_KEEP_RUNS = 10
 #: The file whose presence says a run folder's reports are all written (each is written
 #: last: ``summary.json`` by ``write_reports``, ``explore.json`` by an exploration).
 COMPLETE_MARKS = ("summary.json", "explore.json")
+#: A grade's folder (``reports/grade-<run-id>``, ``grade``'s default ``--out``) holds no
+#: ``summary.json`` of its own (its run's is in ``run/``): it is complete once its
+#: ``report.html``, which ``harness.grading.grade`` writes last, is there.
+GRADE_PREFIX, GRADE_MARK = "grade-", "report.html"
 #: A run id (``harness.run.runner.new_run_id``), optionally prefixed (``grade-``): the one
 #: rule, which the sandbox also uses to leave a target folder's reports uncopied.
 RUN_ID = _RUN_ID
@@ -70,7 +74,11 @@ def point_latest(out_dir: Path) -> Path:
 
 
 def is_complete(run_dir: Path) -> bool:
-    """The folder's reports were all written (one of ``COMPLETE_MARKS`` exists)."""
+    """The folder's reports were all written (one of ``COMPLETE_MARKS`` exists; a grade's
+    folder: ``GRADE_MARK``). A finished grade's folder read as incomplete was removed by the
+    next run in the same report folder (found by a new-user trial)."""
+    if run_dir.name.startswith(GRADE_PREFIX) and (run_dir / GRADE_MARK).is_file():
+        return True
     return any((run_dir / mark).is_file() for mark in COMPLETE_MARKS)
 
 
