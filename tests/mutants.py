@@ -449,6 +449,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ("Recovery attempts",),
         "o1001[no-kill]",
     ),
+    Mutant(  # a helper process forked by the worker outlives it (killed by the harness)
+        "helper-left-behind",
+        (("cli.py", "    argv = list(sys.argv[1:] if argv is None else argv)\n",
+          "    argv = list(sys.argv[1:] if argv is None else argv)\n"
+          "    if os.fork() == 0:  # a \"keep-alive helper\" nobody stops\n"
+          "        import time\n"
+          "        devnull = os.open(os.devnull, os.O_RDWR)\n"
+          "        for fd in (0, 1, 2):\n"
+          "            os.dup2(devnull, fd)\n"
+          "        time.sleep(60)\n"
+          "        os._exit(0)\n"),),
+        ("No process left behind",),
+        "o1001[no-kill]",
+    ),
 )
 
 

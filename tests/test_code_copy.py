@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from harness.sandbox import users as sandbox
-from harness.sandbox.code_copy import MAX_BYTES, CopyRefused, copy_file, copy_tree
+from harness.sandbox.code_copy import (
+    MAX_BYTES,
+    CopyRefused,
+    copy_file,
+    copy_tree,
+    harness_reports,
+)
 
 pytestmark = pytest.mark.io
 
@@ -118,3 +124,83 @@ def test_a_report_naming_an_undecodable_file_name_is_written(tmp_path: Path) -> 
     name = os.fsdecode(b"/tmp/u\xff")
     path = write_sealed(tmp_path / "report.md", f"replay: --sut {name}\n")
     assert path.read_text(encoding="utf-8") == "replay: --sut /tmp/u\\udcff\n"
+
+
+# ---------------------------------------------------------------- the harness's own reports
+
+def _target_with_reports(tmp_path: Path) -> Path:
+    """A target folder after ``shopops-chaos run … --sut .`` ran in it: ``reports/`` with
+    a run folder, ``latest`` pointing at it, and a stale temporary ``latest``."""
+    folder = tmp_path / "submission"
+    (folder / "reports" / "20261203T120000Z-42" / "executions").mkdir(parents=True)
+    (folder / "loop.py").write_text("X = 1\n")
+    (folder / "reports" / "20261203T120000Z-42" / "summary.json").write_text("{}")
+    (folder / "reports" / "grade-20261203T120001Z-43").mkdir()
+    (folder / "reports" / "latest").symlink_to("20261203T120000Z-42")
+    (folder / "reports" / ".latest.44.tmp").symlink_to("20261203T120000Z-42")
+    return folder
+
+
+def test_a_target_folders_harness_reports_are_left_out_never_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay command a grade prints (``--sut .``) writes ``reports/latest``, a symlink,
+    into the folder it runs in: the next install of that folder leaves the harness's
+    reports out instead of refusing the folder (it refused: the next grade could not run)."""
+    area = tmp_path / "area"
+    area.mkdir()
+    monkeypatch.setattr(sandbox, "area", lambda: area)
+    folder = _target_with_reports(tmp_path)
+    (folder / "reports" / "20261203T120000Z-42" / "executions" / "db").symlink_to("/")
+    assert harness_reports(folder)
+    copy = sandbox.install_target(folder)
+    assert (copy / "loop.py").read_text() == "X = 1\n"
+    assert not (copy / "reports").exists()
+
+
+@pytest.mark.parametrize("make", [
+    "symlink-to-root", "latest-to-root", "latest-up", "latest-to-missing", "module-file",
+    "reports-is-a-symlink", "run-folder-is-a-symlink", "fifo"])
+def test_a_reports_folder_laid_out_otherwise_is_the_implementations_and_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, make: str) -> None:
+    """Naming a folder ``reports`` smuggles nothing: one that is not exactly the harness's
+    layout is copied like any folder, so a symlink or a FIFO in it refuses the folder."""
+    area = tmp_path / "area"
+    area.mkdir()
+    monkeypatch.setattr(sandbox, "area", lambda: area)
+    folder = _target_with_reports(tmp_path)
+    reports = folder / "reports"
+    latest = reports / "latest"
+    if make == "symlink-to-root":
+        (reports / "evil").symlink_to("/")
+    elif make == "latest-to-root":
+        latest.unlink()
+        latest.symlink_to("/")
+    elif make == "latest-up":
+        latest.unlink()
+        latest.symlink_to("../20261203T120000Z-42")
+    elif make == "latest-to-missing":
+        latest.unlink()
+        latest.symlink_to("20261203T999999Z-1")
+    elif make == "module-file":
+        (reports / "__init__.py").write_text("")
+        (reports / "bad").symlink_to("/")
+    elif make == "reports-is-a-symlink":
+        os.rename(reports, folder / "real")
+        reports.symlink_to(folder / "real")
+    elif make == "run-folder-is-a-symlink":
+        (reports / "20261203T130000Z-7").symlink_to("/")
+    else:
+        os.mkfifo(reports / "20261203T130000Z-7")
+    assert not harness_reports(folder)
+    with pytest.raises(sandbox.CodeRefused):
+        sandbox.install_target(folder)
+    assert list(area.iterdir()) == []
+
+
+def test_a_reports_package_of_the_implementation_is_copied(tmp_path: Path) -> None:
+    folder = tmp_path / "submission"
+    (folder / "reports").mkdir(parents=True)
+    (folder / "reports" / "__init__.py").write_text("Y = 2\n")
+    assert not harness_reports(folder)
+    copy_tree(folder, tmp_path / "out", leave_out=())
+    assert (tmp_path / "out" / "reports" / "__init__.py").read_text() == "Y = 2\n"

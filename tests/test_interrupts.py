@@ -1,7 +1,7 @@
 """``run`` and ``merge`` interrupted by SIGINT or SIGTERM end as ``grade`` does (issue 24):
 exit 2, one line saying "interrupted", no traceback, reports that say so where a run
 folder exists, ``latest`` never moved to an incomplete folder, and an incomplete folder
-removed by the next command.
+kept by the next command as ``incomplete-<run-id>``, the newest only.
 
 Each test is a real ``shopops-chaos`` process sent a real signal. To hit a moment exactly
 (no sleeps), the command runs with one slow step replaced by a stand-in that prints a line
@@ -140,7 +140,8 @@ def test_a_merge_interrupted_while_reading_writes_nothing(tmp_path: Path,
 def test_an_interrupted_merge_leaves_an_incomplete_folder_the_next_command_removes(
         tmp_path: Path) -> None:
     """Interrupted while writing its folder: no ``summary.json`` (incomplete), ``latest``
-    not moved to it; the next ``run`` in the same report folder removes it."""
+    not moved to it; the next ``run`` in the same report folder keeps it, renamed
+    ``incomplete-<run-id>``, as the evidence of what happened."""
     reports = tmp_path / "reports"
     for folder in (reports, tmp_path / "a", tmp_path / "b"):
         folder.mkdir()
@@ -162,7 +163,8 @@ def test_an_interrupted_merge_leaves_an_incomplete_folder_the_next_command_remov
                            "--report-dir", "reports"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, SHOPOPS_SCRATCH="off"))
     assert done.returncode == 0, done.stderr
-    assert not left.exists()  # pruned: incomplete, and the process named in it is gone
+    assert not left.exists()  # incomplete, and the process named in it is gone: kept as
+    assert (reports / f"incomplete-{left.name}" / "half-written.md").exists()  # evidence
     assert (reports / "latest" / "summary.json").exists()
 
 

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from harness.reports.console import Console, ProgressLine
-from harness.reports.runs import is_complete, prune_runs
+from harness.reports.runs import KILLED, is_complete, keep_killed, prune_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 120.0
@@ -72,6 +72,65 @@ def test_prune_keeps_the_newest_complete_runs_and_live_ones(tmp_path: Path) -> N
                            running.name])  # old[0] is latest's
     with pytest.raises(ValueError, match="keep"):
         prune_runs(tmp_path, 0)
+
+
+def test_the_newest_killed_run_is_kept_as_evidence_and_only_it(tmp_path: Path) -> None:
+    """``keep_killed`` renames the newest incomplete folder of a harness that is gone to
+    ``incomplete-<run-id>``; ``prune_runs`` removes the older incomplete ones and every
+    ``incomplete-`` folder but the newest. A live harness's folder, the current run's and
+    complete runs are left alone."""
+    dead, me = _dead_pid(), os.getpid()
+    older = _run_dir(tmp_path, "20260102T000000Z", dead, False)
+    newer = _run_dir(tmp_path, "20260102T010000Z", dead, False)
+    (newer / "executions" / "o1001--t4.parked").mkdir(parents=True)
+    running = _run_dir(tmp_path, "20260103T000000Z", me, False)
+    done = _run_dir(tmp_path, "20260101T000000Z", dead, True)
+    kept_before = tmp_path / f"{KILLED}20260101T120000Z-{dead}"
+    kept_before.mkdir()
+    graded = tmp_path / f"grade-20260101T130000Z-{dead}"  # a finished grade: report.html
+    (graded / "run").mkdir(parents=True)
+    (graded / "report.html").write_text("<html></html>")
+    kept = keep_killed(tmp_path, current=running)
+    assert kept == tmp_path / f"{KILLED}{newer.name}"
+    assert (kept / "executions" / "o1001--t4.parked").is_dir() and not newer.exists()
+    removed = prune_runs(tmp_path, 2, current=running)
+    assert sorted(p.name for p in removed) == sorted([older.name, kept_before.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [kept.name, running.name, done.name, graded.name])
+    assert keep_killed(tmp_path, current=running) is None  # nothing left to keep
+
+
+def test_the_next_run_keeps_a_sigkilled_runs_partial_folder(tmp_path: Path) -> None:
+    """A harness SIGKILLed mid-run leaves its folder without ``summary.json``; the next
+    run keeps it as ``incomplete-<run-id>`` with the executions that finished (it was
+    removed: the evidence of what happened before the kill was lost) and says where."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
+         "--report-dir", "r", "--jobs", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for _ in range(4):  # the header, then three executions finished
+            assert proc.stdout.readline(), "the harness ended before it was killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    (partial,) = list((tmp_path / "r").iterdir())
+    assert not is_complete(partial)
+    finished = sorted(p.name for p in (partial / "executions").iterdir())
+    assert finished, "no execution had finished before the kill"
+    nxt = chaos("run", str(ROOT / "scenarios" / "o1001.toml"), "--schedule", "t4.parked",
+                "--report-dir", "r", cwd=tmp_path)
+    assert nxt.returncode == 0, nxt.stderr
+    kept = tmp_path / "r" / f"{KILLED}{partial.name}"
+    assert kept.is_dir() and not partial.exists()
+    assert sorted(p.name for p in (kept / "executions").iterdir()) == finished
+    assert f"incomplete r/{kept.name}" in " ".join(nxt.stdout.split()), nxt.stdout
 
 
 @pytest.mark.pure

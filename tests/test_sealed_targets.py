@@ -307,3 +307,41 @@ def test_a_sealed_target_forked_from_its_server_reports_every_point(
     assert sealed.score == plain.score == 10
     assert executions(tmp_path / "sealed") == executions(tmp_path / "plain")
     assert len(executions(tmp_path / "plain")) > 2
+
+
+@pytest.mark.io
+def test_following_a_grades_replay_advice_twice_in_the_target_folder_still_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay command a grade prints (``--sut .``) is run in the student's folder: it
+    writes ``reports/`` with its ``latest`` symlink there. Run again — and the next grade's
+    install of the folder (``from_cli``) — must not refuse the folder for that symlink:
+    the harness's own reports are left out of the copy (found by a new-user trial: the
+    second replay and the next grade exited 2, "'reports/latest' is a symlink")."""
+    import shlex
+    import subprocess
+    import sys
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from harness.grading.grade import replay_command
+    from harness.grading.targets import from_cli
+    from harness.model import ExecutionPlan
+    from harness.plan.catalogue import resolve
+    from harness.plan.scenario import load_scenario
+
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    for name in ("target.toml", "loop.py"):
+        (folder / name).write_text((STARTER / name).read_text())
+    monkeypatch.chdir(folder)
+    scenario = replace(load_scenario(resolve("o1001")),
+                       target=load_target_dir("python", folder))
+    plan = ExecutionPlan(scenario, CrashSchedule.parse("t6.gateway_accepted"))
+    command = replay_command(SimpleNamespace(plan=plan))  # type: ignore[arg-type]
+    assert command.endswith("--sut . --target python"), command
+    argv = [sys.executable, "-m", "harness", *shlex.split(command)[1:]]
+    for attempt in (1, 2):
+        proc = subprocess.run(argv, cwd=folder, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, (attempt, proc.stdout + proc.stderr)
+    assert (folder / "reports" / "latest").is_symlink()
+    assert from_cli("python", ".", "shopops") is not None  # what the next grade does first

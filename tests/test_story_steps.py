@@ -117,7 +117,18 @@ HEAD = 'name = "s"\n[concurrency]\nleases = true\n'
 OK_START = '[[story]]\nstep = "workers"\nrole = "start"\n'
 BAD_STORIES = [
     # (steps after the head, field, line, words in the message)
-    ('[[story]]\nstep = "dance"\n', "story[0].step", 5, "allowed: workers, human"),
+    ('[[story]]\nstep = "dance"\n', "story[0].step", 5,
+     "'dance': not a step kind; allowed kinds: workers, human, hold, release, clock, storage"),
+    # kind = names a kind in other tables: named as the field set, with its value
+    ('[[story]]\nkind = "dance"\n', "story[0].kind", 5,
+     "'dance': a [[story]] step names its kind with step = \"...\", not kind; and 'dance' is "
+     "not a step kind either; allowed kinds: workers, human, hold, release, clock, storage"),
+    ('[[story]]\nkind = "workers"\nrole = "start"\n', "story[0].kind", 5,
+     "'workers': a [[story]] step names its kind with step = \"...\", not kind; allowed kinds: "
+     "workers, human"),
+    ('[[story]]\nrole = "start"\n', "story[0].step", 4,
+     "required: every [[story]] step names its kind with step = \"...\"; allowed kinds: "
+     "workers, human"),
     ('[[story]]\nstep = "workers"\n', "story[0].role", 4, "required"),
     ('[[story]]\nstep = "workers"\nrole = "janitor"\n', "story[0].role", 6,
      "allowed: start, recheck"),

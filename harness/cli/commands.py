@@ -75,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _merge(args: argparse.Namespace) -> int:
     """Exit status of the merged run (0/1/2), or 2 when the folders do not merge or the
     merge was interrupted (SIGINT/SIGTERM: ``harness.cli.interrupts``; its folder is left
-    incomplete, removed by the next command's ``prune_runs``)."""
+    incomplete, kept by the next command as ``incomplete-<run-id>``: ``keep_killed``)."""
     from harness.launch.processes import reaping_on_signals
 
     at = Progress()
@@ -90,7 +90,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _merge_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.cli.merge import MergeError, check_junit, load_shards, merge_runs
-    from harness.reports.runs import DEFAULT_KEEP_RUNS, prune_runs
+    from harness.reports.runs import DEFAULT_KEEP_RUNS, keep_killed, prune_runs
     from harness.reports.write import point_latest, write_reports
     from harness.run.runner import new_run_id
 
@@ -104,6 +104,7 @@ def _merge_command(args: argparse.Namespace, at: Progress) -> int:
         point_latest(out_dir)  # only a merge that holds moves ``latest``
         # like a run: old complete folders beyond the default, incomplete ones of gone
         # processes (an interrupted merge's or run's)
+        killed = keep_killed(out_dir.parent, current=out_dir)  # a killed run's, as evidence
         prune_runs(out_dir.parent, DEFAULT_KEEP_RUNS, current=out_dir)
     except (MergeError, OSError) as exc:
         if out_dir is not None:  # a refused merge leaves no report that could be published
@@ -115,6 +116,8 @@ def _merge_command(args: argparse.Namespace, at: Progress) -> int:
         print(f"  shard {f.run.shard}  {f.run.verdict:<7} {len(f.run.results):>4} executions "
               f"({f.run.counts.line()})  "
               f"{f.run.elapsed_s:.1f} s  {f.path.parent}")
+    if killed is not None:
+        paths["incomplete"] = killed
     _summary(merged, paths)
     return merged.exit_status
 
@@ -416,6 +419,8 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     dupes = [r for r in result.results if r.evidence.deliveries != 1]
     say()
     state = " (INTERRUPTED)" if result.interrupted else ""
+    if result.gaps:
+        state += " (KILL MATRIX INCOMPLETE)"
     if result.stopped_early:
         state += " (stopped at the first failure: --fail-fast)"
     soak = len(set(result.repeats)) > 1
@@ -453,6 +458,8 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
     if result.skipped:
         say(f"  --schedule skipped {len(result.skipped)} scenario(s) where it is not in the "
             "kill matrix: " + ", ".join(name for name, _ in result.skipped))
+    for line in result.shortfall():
+        say(f"  NOT A FULL RUN: {line}")
     for name, path in paths.items():
         say(f"  {name:<10} {os.path.relpath(path)}")
 

@@ -1,6 +1,7 @@
 """How ``run`` and ``merge`` end on SIGINT/SIGTERM (issue 24): as ``grade`` does — exit 2, one
 line saying "interrupted", no traceback, reports that say so where a run folder exists, and
-an incomplete folder (no ``summary.json``) left for the next command's ``prune_runs``.
+an incomplete folder (no ``summary.json``) left for the next command, which keeps the newest
+such as ``incomplete-<run-id>`` (``harness.reports.runs.keep_killed``).
 
 ``harness.launch.processes.reaping_on_signals`` turns SIGINT into ``KeyboardInterrupt`` and
 SIGTERM into ``SystemExit(143)``; the commands catch them around their whole body and hand
@@ -38,8 +39,9 @@ def interrupted(command: str, exc: BaseException, at: Progress, *,
     its reports are written saying "interrupted"; any further signal is ignored from here on
     (``harness.launch.stop``: three rapid signals ended a run with 143 and no reports); a
     folder whose final reports were being written, or a merge's, is left without
-    ``summary.json`` — incomplete, so ``latest`` stays where it was and the next command's
-    ``prune_runs`` removes it (its pid is gone)."""
+    ``summary.json`` — incomplete, so ``latest`` stays where it was and the next command
+    keeps it as ``incomplete-<run-id>`` (``keep_killed``: its pid is gone; only the newest
+    such folder is kept)."""
     name = "SIGINT" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
     where = ""
     ignore_further_signals()  # the command is stopping: nothing may cut this short
@@ -51,7 +53,7 @@ def interrupted(command: str, exc: BaseException, at: Progress, *,
             where = f"; its reports could not be written ({error}): {at.out_dir} is incomplete"
     elif at.out_dir is not None:
         where = (f"; {at.out_dir} is incomplete (no summary.json): latest was not moved and "
-                 "the next run or merge removes it")
+                 "the next run or merge keeps it as incomplete-<run-id>")
     print(f"shopops-chaos{'' if command == 'run' else ' ' + command}: interrupted ({name})"
           f"{where}", file=sys.stderr)
     return 2

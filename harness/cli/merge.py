@@ -160,7 +160,10 @@ def merge_runs(files: Sequence[RunFile], run_id: str, out_dir: Path) -> RunResul
         elapsed_s=max(f.run.elapsed_s for f in files),
         interrupted=any(f.run.interrupted for f in files),
         launcher="+".join(launchers), repeats=tuple(rep for _, _, rep in rows),
-        stopped_early=any(f.run.stopped_early for f in files))
+        stopped_early=any(f.run.stopped_early for f in files),
+        # every shard runs the trace runs: the same gap comes from each, said once
+        gaps=tuple(dict.fromkeys(g for f in files for g in f.run.gaps)),
+        not_run=sum(f.run.not_run for f in files))
 
 
 def check_junit(merged_junit: Path, shard_folders: Sequence[Path]) -> None:

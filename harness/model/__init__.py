@@ -66,6 +66,7 @@ from harness.model.results import (
     Counts,
     Equivalence,
     ExecutionResult,
+    MatrixGap,
     RunResult,
     roll_up,
 )
@@ -98,7 +99,8 @@ __all__ = [
     "Draft", "DurableWrite", "Event", "EventKind", "Evidence", "EvidenceSource", "ExecutionPlan",
     "ExecutionResult", "FaultKind", "FaultSpec", "GatewayDialect", "Gap", "GateState",
     "GatewayLog", "History", "HistoryMark", "HistorySource", "HitCounter", "HoldStep",
-    "HumanAction", "HumanStep", "key_text", "KillPoint", "LeaseSeen", "NoteDelivery", "PowerCut",
+    "HumanAction", "HumanStep", "key_text", "KillPoint", "LeaseSeen", "MatrixGap", "NoteDelivery",
+    "PowerCut",
     "number_trace", "Observable", "PythonTarget",
     "ReleaseStep", "RequestRecord", "roll_up", "rows_digest", "RunResult", "Scenario", "Shard",
     "ShardError", "ShardPlan", "Step", "StepKind", "StorageFault", "StorageStep", "StoredRow",

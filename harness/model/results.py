@@ -13,7 +13,8 @@ from harness.model.kinds import CheckId, CheckStatus, Verdict
 from harness.model.plan import ExecutionPlan
 from harness.model.shard import Shard, ShardPlan
 
-__all__ = ["CheckResult", "Counts", "Equivalence", "ExecutionResult", "RunResult", "roll_up"]
+__all__ = ["CheckResult", "Counts", "Equivalence", "ExecutionResult", "MatrixGap", "RunResult",
+           "roll_up"]
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,43 @@ class Equivalence:
 
 
 @dataclass(frozen=True)
+class MatrixGap:
+    """Part of a kill matrix that was never planned: the execution its kill points are
+    learned from (a scenario's trace run; for a double-crash scenario, a single kill whose
+    recovery gives the second kills) was cut short (``Evidence.cut_short_by``: typically a
+    worker past its ``--timeout`` deadline), so the points after the last one it reached
+    were never planned nor run. How many is not known: only a trace that runs to its end
+    says.
+
+    Attributes:
+        scenario: the scenario's name.
+        learned_from: the id of the execution cut short (``o1001[no-kill]``).
+        why: what cut it short (its first error, or the worker stopped from outside).
+        reached: the kill points it did reach (each planned and run as usual).
+        deadline: a worker of it passed its deadline (``--timeout``): a longer one may let
+            it finish.
+    """
+
+    scenario: str
+    learned_from: str
+    why: str
+    reached: int
+    deadline: bool = False
+
+    def sentence(self) -> str:
+        """One line for the console and the reports."""
+        hint = "; a longer --timeout lets it finish" if self.deadline else ""
+        return (f"{self.scenario}: kill matrix incomplete: {self.learned_from} was cut short "
+                f"({self.why}) after {self.reached} kill point(s); any kill point after those "
+                f"was never planned nor run (how many, if any, is unknown{hint})")
+
+    def as_dict(self) -> dict[str, object]:
+        """The ``summary.json`` object."""
+        return {"scenario": self.scenario, "learned_from": self.learned_from,
+                "why": self.why, "reached": self.reached, "deadline": self.deadline}
+
+
+@dataclass(frozen=True)
 class RunResult:
     """All executions of one ``shopops-chaos run``.
 
@@ -174,6 +212,10 @@ class RunResult:
             because it is not in their kill matrix (``run(where_planned=True)``).
         equivalence: executions run and proven equivalent (``harness.run.equivalence``);
             a mismatch in it is a harness error: the run's verdict is then never a pass.
+        gaps: the kill matrices learned from an execution that was cut short (``MatrixGap``):
+            the run's verdict is then never a pass.
+        not_run: executions planned but never run (an interrupted run, ``fail_fast``);
+            with ``gaps``, more that were never planned.
     """
 
     run_id: str
@@ -189,6 +231,24 @@ class RunResult:
     shard_plan: ShardPlan | None = None
     skipped: tuple[tuple[str, str], ...] = ()
     equivalence: Equivalence = Equivalence()
+    gaps: tuple[MatrixGap, ...] = ()
+    not_run: int = 0
+
+    @property
+    def incomplete(self) -> bool:
+        """The run did not run all of its matrix: interrupted, or a matrix with a gap."""
+        return self.interrupted or bool(self.gaps)
+
+    def shortfall(self) -> tuple[str, ...]:
+        """What of the matrix did not run, one sentence each (the console and every report
+        say them): each ``gaps`` entry, then ``not_run``. Empty for a full run."""
+        out = [gap.sentence() for gap in self.gaps]
+        if self.not_run:
+            why = ("the run was interrupted" if self.interrupted
+                   else "stopped at the first failure (fail_fast)" if self.stopped_early
+                   else "their runs never started")
+            out.append(f"{self.not_run} planned execution(s) not run: {why}")
+        return tuple(out)
 
     @property
     def counts(self) -> Counts:
@@ -197,10 +257,11 @@ class RunResult:
 
     @property
     def verdict(self) -> Verdict:
-        """``roll_up`` of the executions; an interrupted run, or one whose equivalence
-        claims did not hold (``Equivalence.mismatches``), is never a pass."""
+        """``roll_up`` of the executions; an interrupted run, one whose kill matrix has a
+        gap (``gaps``: a trace run cut short by its deadline) or one whose equivalence
+        claims did not hold (``Equivalence.mismatches``) is never a pass."""
         return roll_up((r.verdict for r in self.results),
-                       complete=not self.interrupted and not self.equivalence.mismatches)
+                       complete=not self.incomplete and not self.equivalence.mismatches)
 
     @property
     def exit_status(self) -> int:

@@ -108,9 +108,19 @@ def _step(i: int, table: dict[str, Any], text: str, leases: bool, fail: Fail,
         return fail(f"story[{i}].{key}" if key else f"story[{i}]", reason,
                     _field_line(text, i, key))
 
-    kind_raw = table.get("step")
+    kinds = ", ".join(StepKind)
+    if "step" not in table and "kind" in table:  # the word other tables use for a kind
+        given = table["kind"]
+        what = ("" if given in tuple(StepKind)
+                else f"; and {given!r} is not a step kind either")
+        raise bad("kind", f"{given!r}: a [[story]] step names its kind with step = \"...\", "
+                  f"not kind{what}; allowed kinds: {kinds}")
+    if "step" not in table:
+        raise bad("step", f"required: every [[story]] step names its kind with step = "
+                  f"\"...\"; allowed kinds: {kinds}")
+    kind_raw = table["step"]
     if kind_raw not in tuple(StepKind):
-        raise bad("step", f"{kind_raw!r}; allowed: {', '.join(StepKind)}")
+        raise bad("step", f"{kind_raw!r}: not a step kind; allowed kinds: {kinds}")
     kind = StepKind(kind_raw)
     allowed = STEP_FIELDS[kind]
     for key, value in table.items():

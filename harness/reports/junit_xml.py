@@ -69,7 +69,7 @@ def _testcase(suite: ET.Element, result: ExecutionResult) -> None:
 def junit_tree(run: RunResult) -> ET.Element:
     """The JUnit document for the run (deterministic: no host name, run order)."""
     n = run.counts
-    incomplete = run.interrupted or not run.results
+    incomplete = run.incomplete or not run.results
     root = ET.Element("testsuites")
     suite = ET.SubElement(root, "testsuite", name=SUITE,
                           errors=str(n.unknown + int(incomplete)), failures=str(n.failed),
@@ -78,7 +78,8 @@ def junit_tree(run: RunResult) -> ET.Element:
     for result in run.results:
         _testcase(suite, result)
     if incomplete:
-        why = "the run was interrupted" if run.interrupted else "the run had no executions"
+        why = ("the run was interrupted" if run.interrupted
+               else "; ".join(run.shortfall()) if run.gaps else "the run had no executions")
         case = ET.SubElement(suite, "testcase", classname=SUITE, name="run", time="0.000")
         ET.SubElement(case, "error", message=f"unknown: {why}").text = (
             f"run {run.run_id}: {why}; its verdict is unknown")

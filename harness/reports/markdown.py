@@ -205,6 +205,9 @@ def render(run: RunResult) -> str:
     if run.interrupted:
         out += ["> The run was interrupted: only the executions that finished are here, "
                 "and its verdict is unknown.", ""]
+    out += [f"> **Not a full run:** {_prose(line)}. Its verdict is never a pass." for line
+            in run.shortfall()]
+    out += [""] if run.shortfall() else []
     out += ["## Scenarios", "", *_scenarios(run), ""]
     if run.skipped:
         out += ["Not run (the schedule is not in their kill matrix): "

@@ -36,6 +36,9 @@ def render(run: RunResult, report_dir: Path | None = None) -> str:
            f"{len(run.results)} executions, {run.elapsed_s:.1f} s.", ""]
     if run.interrupted:
         out += ["The run was interrupted: its verdict is unknown.", ""]
+    out += [f"**Not a full run:** {visible_line(line).replace('<', '&lt;')}.  "
+            for line in run.shortfall()]
+    out += [""] if run.shortfall() else []
     bad = [s for s in scenario_rows(run) if s.verdict is not Verdict.PASS]
     if bad:
         out += ["| scenario | verdict | fail | unknown | pass |", "|---|---|---|---|---|"]

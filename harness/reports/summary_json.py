@@ -23,6 +23,9 @@ def summary(run: RunResult) -> dict[str, Any]:
         "counts": run.counts.as_dict(),
         "equivalence": run.equivalence.as_dict(),  # executions run / proven equivalent
         "skipped": [{"scenario": name, "why": why} for name, why in run.skipped],
+        "incomplete_matrices": [gap.as_dict() for gap in run.gaps],  # learned cut short
+        "not_run": run.not_run,  # planned executions never run (interrupt, fail-fast)
+        "shortfall": list(run.shortfall()),  # the two above, in words
         "executions": [execution_dict(r) for r in run.results],
     }
     if run.shard is not None and run.shard_plan is not None:

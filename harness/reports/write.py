@@ -19,6 +19,7 @@ from harness.reports.runs import (
     DEFAULT_KEEP_RUNS,
     drop_passing_databases,
     is_complete,
+    keep_killed,
     point_latest,
     prune_runs,
 )
@@ -63,11 +64,15 @@ def finish_run(run: RunResult, out_dir: Path, *, keep_runs: int = DEFAULT_KEEP_R
     is set.
 
     Returns:
-        ``write_reports``'s answer.
+        ``write_reports``'s answer, and ``incomplete``: the partial folder of a killed run
+        this one kept as evidence (``keep_killed``), if it kept one.
     """
     if not keep_all:
         drop_passing_databases(run.results)
     paths = write_reports(run, out_dir)
+    killed = keep_killed(out_dir.parent, current=out_dir)
+    if killed is not None:  # a killed run's partial folder, kept as evidence
+        paths["incomplete"] = killed
     prune_runs(out_dir.parent, keep_runs, current=out_dir)
     try:
         write_step_summary(run, out_dir)

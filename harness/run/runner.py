@@ -27,6 +27,7 @@ from harness.model import (
     ExecutionPlan,
     ExecutionResult,
     KillPoint,
+    MatrixGap,
     RunResult,
     Scenario,
     Shard,
@@ -34,7 +35,12 @@ from harness.model import (
     Sut,
     Verdict,
 )
-from harness.plan.matrix import double_kill_plans, points_from_trace, single_kill_plans
+from harness.plan.matrix import (
+    double_kill_plans,
+    points_after_first_kill,
+    points_from_trace,
+    single_kill_plans,
+)
 from harness.plan.shard import cut_matrix
 from harness.run.equivalence import DEFAULT_SAMPLE, Classes, equivalent_result, twin_plan
 from harness.run.execution import execute
@@ -162,12 +168,15 @@ def run(
     Returns:
         the ``RunResult``; on SIGINT/SIGTERM (``KeyboardInterrupt``/``SystemExit``) every
         worker is reaped and the executions that finished are returned with
-        ``interrupted`` set.
+        ``interrupted`` set. A kill matrix learned from an execution that was cut short
+        (its deadline, ``worker_timeout_s``) is in ``RunResult.gaps``; planned executions
+        that never ran are counted in ``RunResult.not_run``.
     """
     if repeat < 1:
         raise ValueError(f"repeat: {repeat!r} must be at least 1")
     with_final = progress is not None and _takes_final(progress)
     skipped: list[tuple[str, str]] = []  # where_planned: (scenario, why)
+    gaps: list[MatrixGap] = []  # matrices learned from an execution cut short
     owned = launcher is None or isinstance(launcher, str)
     if launcher is None or isinstance(launcher, str):
         launcher = make_launcher(launcher or "fork")
@@ -276,6 +285,15 @@ def run(
             for plan in waiting.pop(res.plan.id, []):
                 report(equivalent_result(plan, res))
 
+        def learn(res: ExecutionResult, points: tuple[KillPoint, ...]) -> None:
+            """``points`` were learned from ``res``: if it was cut short, the matrix
+            holds only those, and the run says so (``MatrixGap``)."""
+            why = res.evidence.cut_short_by
+            if why is not None:
+                gaps.append(MatrixGap(res.plan.scenario.name, res.plan.id, why,
+                                      len(dict.fromkeys(points)),
+                                      any(w.timed_out for w in res.evidence.workers)))
+
         def mine(scenario: Scenario, key: str) -> bool:
             assert cut is not None and shard is not None
             return cut.owner_of(scenario.name, key) == shard.index
@@ -329,13 +347,17 @@ def run(
                 if fut in scouts:
                     scenario = scouts.pop(fut)
                     assert schedule is not None
-                    if _in_matrix(scenario, schedule, points_from_trace(res.evidence)):
+                    reached = points_from_trace(res.evidence)
+                    if _in_matrix(scenario, schedule, reached):
                         submit(ExecutionPlan(scenario, schedule, sut))
                     elif rep == 1:
                         skipped.append((scenario.name, _NOT_REACHED))
+                        learn(res, reached)  # not reached: perhaps only for lack of time
                     continue
                 if fut in traces:
                     scenario = traces.pop(fut)
+                    if scenario.points is None:
+                        learn(res, points_from_trace(res.evidence))
                     if shard is not None and cut is None:
                         learned[scenario.name] = points_from_trace(res.evidence)
                         held.append(res)
@@ -353,6 +375,7 @@ def run(
                     plan = pending.pop(fut)
                     if plan.scenario.double and schedule is None:
                         seconds = double_kill_plans(plan, res.evidence)
+                        learn(res, points_after_first_kill(res.evidence))
                         twin = (classes.twin_of(plan, res, seconds)
                                 if classes is not None else None)
                         for second in seconds:
@@ -367,9 +390,6 @@ def run(
                             else:
                                 defer(second, twin_plan(second, twin).id)
                 report(res)
-        for plans in waiting.values():  # their twins never ran (a stopped run)
-            for plan in plans:
-                order.remove((rep, plan.id))
         for ran_id, twin_id in samples:
             if (rep, ran_id) in finished and (rep, twin_id) in finished:
                 tally["sampled"] += 1
@@ -410,11 +430,15 @@ def run(
         if owned:
             launcher.close()
         keys = [k for k in order if k in finished]
+        # planned, never run: cancelled by fail_fast, cut off by an interrupt, or equivalent
+        # to an execution that never ran (the trace runs nobody reports left ``order``)
+        not_run = len(order) - len(keys)
         result = RunResult(out_dir.name, out_dir, tuple(finished[k] for k in keys),
                            started_at, round(time.monotonic() - started, 3), interrupted,
                            launcher.name, tuple(rep for rep, _ in keys), stopped_early,
                            shard, cuts[0] if cuts else None, tuple(skipped),
                            Equivalence(equivalence, len(keys) - tally["equivalent"],
                                        tally["equivalent"], tally["sampled"],
-                                       tuple(mismatches)))
+                                       tuple(mismatches)),
+                           tuple(dict.fromkeys(gaps)), not_run)
     return result

@@ -14,17 +14,26 @@ name (a hard link could be a root-only file where ``fs.protected_hardlinks`` is 
 allowed, at most ``MAX_FILES`` entries (files and folders) and ``MAX_BYTES`` bytes in all;
 anything else refuses the whole folder with ``CopyRefused``, naming the entry (quoted) and
 what is allowed. The caller removes ``dst`` then: nothing of a refused folder is left.
+
+One folder is left out instead: a target folder's top-level ``reports/`` when it is the
+harness's own output (``harness_reports``) — what ``shopops-chaos run … --sut .``, the
+replay command a grade prints, writes there, with its ``latest`` symlink. Left out, none of
+it is opened, read or copied, so whatever it holds reaches no sandbox; a ``reports/`` laid
+out any other way (a module, a symlink to anything but a run folder beside it) is the
+implementation's and is copied, or refused, like every other entry.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "CopyRefused", "copy_file", "copy_tree"]
+__all__ = ["KILLED", "MAX_BYTES", "MAX_FILES", "REPORTS", "RUN_ID", "CopyRefused",
+           "copy_file", "copy_tree", "harness_reports"]
 
 #: At most this many entries (files and folders) and bytes in an implementation's folder
 #: (a package of Python sources is kilobytes; the reference's ``shopops/`` is ~0.4 MiB with
@@ -32,6 +41,15 @@ __all__ = ["MAX_BYTES", "MAX_FILES", "CopyRefused", "copy_file", "copy_tree"]
 MAX_FILES, MAX_BYTES = 10_000, 64 << 20
 _ALLOWED = ("only folders and regular files with one name each (no symlink, hard link, FIFO, "
             "socket or device)")
+#: The harness's report folder (``--report-dir``'s default), relative to where it runs.
+REPORTS = "reports"
+#: A run folder's name (``harness.run.runner.new_run_id``), optionally prefixed (``grade-``);
+#: ``harness.reports.runs`` uses this one. Defined here, the lowest layer that needs it.
+RUN_ID = re.compile(r"(?:[a-z]+-)?(?P<stamp>\d{8}T\d{6}Z)-(?P<pid>\d+)")
+#: The prefix of a killed run's folder kept as evidence (``harness.reports.runs.keep_killed``).
+KILLED = "incomplete-"
+#: ``latest``'s temporary name while it is moved (``harness.reports.runs.point_latest``).
+_LATEST_TMP = re.compile(r"\.latest\.\d+\.tmp")
 
 
 class CopyRefused(OSError):
@@ -39,10 +57,43 @@ class CopyRefused(OSError):
     path inside the folder) and what is allowed."""
 
 
-def copy_tree(src: Path, dst: Path, *, skip: Sequence[str] = ()) -> None:
+def harness_reports(src: Path) -> bool:
+    """``src/reports`` is the harness's own output folder and nothing else: a real folder
+    (not a symlink) whose every entry is a run folder (a real folder named like a run id,
+    ``RUN_ID``, or a killed run's kept as ``incomplete-<run-id>``), ``latest`` or its
+    temporary name — each a symlink to the bare name of a run folder beside it
+    (``harness.reports.runs.point_latest``) — and nothing more. Only names and ``lstat``
+    are looked at; nothing is opened or followed."""
+    top = src / REPORTS
+    try:
+        if not stat.S_ISDIR(os.lstat(top).st_mode):
+            return False
+        entries = {e.name: e for e in os.scandir(top)}
+    except OSError:
+        return False
+    runs = {name for name, e in entries.items()
+            if RUN_ID.fullmatch(name.removeprefix(KILLED)) and e.is_dir(follow_symlinks=False)}
+    for name, entry in entries.items():
+        if name in runs:
+            continue
+        if not ((name == "latest" or _LATEST_TMP.fullmatch(name))
+                and entry.is_symlink()):
+            return False
+        try:
+            if os.readlink(entry.path) not in runs:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def copy_tree(src: Path, dst: Path, *, skip: Sequence[str] = (),
+              leave_out: Sequence[str] = ()) -> None:
     """Copy the folder ``src`` to ``dst`` (created, must not exist): folders as 0o755
     folders, regular files' bytes as new files; names matching a pattern of ``skip``
-    (``fnmatch``, e.g. ``__pycache__``, ``*.pyc``) are left out.
+    (``fnmatch``, e.g. ``__pycache__``, ``*.pyc``) are left out at every depth, the names
+    in ``leave_out`` at the top only (never opened: e.g. ``REPORTS`` when
+    ``harness_reports`` says it is the harness's output).
 
     Raises:
         CopyRefused: ``src`` is not a folder, or holds a symlink, a hard link, a FIFO, a
@@ -55,9 +106,11 @@ def copy_tree(src: Path, dst: Path, *, skip: Sequence[str] = ()) -> None:
     files = size = 0
     for root, dirs, names, root_fd in os.fwalk(src, follow_symlinks=False):
         here = Path(root).relative_to(src)
-        dirs[:] = [d for d in dirs if not _skipped(d, skip)]
+        top = here == Path(".")
+        dirs[:] = [d for d in dirs if not _skipped(d, skip)
+                   and not (top and d in leave_out)]
         for name in (*dirs, *names):
-            if _skipped(name, skip):
+            if _skipped(name, skip) or (top and name in leave_out):
                 continue
             st = os.stat(name, dir_fd=root_fd, follow_symlinks=False)
             files += 1  # folders too: 200,000 empty ones took 41 s to copy

@@ -42,7 +42,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from harness.sandbox import scratch
-from harness.sandbox.code_copy import CopyRefused, copy_file, copy_tree
+from harness.sandbox.code_copy import (
+    REPORTS,
+    CopyRefused,
+    copy_file,
+    copy_tree,
+    harness_reports,
+)
 
 __all__ = ["POOL_SIZE", "TEMP_ROOTS", "UID_BASE", "CodeRefused", "Sandbox", "SandboxError", "area",
            "available", "check_installable", "install_code", "install_fixtures",
@@ -352,8 +358,9 @@ def _install(src: Path, module: str | None) -> Path:
         try:  # as root, of a folder that is the implementation's: harness.sandbox.code_copy
             if module is None:
                 copy_tree(src, target)
-            elif module == "":  # a target's folder, whole
-                copy_tree(src, target, skip=("__pycache__", "*.pyc"))
+            elif module == "":  # a target's folder, whole, but for the harness's reports
+                copy_tree(src, target, skip=("__pycache__", "*.pyc"),
+                          leave_out=(REPORTS,) if harness_reports(src) else ())
             elif (src / module).is_dir():
                 target.mkdir(mode=0o755)
                 copy_tree(src / module, target / module, skip=("__pycache__", "*.pyc"))
