@@ -349,6 +349,23 @@ def test_parked_until_approval_fails_when_the_recheck_left_no_checkpoint() -> No
                for line in res.evidence)
 
 
+def test_a_recheck_killed_at_its_deadline_is_judged_by_what_it_sent_not_where_it_stopped(
+        ) -> None:
+    """A worker the harness killed at its deadline stopped wherever the kill landed (found
+    with ``--timeout 0.03``: the reference failed ``parked_until_approval`` for a recheck
+    killed mid-draft); what it sent still counts."""
+    workers = list(good_workers())
+    workers[1] = replace(worker(1, "recheck", -9, False, "drafting"), timed_out=True)
+    res = parked_until_approval(evidence(workers=tuple(workers)))
+    assert res.passed, res.evidence
+    assert ("worker 1 resumed without approval: latest checkpoint drafting, 0 delivery(ies) "
+            "while it ran (killed at its deadline)") in res.evidence
+    specs = good_specs()
+    at = specs.index(("worker_exit", None, 1, "returncode 0"))
+    specs.insert(at, ("delivery", "t6.gateway_accepted", 1, f"{DELIVERY_ID} key {KEY}"))
+    assert not parked_until_approval(evidence(specs=specs, workers=tuple(workers))).passed
+
+
 def test_parked_until_approval_fails_when_the_recheck_sends() -> None:
     # The recheck worker parks again in its checkpoint, but it sent the email first.
     specs = good_specs()

@@ -5,8 +5,10 @@ harness error, never a hang, never "nothing was written"."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,21 @@ def test_a_checkpoint_file_gone_after_a_committed_checkpoint_is_a_gap(tmp_path: 
 def test_a_checkpoint_file_never_written_is_no_gap(tmp_path: Path) -> None:
     evidence = _collect(tmp_path, ("t0.case_started", "t1.get_customer"))
     assert not [g for g in evidence.gaps if g.source is EvidenceSource.CHECKPOINTS]
+
+
+def test_a_database_created_but_killed_before_its_schema_is_an_empty_history(
+        tmp_path: Path) -> None:
+    """A worker killed after SQLite created its file and before its schema was committed
+    (found with ``--timeout 0.01``: the reference failed ``draft_identical`` with "has no
+    table checkpoints"): nothing was written, as with no file; a database whose schema
+    has other tables but no ``checkpoints`` still fails the contract."""
+    db = tmp_path / "checkpoints.db"
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")  # the file exists, no table yet
+    assert db.stat().st_size > 0
+    assert read_checkpoints(db, "case-O-1001") == ((), None, None)
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("CREATE TABLE other(x)")
+        conn.commit()
+    rows, gap, unfit = read_checkpoints(db, "case-O-1001")
+    assert rows == () and gap is None and unfit is not None and "no table" in unfit

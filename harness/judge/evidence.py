@@ -18,7 +18,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from harness.judge.observers import approvals, store
-from harness.judge.observers.store import HistoryTooLong, NotAContractStore
+from harness.judge.observers.store import HistoryTooLong, NoTables, NotAContractStore
 from harness.model.evidence import (
     Event,
     Evidence,
@@ -88,9 +88,10 @@ def read_checkpoints(db: Path, case_id: str
                      ) -> tuple[tuple[StoredRow, ...], Gap | None, str | None]:
     """The case's stored checkpoint rows (``harness.judge.observers.store``), a ``Gap`` if
     the file is unreadable or longer than ``MAX_HISTORY_ROWS`` (a missing file is no gap:
-    nothing was written), and why the file does not meet the contract (an SQLite file
-    without a readable ``checkpoints`` table: a named failure of every check over the
-    history, not a gap), each ``None`` when not so."""
+    nothing was written; nor is a database with no schema at all, ``store.NoTables``), and
+    why the file does not meet the contract (an SQLite file without a readable
+    ``checkpoints`` table: a named failure of every check over the history, not a gap),
+    each ``None`` when not so."""
     if not os.path.lexists(db):
         return (), None, None
     if (why := not_a_file(db)) is not None:
@@ -99,6 +100,8 @@ def read_checkpoints(db: Path, case_id: str
         return store.read_rows(db, case_id, max_rows=MAX_HISTORY_ROWS), None, None
     except HistoryTooLong as exc:
         return (), Gap(EvidenceSource.CHECKPOINTS, str(exc)), None
+    except NoTables:  # created, then killed before its schema was committed
+        return (), None, None
     except NotAContractStore as exc:
         return (), None, str(exc)
     except sqlite3.Error as exc:

@@ -132,10 +132,14 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
     for w in rechecks:
         # the harness reads a store's latest phase after each worker; a target's only at
         # the end, so its rechecks are judged by what they sent
-        parked = w.phase_after == Phase.AWAITING_APPROVAL or not _store(ev)
+        # one the harness killed at its deadline never ended: where it stopped is not
+        # judged (wherever the kill landed), only what it sent
+        parked = (w.phase_after == Phase.AWAITING_APPROVAL or not _store(ev)
+                  or w.timed_out)
         sent = [e for e in ev.events if e.kind == EventKind.DELIVERY and e.worker == w.index]
         lines.append(f"worker {w.index} resumed without approval: latest checkpoint "
-                     f"{w.phase_after}, {len(sent)} delivery(ies) while it ran")
+                     f"{w.phase_after}, {len(sent)} delivery(ies) while it ran"
+                     + (" (killed at its deadline)" if w.timed_out else ""))
         if not parked or sent:
             bad.append((-1, "resume without approval did not park"))
     final = writes[-1] if writes else None

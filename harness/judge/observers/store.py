@@ -63,6 +63,12 @@ class NotAContractStore(ValueError):
     contract failure, not tampering."""
 
 
+class NoTables(NotAContractStore):
+    """The file is an SQLite database with no table, view or index at all: a loop killed
+    after it created the file and before it committed its schema (a crash may land there,
+    an unlabelled one too). Nothing was written yet: an empty history, as no file is."""
+
+
 class HistoryTooLong(ValueError):
     """The case has more rows than ``MAX_HISTORY_ROWS``: nothing of it was decoded."""
 
@@ -91,6 +97,8 @@ def _columns(conn: sqlite3.Connection, db: Path) -> set[str]:
     """
     found = conn.execute("SELECT type, sql FROM sqlite_master WHERE name = ?",
                          (TABLE,)).fetchone()
+    if found is None and conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0:
+        raise NoTables(f"checkpoint database {db.name} has no schema yet")
     if found is None or found[0] != "table":
         raise NotAContractStore(
             f"checkpoint database {db.name} has no table {TABLE}"
