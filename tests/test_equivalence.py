@@ -94,6 +94,14 @@ def test_equivalence_keeps_failing_doubles_failing(tmp_path: Path) -> None:
     assert any(r.verdict is Verdict.FAIL and r.equivalent_to for r in eq.results)
 
 
+#: Scenarios whose exhaustive double matrix differs from one run to the next, so two runs
+#: of it cannot be compared execution by execution: measured 2026-12-03, five exhaustive
+#: runs of migrators-together gave 14 or 15 executions and 1-2 unknown (two migrators race
+#: for the write lock; which one reaches ckpt.migration_started again after a recovery,
+#: and whether a held one is reached, varies), with or without equivalence.
+NOT_REPRODUCIBLE = {"migrators-together"}
+
+
 def _catalogue() -> list[str]:
     return sorted(p.stem for p in CATALOGUE.glob("*.toml"))
 
@@ -105,6 +113,8 @@ def test_equivalence_on_the_whole_catalogue(name: str, tmp_path: Path,
     equivalence as exhaustive (``--crash-soak`` only: ~an hour of executions)."""
     if not request.config.getoption("--crash-soak", False):
         pytest.skip("the whole catalogue's double matrices run with --crash-soak")
+    if name in NOT_REPRODUCIBLE:
+        pytest.skip("its double matrix differs between two exhaustive runs (NOT_REPRODUCIBLE)")
     s = replace(load_scenario(resolve(name)), double=True)
     if not applies(ExecutionPlan(s, CrashSchedule(), REFERENCE)):
         pytest.skip("equivalence does not apply (a target or a varying policy)")
