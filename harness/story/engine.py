@@ -13,9 +13,9 @@ injected fault, which it records."""
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from harness.judge.evidence import EventLog, history_at, latest_checkpoint, read_checkpoints
@@ -47,10 +47,9 @@ from harness.model import (
     WorkersStep,
 )
 from harness.plan.story_plan import story_of
-from harness.services.approvals import SERVICE_QUEUE, ApprovalService
-from harness.story import crash_state
+from harness.services.approvals import ApprovalService
+from harness.story import crash_state, queue_acts
 from harness.story.controller import HOLD_LIMIT_S, Hold, KillController
-from harness.story.queue_acts import draft_not_durable, other_case_ticket, request_migrated
 from harness.story.storage_steps import FORGED_TICKET, StorageSteps
 from harness.story.workers import Started, Workers
 from harness.targets.drive import TargetSeal
@@ -426,7 +425,7 @@ class _Engine:
             if self.w.target is not None and gate == DEFAULT_GATE:  # for its later workers
                 self.w.target.ticket = ticket.ticket_id
             if mark is not None and gate == DEFAULT_GATE:
-                mark = draft_not_durable(mark, rows, ticket.draft_digest)
+                mark = queue_acts.draft_not_durable(mark, rows, ticket.draft_digest)
         except ShopOpsError as exc:
             event = self.events.add(EventKind.APPROVE, labels.APPROVED, None, None,
                                     f"refused: {exc}")
@@ -441,15 +440,9 @@ class _Engine:
             self.checkpoint_seq_at_approval = seq_now
             self.history_at_approval = mark
 
-    @contextlib.contextmanager
-    def _queue(self, clock: Callable[[], float] = time.time) -> Iterator[ApprovalQueue]:
-        """The approval queue the human acts on: the service's records, or the file."""
-        if self.service is not None:
-            with self.service.queue(clock) as queue:
-                yield queue
-        else:
-            with ApprovalQueue(self.w.appr_db, clock=clock, kind=SERVICE_QUEUE) as queue:
-                yield queue
+    def _queue(self, clock: Callable[[], float] = time.time
+               ) -> AbstractContextManager[ApprovalQueue]:
+        return queue_acts.human_queue(self.service, self.w.appr_db, clock)
 
     def _as_queue(self, act: Callable[[ApprovalQueue], object], what: str) -> None:
         try:
@@ -472,7 +465,7 @@ class _Engine:
                 self.storage.forge_ticket(advance=kind is TicketKind.FORGED_IN_STATE)  # email's
                 ticket = None
             elif kind in (TicketKind.OTHER_CASE, TicketKind.OTHER_CASE_SAME_DRAFT):
-                ticket = other_case_ticket(queue, case, OTHER_CASE[0], gate, APPROVER,
+                ticket = queue_acts.other_case_ticket(queue, case, OTHER_CASE[0], gate, APPROVER,
                                            same_draft=kind is TicketKind.OTHER_CASE_SAME_DRAFT)
             elif kind is TicketKind.STALE_DRAFT:
                 queue.request(case, "f" * 64, gate=gate)  # an older draft's digest
@@ -499,7 +492,7 @@ class _Engine:
         migrated checkpoint is an error of the story (``queue_acts.request_migrated``)."""
         if self._migrated_asked:  # once: a second migrator migrates nothing
             return
-        self._migrated_asked, error = request_migrated(self.w.ckpt_db, self._queue,
+        self._migrated_asked, error = queue_acts.request_migrated(self.w.ckpt_db, self._queue,
                                                        self.s.case_id)
         if error is not None:
             self.w.errors.append(error)

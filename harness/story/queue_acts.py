@@ -4,8 +4,9 @@ history when the human approves (``docs/design.md``, "The story engine")."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from pathlib import Path
@@ -13,12 +14,27 @@ from pathlib import Path
 from harness.judge.evidence import latest_checkpoint
 from harness.judge.observers import store
 from harness.model import HistoryMark, StoredRow
+from harness.services.approvals import SERVICE_QUEUE, ApprovalService
 from shopops.approval_records import ApprovalRequest, iso
 from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops_contract.approvals import RequestStatus
 
-__all__ = ["draft_not_durable", "other_case_ticket", "request_migrated"]
+__all__ = ["draft_not_durable", "human_queue", "other_case_ticket", "request_migrated"]
+
+
+@contextlib.contextmanager
+def human_queue(service: ApprovalService | None, appr_db: Path,
+                clock: Callable[[], float] = time.time) -> Iterator[ApprovalQueue]:
+    """The approval queue the story's human acts on: the harness's approval service's own
+    records (``ApprovalService.queue``: in memory for an execution), or, without a service,
+    the file ``appr_db``."""
+    if service is not None:
+        with service.queue(clock) as queue:
+            yield queue
+    else:
+        with ApprovalQueue(appr_db, clock=clock, kind=SERVICE_QUEUE) as queue:
+            yield queue
 
 
 def request_migrated(ckpt_db: Path, queue: Callable[[], AbstractContextManager[ApprovalQueue]],
