@@ -14,6 +14,8 @@ checkpoint store's.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from harness.model.observations import (
@@ -29,7 +31,7 @@ from shopops_contract.digests import note_digest
 from shopops_contract.phases import Phase
 from shopops_contract.schema import partial_state_problems
 
-__all__ = ["FIELDS", "history_of"]
+__all__ = ["FIELDS", "history_of", "item_digests"]
 
 #: Each field a target's history may report, and what it lets the judge observe.
 FIELDS: dict[str, Observable] = {
@@ -90,3 +92,12 @@ def history_of(items: tuple[object, ...]) -> History:
     return History(HistorySource.TARGET_HISTORY, tuple(writes), frozenset(seen),
                    "its history reports no " + ", ".join(missing) if missing
                    else "the stored rows byte for byte (its own storage)")
+
+
+def item_digests(items: tuple[object, ...]) -> tuple[str, ...]:
+    """The SHA-256 (hex) of each object a target's ``history`` returned, as its canonical
+    JSON (sorted keys, no spaces, non-ASCII escaped; ``HistoryRead.items``): two reads hold
+    the same item only if it holds the same JSON. The objects came from JSON, so each
+    dumps."""
+    return tuple(hashlib.sha256(json.dumps(item, sort_keys=True, separators=(",", ":"))
+                                .encode("ascii")).hexdigest() for item in items)
