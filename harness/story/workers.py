@@ -368,7 +368,7 @@ class Workers:
 
     def latest_phase(self) -> str | None:
         """The phase of the latest checkpoint the loop wrote, read by the harness (``None``
-        for a target: its state is read once, at the end, through its own API)."""
+        for a target: its state is read through its own API, ``read_history``)."""
         return _phase(self.latest_write())
 
     def latest_write(self) -> DurableWrite | None:

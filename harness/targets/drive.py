@@ -1,7 +1,8 @@
 """What the story needs from a scenario's target (``harness.story.workers``): each worker's
 command line with its ``TargetContext`` written beside it, and the target's durable state
-read back at the end through the target's own API (its ``history`` function: LangGraph's
-``get_state_history``, DBOS's ``list_workflow_steps``).
+read back through the target's own API (its ``history`` function: LangGraph's
+``get_state_history``, DBOS's ``list_workflow_steps``) after each worker and at the end
+(``harness.story.workers.Workers.read_history``).
 
 The ``history`` worker runs outside the kill controller (no failpoint channel in its
 environment, so nothing it passes is a kill point), in a session of its own with a

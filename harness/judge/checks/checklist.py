@@ -130,10 +130,10 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
     rechecks = [w for w in ev.workers if w.role == WorkerRole.RECHECK and not w.killed_by_harness
                 and not approved_while_running(w.index)]
     for w in rechecks:
-        # the harness reads a store's latest phase after each worker; a target's only at
-        # the end, so its rechecks are judged by what they sent
-        # one the harness killed at its deadline never ended: where it stopped is not
-        # judged (wherever the kill landed), only what it sent
+        # the harness reads a store's latest phase after each worker; of a target's history
+        # it keeps only digests then (history_not_replaced): its rechecks are judged by
+        # what they sent; one the harness killed at its deadline never ended: where it
+        # stopped is not judged (wherever the kill landed), only what it sent
         parked = (w.phase_after == Phase.AWAITING_APPROVAL or not _store(ev)
                   or w.timed_out)
         sent = [e for e in ev.events if e.kind == EventKind.DELIVERY and e.worker == w.index]

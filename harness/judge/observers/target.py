@@ -8,8 +8,9 @@ A target shows what its own storage keeps: a field it never reports is not obser
 (``History.observes`` leaves it out) and the checks that need it are not applicable for
 it. A field it reports with the wrong type makes that write unreadable, named, like a bad
 checkpoint row. It cannot show the stored rows byte for byte (``Observable.ROWS``): the
-checks over a replaced or rewritten history and over injected storage faults are the
-checkpoint store's.
+checks over injected storage faults are the checkpoint store's; a replaced or rewritten
+history is judged on its objects instead, as read after each worker (``item_digests``,
+``history_not_replaced``).
 """
 
 from __future__ import annotations
