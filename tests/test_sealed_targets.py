@@ -224,6 +224,9 @@ def test_a_sealed_targets_history_read_is_forked_as_its_uid_under_its_limits(
     assert uid >= UID_BASE and ppid != os.getpid()
     history_index = max(index for index, _ in servers)
     assert (history_index, ppid) in servers  # its parent: the sealed fork server
+    # read after each worker (history_not_replaced), every read sealed the same way
+    reads = sorted(execution.glob("history-after-*.err"))
+    assert len(reads) >= 2 and all("where: history " + read in r.read_text() for r in reads)
 
 
 @NEEDS_DBOS

@@ -23,8 +23,8 @@ from harness.model.observations import (
 from harness.model.points import KillPoint
 
 __all__ = ["NO_KEY", "OWN_FAULT_SIGNALS", "Delivery", "Event", "Evidence", "Gap", "GatewayLog",
-           "HistoryMark", "NoteDelivery", "PowerCut", "RequestRecord", "WorkerRun", "key_text",
-           "rows_digest"]
+           "HistoryMark", "HistoryRead", "NoteDelivery", "PowerCut", "RequestRecord", "WorkerRun",
+           "key_text", "rows_digest"]
 
 #: How a request or delivery without an idempotency key is written, in check evidence and
 #: in every report (one spelling: ``key_text``).
@@ -178,6 +178,40 @@ class HistoryMark:
 
 
 @dataclass(frozen=True)
+class HistoryRead:
+    """One read of a target's history through its own ``history`` function during the
+    story (``harness.story.workers``): after a worker was reaped while no other worker ran,
+    or once more after the story (``worker`` ``None``) when nothing was read after its
+    last worker. ``history_not_replaced`` judges that each read begins with the one before
+    (``harness.judge.checks.support.history_replaced``).
+
+    Attributes:
+        worker: the index of the worker reaped just before the read, or ``None``: after
+            the story.
+        role: that worker's role (``None`` after the story).
+        killed: that worker was killed by the harness.
+        items: the SHA-256 (hex) of each object the target's ``history`` returned, as its
+            canonical JSON (sorted keys, no spaces, UTF-8), oldest first
+            (``harness.judge.observers.target.item_digests``).
+        unreadable: why the history could not be read then (a non-zero exit, a deadline,
+            malformed JSON), or ``None``: read; then ``items`` is empty.
+    """
+
+    worker: int | None
+    role: WorkerRole | None = None
+    killed: bool = False
+    items: tuple[str, ...] = ()
+    unreadable: str | None = None
+
+    def after(self) -> str:
+        """``after worker 1 (resume, killed)`` / ``after the story``: for evidence lines."""
+        if self.worker is None:
+            return "after the story"
+        return (f"after worker {self.worker} ({self.role}"
+                + (", killed)" if self.killed else ")"))
+
+
+@dataclass(frozen=True)
 class Event:
     """One entry of the ordered trace: ``seq`` (0-based), ``t_ms`` (milliseconds since the
     execution started), ``kind`` (an ``EventKind``), ``label``, ``pid``, ``worker`` (index),
@@ -320,6 +354,9 @@ class Evidence:
             committed before each and what it lost.
         crash_state: the fingerprint of the durable state the first kill left
             (``StoryRecord.crash_state``); never read by a check.
+        history_reads: a target's history as the harness read it during the story, in
+            order (``HistoryRead``: after each worker, the last one the history judged);
+            empty for a loop with a checkpoint store.
     """
 
     execution_id: str
@@ -348,6 +385,7 @@ class Evidence:
     history: History = History(HistorySource.CHECKPOINT_STORE)
     power_cuts: tuple[PowerCut, ...] = ()
     crash_state: str | None = None
+    history_reads: tuple[HistoryRead, ...] = ()
 
     @property
     def cut_short(self) -> bool:

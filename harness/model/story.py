@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from harness.model.evidence import HistoryMark, PowerCut, WorkerRun
+from harness.model.evidence import HistoryMark, HistoryRead, PowerCut, WorkerRun
 from harness.model.kinds import HumanAction, StorageFault, TicketKind, WorkerRole
 from harness.model.observations import History, StoredRow
 from harness.model.points import KillPoint
@@ -199,6 +199,7 @@ class StoryRecord:
         target_history: a target's durable writes, read after the story through its own
             API (``harness.targets.drive``); ``None`` for a loop with a checkpoint store.
         target_error: why a target's state could not be read, or ``None``.
+        history_reads: a target's history as read after each worker (``HistoryRead``).
         power_cuts: the power cuts after kills, in order (``PowerCut``).
         crash_state: the fingerprint of the durable state the first kill left
             (``harness.story.crash_state``), or ``None``: no kill, or a state no fingerprint
@@ -221,3 +222,4 @@ class StoryRecord:
     history_at_approval: HistoryMark | None = None
     power_cuts: tuple[PowerCut, ...] = ()
     crash_state: str | None = None
+    history_reads: tuple[HistoryRead, ...] = ()

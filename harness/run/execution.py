@@ -342,6 +342,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         gates=(DEFAULT_GATE, NOTE_GATE) if s.order_note else (DEFAULT_GATE,),
         target="reference" if target is None else target.name,
         history=history, crash_state=record.crash_state,
+        history_reads=record.history_reads,  # a target's, after each worker
     )
 
 

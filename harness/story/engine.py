@@ -198,10 +198,11 @@ class _Engine:
 
     def read_target(self) -> None:
         """A target's durable state through its own API, after every worker was reaped
-        (outside the kill controller: ``TargetDriver.history``)."""
+        (outside the kill controller: ``TargetDriver.history``; the read after the last
+        worker when none came since, ``Workers.final_history``)."""
         if self.w.target is None:
             return
-        items, self.target_error = self.w.target.history()
+        items, self.target_error = self.w.final_history()
         self.target_history = (History(HistorySource.TARGET_HISTORY, observes=frozenset(),
                                        cannot="the target has no history function")
                                if items is None else target.history_of(items))
@@ -215,7 +216,7 @@ class _Engine:
                            self.checkpoint_seq_at_approval, tuple(w.injected), self.storage.v1_rows,
                            w.ckpt_db, w.appr_db, w.gw_db, w.workdir, self.target_history,
                            self.target_error, self.history_at_approval, tuple(w.power_cuts),
-                           self.crash_state)
+                           self.crash_state, tuple(w.history_reads))
 
     def _workers(self, step: Step) -> None:
         assert isinstance(step, WorkersStep)

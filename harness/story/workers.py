@@ -14,6 +14,7 @@ from pathlib import Path
 
 from harness.judge.evidence import EventLog, latest_checkpoint
 from harness.judge.observers import store
+from harness.judge.observers.target import item_digests
 from harness.launch import power
 from harness.launch.launcher import Launcher
 from harness.launch.processes import Worker, output_tail, trim_output
@@ -22,10 +23,12 @@ from harness.model import (
     DEFAULT_OWNER,
     CrashMode,
     EventKind,
+    HistoryRead,
     KillPoint,
     PowerCut,
     Scenario,
     Sut,
+    TargetRole,
     WorkerRole,
     WorkerRun,
 )
@@ -117,6 +120,10 @@ class Workers:
                 frameworks_of(scenario.target.folder if seal is None else seal.folder,
                               scenario.target.extra))})
                        if scenario.target is not None else None)
+        #: a target's history as read after each worker (``read_history``), and the last
+        #: read: (workers reaped then, its objects, why unreadable)
+        self.history_reads: list[HistoryRead] = []
+        self._last_read: tuple[int, tuple[object, ...] | None, str | None] | None = None
         #: power cuts (``harness.launch.power``): the harness-owned shadow of what the
         #: workers synced (``None``: every kill is a plain SIGKILL), and a cut due once
         #: every worker running when it was decided has been reaped
@@ -267,7 +274,45 @@ class Workers:
                         _draft(started.before), started.owner, started.lease, self.lease())
         self.runs.append(run)
         self.runs.sort(key=lambda r: r.index)
+        self.read_history(run)
         return run
+
+    def read_history(self, run: WorkerRun) -> None:
+        """A target's history, read through its own ``history`` right after ``run`` was
+        reaped (``TargetDriver.history``: outside the kill controller, sealed like its
+        workers), so that ``history_not_replaced`` can tell a history that was deleted or
+        rewritten between workers from one that only grew. Read only while no other worker
+        runs (a held or concurrent one would race the read) and not with power cuts (a
+        read's own files would be rolled back with the loop's); recorded in
+        ``history_reads``."""
+        if (self.target is None or not self.target.has(TargetRole.HISTORY)
+                or self._started != len(self.runs) or self.shadow is not None):
+            return
+        items, error = self.target.history(f"history-after-{run.index}")
+        self._record_read(run.index, run.role, run.killed_by_harness, items, error)
+
+    def final_history(self) -> tuple[tuple[object, ...] | None, str | None]:
+        """A target's history after the story (``TargetDriver.history``): the read made
+        after its last worker when no worker was started since (nothing else writes a
+        target's state: the human answers through the harness's records or a ``decide``
+        worker), else read now and recorded. ``(None, None)``: no target, or no
+        ``history``."""
+        if self.target is None:
+            return None, None
+        last = self._last_read
+        if last is not None and last[0] == len(self.runs) == self._started:
+            return last[1], last[2]
+        items, error = self.target.history()
+        if items is not None:
+            self._record_read(None, None, False, items, error)
+        return items, error
+
+    def _record_read(self, worker: int | None, role: WorkerRole | None, killed: bool,
+                     items: tuple[object, ...] | None, error: str | None) -> None:
+        self._last_read = (len(self.runs), items, error)
+        if items is not None:
+            self.history_reads.append(HistoryRead(
+                worker, role, killed, item_digests(items) if error is None else (), error))
 
     def _power_cut(self, worker: Worker, index: int) -> None:
         """After reaping worker ``index``: if it was killed at a point that is a power cut
@@ -323,7 +368,7 @@ class Workers:
 
     def latest_phase(self) -> str | None:
         """The phase of the latest checkpoint the loop wrote, read by the harness (``None``
-        for a target: its state is read once, at the end, through its own API)."""
+        for a target: its state is read through its own API, ``read_history``)."""
         return _phase(self.latest_write())
 
     def latest_write(self) -> DurableWrite | None:

@@ -1,7 +1,8 @@
 """What the story needs from a scenario's target (``harness.story.workers``): each worker's
 command line with its ``TargetContext`` written beside it, and the target's durable state
-read back at the end through the target's own API (its ``history`` function: LangGraph's
-``get_state_history``, DBOS's ``list_workflow_steps``).
+read back through the target's own API (its ``history`` function: LangGraph's
+``get_state_history``, DBOS's ``list_workflow_steps``) after each worker and at the end
+(``harness.story.workers.Workers.read_history``).
 
 The ``history`` worker runs outside the kill controller (no failpoint channel in its
 environment, so nothing it passes is a kill point), in a session of its own with a
@@ -172,22 +173,25 @@ class TargetDriver:
         return self.target.argv(target_role(role),
                                 self._context_file(f"worker-{index}", ticket, from_seq))
 
-    def history(self) -> tuple[tuple[object, ...] | None, str | None]:
+    def history(self, name: str = "history") -> tuple[tuple[object, ...] | None, str | None]:
         """The objects the target's ``history`` returned (its durable writes through its
         own API, oldest first; ``harness.judge.observers.target`` reads them), and why they
         could not be read (``None``: read). ``(None, None)``: the target has no
-        ``history``.
+        ``history``. ``name``: of this read's context file and, with a launcher, its
+        output (``NAME.out``/``NAME.err``); the story reads after each worker
+        (``history-after-N``) and, if need be, once after the story (``history``), each
+        read under a name of its own (a sealed context file is written once).
 
         Never raises for the target's failure: a non-zero exit, a deadline or malformed
         JSON becomes the reason. The process group is killed and reaped before return.
         """
         if not self.has(TargetRole.HISTORY):
             return None, None
-        argv = self.target.argv(TargetRole.HISTORY, self._context_file("history", self.ticket))
+        argv = self.target.argv(TargetRole.HISTORY, self._context_file(name, self.ticket))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (SRC, env.get("PYTHONPATH")) if p)
         if self.launcher is not None:
-            out, err, late, returncode = self._forked(argv, env)
+            out, err, late, returncode = self._forked(argv, env, name)
         else:
             out, err, late, returncode = self._spawned(argv, env)
         if late is not None:
@@ -203,13 +207,13 @@ class TargetDriver:
         except ValueError as exc:
             return (), f"the target's history is malformed: {exc}"
 
-    def _forked(self, argv: list[str], env: dict[str, str]
+    def _forked(self, argv: list[str], env: dict[str, str], name: str
                 ) -> tuple[str, str, str | None, int]:
-        """Run the ``history`` worker through ``launcher``: (stdout, stderr, why late or
-        ``None``, return code)."""
+        """Run the ``history`` worker through ``launcher``, its output in ``NAME.out`` and
+        ``NAME.err``: (stdout, stderr, why late or ``None``, return code)."""
         assert self.launcher is not None
         env |= self.launch_env
-        out_path, err_path = self.outdir / "history.out", self.outdir / "history.err"
+        out_path, err_path = self.outdir / f"{name}.out", self.outdir / f"{name}.err"
         try:
             worker = self.launcher.start(argv, env=env, cwd=str(self.workdir),
                                          stdout=str(out_path), stderr=str(err_path),

@@ -44,8 +44,8 @@ NOT_COMPARED = ("the checkpoint history was replaced or rewritten after the appr
 
 def _store(ev: Evidence) -> bool:
     """The writes come from the contract's checkpoint store, whose ``seq`` the harness also
-    read when the human approved and after each worker (a target's history is read once,
-    at the end, numbered by its own order)."""
+    read when the human approved and after each worker (a target's history is numbered by
+    its own order; its reads after each worker are judged by ``history_not_replaced``)."""
     return ev.history.source is HistorySource.CHECKPOINT_STORE
 
 
@@ -108,7 +108,7 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
     replaced one); a target's writes are judged by where its history ends."""
     writes, problems = _writes(ev)
     cut = ev.checkpoint_seq_at_approval
-    replaced = history_replaced(ev)
+    replaced = history_replaced(ev) if _store(ev) else None  # compared by seq
     compare = _store(ev) and not replaced
     lines = [f"human approved at trace seq {ev.approval_event}; checkpoints up to seq {cut} "
              "were saved before"] if ev.approval_event is not None else ["no approval happened"]
@@ -130,10 +130,10 @@ def parked_until_approval(ev: Evidence) -> CheckResult:
     rechecks = [w for w in ev.workers if w.role == WorkerRole.RECHECK and not w.killed_by_harness
                 and not approved_while_running(w.index)]
     for w in rechecks:
-        # the harness reads a store's latest phase after each worker; a target's only at
-        # the end, so its rechecks are judged by what they sent
-        # one the harness killed at its deadline never ended: where it stopped is not
-        # judged (wherever the kill landed), only what it sent
+        # the harness reads a store's latest phase after each worker; of a target's history
+        # it keeps only digests then (history_not_replaced): its rechecks are judged by
+        # what they sent; one the harness killed at its deadline never ended: where it
+        # stopped is not judged (wherever the kill landed), only what it sent
         parked = (w.phase_after == Phase.AWAITING_APPROVAL or not _store(ev)
                   or w.timed_out)
         sent = [e for e in ev.events if e.kind == EventKind.DELIVERY and e.worker == w.index]
@@ -178,7 +178,7 @@ def not_sent_before_approval(ev: Evidence) -> CheckResult:
              and (approval is None or e.seq < approval)]
     lines += [f"trace seq {e.seq}: delivery {e.detail} before the approval" for e in early]
     cut = ev.checkpoint_seq_at_approval
-    replaced = history_replaced(ev)
+    replaced = history_replaced(ev) if _store(ev) else None  # compared by seq
     if replaced:
         lines.append(NOT_COMPARED)
     flagged = [w.seq for w in writes if _store(ev) and not replaced and w.email.sent

@@ -21,7 +21,7 @@ from harness.judge.checks.support import (
     redrafts_owed,
     writes,
 )
-from harness.model import CheckId, CheckResult, EventKind, Evidence, WorkerRole
+from harness.model import CheckId, CheckResult, EventKind, Evidence, HistorySource, WorkerRole
 from shopops_contract.approvals import RequestStatus
 from shopops_contract.labels import (
     COMPLETED_SAVED,
@@ -399,7 +399,16 @@ def history_not_replaced(ev: Evidence) -> CheckResult:
     file and starts it again, or rewrites old rows, leaves a history whose ``seq`` numbers
     cannot be set against the approval; the checks that do so
     (``parked_until_approval``, ``not_sent_before_approval``) leave those comparisons to
-    this one."""
+    this one.
+
+    A target's history (its own ``history`` function) is one history the same way: read
+    after each worker (``Evidence.history_reads``), each read begins with the objects of
+    the read before it but its newest (``check_support.reads_departed``). A target whose
+    ``resume`` deletes its storage and starts over leaves a final history that looks like
+    one clean run; the read after a worker that had not caught up again shows it. Not
+    applicable for a target without ``history``."""
+    if ev.history.source is HistorySource.TARGET_HISTORY:
+        return _target_reads(ev)
     mark = ev.history_at_approval
     if mark is None:
         return CheckResult(CheckId.HISTORY_NOT_REPLACED, True,
@@ -453,4 +462,26 @@ def commits_durable(ev: Evidence) -> CheckResult:
         return CheckResult(CheckId.COMMITS_DURABLE, False, bad[0], tuple(lines + bad))
     return CheckResult(CheckId.COMMITS_DURABLE, True,
                        f"every committed checkpoint survived {len(ev.power_cuts)} power cut(s)",
+                       tuple(lines))
+
+
+def _target_reads(ev: Evidence) -> CheckResult:
+    """``history_not_replaced`` for a target: its reads after each worker
+    (``HistoryRead``), judged by ``check_support.history_replaced``."""
+    reads = ev.history_reads
+    if not reads:
+        return CheckResult(CheckId.HISTORY_NOT_REPLACED, False,
+                           "not applicable: the target's history was never read (it has no "
+                           "history function)", (), applicable=False)
+    lines = [f"read {r.after()}: " + (f"unreadable, not compared ({r.unreadable})"
+                                      if r.unreadable is not None
+                                      else f"{len(r.items)} object(s)") for r in reads]
+    replaced = history_replaced(ev)
+    if replaced is not None:
+        return CheckResult(CheckId.HISTORY_NOT_REPLACED, False, replaced, tuple(lines))
+    readable = sum(r.unreadable is None for r in reads)
+    return CheckResult(CheckId.HISTORY_NOT_REPLACED, True,
+                       f"each of the {readable} read(s) of the target's history begins with "
+                       "the one before (its newest object aside)" if readable > 1 else
+                       "the target's history was read once: nothing to compare",
                        tuple(lines))

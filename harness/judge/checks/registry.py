@@ -72,12 +72,16 @@ class Check:
     evidence it reads (``needs``: a check whose source could not be read is undecided,
     ``harness.judge.verdict.decide``) and what it needs a loop's history to show
     (``requires``: where the history's source cannot show it, ``History.observes``, the
-    check is not applicable). Calling it runs it, or gives its not-applicable result."""
+    check is not applicable); ``shows``: ``applicability``'s two columns (what it needs,
+    whether it applies to a target) where ``requires`` does not say it (a check that
+    decides its applicability itself).
+    Calling it runs it, or gives its not-applicable result."""
 
     id: CheckId
     run: Callable[[Evidence], CheckResult]
     needs: frozenset[EvidenceSource]
     requires: frozenset[Observable] = frozenset()
+    shows: tuple[str, str] | None = None
 
     def __call__(self, ev: Evidence) -> CheckResult:
         """``run(ev)``, or not applicable when ``ev.history`` cannot show ``requires``."""
@@ -90,9 +94,15 @@ class Check:
 
 
 def _check(check_id: CheckId, run: Callable[[Evidence], CheckResult],
-           needs: tuple[EvidenceSource, ...], *requires: Observable) -> Check:
-    return Check(check_id, run, frozenset(needs), frozenset(requires))
+           needs: tuple[EvidenceSource, ...], *requires: Observable,
+           shows: tuple[str, str] | None = None) -> Check:
+    return Check(check_id, run, frozenset(needs), frozenset(requires), shows)
 
+
+#: What ``history_not_replaced`` needs (``Check.shows``): not applicable only for a target
+#: without ``history``, which it says itself.
+_ONE_HISTORY = ("rows, or a target's history read after each worker",
+                "when it has a history: each read after a worker begins with the one before")
 
 #: Every check, one per ``CheckId``, in its order (a test says so). ``docs/contract.md``'s
 #: table of what applies to which loop is made from ``requires``.
@@ -113,7 +123,8 @@ CHECKS: tuple[Check, ...] = (
     _check(CheckId.LEASE_EXCLUSIVE, lease_exclusive, _H, _O.LEASE),
     _check(CheckId.REJECTION_RESPECTED, rejection_respected, (*_H, _A, _G), _O.PHASE, _O.DRAFT),
     _check(CheckId.ATTEMPTS_BOUNDED, attempts_bounded, _H, _O.ROWS),
-    _check(CheckId.HISTORY_NOT_REPLACED, history_not_replaced, (_C,), _O.ROWS),
+    _check(CheckId.HISTORY_NOT_REPLACED, history_not_replaced, _H,
+           shows=_ONE_HISTORY),
     _check(CheckId.PER_ACTION, per_action, (*_H, _A, _G)),
     _check(CheckId.ASKED_ONCE, asked_once, (_A,)),
     _check(CheckId.COMMITS_DURABLE, commits_durable, (_C,), _O.ROWS),
@@ -144,6 +155,8 @@ def applicability() -> str:
         else:
             target = f"when its history reports {needs}"
         shown = needs or "— (the harness's own evidence)"
+        if c.shows is not None:
+            shown, target = c.shows
         out.append(f"| `{c.id}` | {shown} | yes | {target} |")
     return "\n".join(out) + "\n"
 

@@ -6,13 +6,21 @@ modules import this, never each other, and nothing of a loop under test."""
 
 from __future__ import annotations
 
-from harness.model import DEFAULT_GATE, CheckResult, DurableWrite, Evidence, TicketRecord
+from harness.model import (
+    DEFAULT_GATE,
+    CheckResult,
+    DurableWrite,
+    Evidence,
+    HistoryRead,
+    HistorySource,
+    TicketRecord,
+)
 from harness.model.observations import rows_digest
 from shopops_contract.approvals import RequestStatus
 from shopops_contract.digests import draft_digest
 
 __all__ = ["CheckResult", "absent", "draft_digest", "gate_tickets", "history_replaced",
-           "redrafts_owed", "writes"]
+           "reads_departed", "redrafts_owed", "writes"]
 
 
 def writes(ev: Evidence) -> tuple[list[DurableWrite], list[str]]:
@@ -55,15 +63,19 @@ def absent(ev: Evidence, result: CheckResult) -> CheckResult:
 
 
 def history_replaced(ev: Evidence) -> str | None:
-    """How the checkpoint history at the end no longer begins with what the harness read
-    when the human approved (``Evidence.history_at_approval``), or ``None`` when it still
-    does or nothing was recorded then. Replaced: the file the harness read at the end is
+    """How the loop's history no longer begins with what the harness read of it earlier, or
+    ``None`` when it still does or nothing was recorded earlier. A target's: its history as
+    read after each worker (``Evidence.history_reads``, ``reads_departed``). The checkpoint
+    store's: the history at the end against what the harness read when the human approved
+    (``Evidence.history_at_approval``). Replaced: the file the harness read at the end is
     another one than at the approval (``(st_dev, st_ino)``, ``Evidence.checkpoints_file``:
     deleted and created again, or another file moved there); rewritten: the rows with
     ``seq`` up to the approval's are not the same rows, byte for byte (missing, changed or
     added under an old ``seq``). Then a ``seq`` of the end's history says nothing about
     when it was written relative to the approval, and the checks that compare with
     ``checkpoint_seq_at_approval`` do not (``docs/design.md``, "The checklist")."""
+    if ev.history.source is HistorySource.TARGET_HISTORY:
+        return reads_departed(ev.history_reads)
     mark = ev.history_at_approval
     if mark is None:
         return None
@@ -85,3 +97,29 @@ def history_replaced(ev: Evidence) -> str | None:
             f"{where(mark.file_id)} with {mark.rows} row(s) up to seq {mark.seq} "
             f"(digest {mark.digest[:12]}) seen at approval, {where(now)} with {len(kept)} "
             f"row(s) up to seq {mark.seq} (digest {digest[:12]}) at the end")
+
+
+def reads_departed(reads: tuple[HistoryRead, ...]) -> str | None:
+    """How a target's history, read after one worker, does not begin with what was read
+    after an earlier one (``HistoryRead``; items compared by the digest of their canonical
+    JSON), or ``None``: each readable read begins with the readable read before it. The
+    rule of ``docs/contract.md`` ("A target's history"): the history is append-only — one
+    object per durable write, oldest first — except its newest object, the frontier, which
+    may still be completed in place (a framework app's ``awaiting_approval`` describes the
+    wait going on; DBOS records a ``recv``'s answer under a function ID before its durable
+    timeout's). So every object of a read but its last must begin every later read. A
+    read that failed is not compared (a target killed before its storage existed may
+    fail to read it); the history at the end is judged by every check regardless."""
+    readable = [r for r in reads if r.unreadable is None]
+    for before, now in zip(readable, readable[1:], strict=False):
+        kept = before.items[:-1]
+        if now.items[:len(kept)] == kept:
+            continue
+        at = next((i for i, (a, b) in enumerate(zip(kept, now.items, strict=False))
+                   if a != b), len(now.items))
+        what = ("is missing" if at >= len(now.items) else "is another object")
+        return (f"the history read {now.after()} does not begin with the history read "
+                f"{before.after()}: of the {len(before.items)} object(s) read then, object "
+                f"{at + 1} (1 = the oldest) {what} in the {len(now.items)} read now — the "
+                "target's history was deleted, restarted or rewritten between the two reads")
+    return None

@@ -8,12 +8,15 @@ A target shows what its own storage keeps: a field it never reports is not obser
 (``History.observes`` leaves it out) and the checks that need it are not applicable for
 it. A field it reports with the wrong type makes that write unreadable, named, like a bad
 checkpoint row. It cannot show the stored rows byte for byte (``Observable.ROWS``): the
-checks over a replaced or rewritten history and over injected storage faults are the
-checkpoint store's.
+checks over injected storage faults are the checkpoint store's; a replaced or rewritten
+history is judged on its objects instead, as read after each worker (``item_digests``,
+``history_not_replaced``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from harness.model.observations import (
@@ -29,7 +32,7 @@ from shopops_contract.digests import note_digest
 from shopops_contract.phases import Phase
 from shopops_contract.schema import partial_state_problems
 
-__all__ = ["FIELDS", "history_of"]
+__all__ = ["FIELDS", "history_of", "item_digests"]
 
 #: Each field a target's history may report, and what it lets the judge observe.
 FIELDS: dict[str, Observable] = {
@@ -90,3 +93,12 @@ def history_of(items: tuple[object, ...]) -> History:
     return History(HistorySource.TARGET_HISTORY, tuple(writes), frozenset(seen),
                    "its history reports no " + ", ".join(missing) if missing
                    else "the stored rows byte for byte (its own storage)")
+
+
+def item_digests(items: tuple[object, ...]) -> tuple[str, ...]:
+    """The SHA-256 (hex) of each object a target's ``history`` returned, as its canonical
+    JSON (sorted keys, no spaces, non-ASCII escaped; ``HistoryRead.items``): two reads hold
+    the same item only if it holds the same JSON. The objects came from JSON, so each
+    dumps."""
+    return tuple(hashlib.sha256(json.dumps(item, sort_keys=True, separators=(",", ":"))
+                                .encode("ascii")).hexdigest() for item in items)
