@@ -80,6 +80,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: Any) -> argparse.Namespace
     ``parser.error`` with one line naming the option, like any other bad option.
     """
     args = parser.parse_args(argv)
+    if not any(value == [] for value in vars(args).values()):
+        return args  # no option holds [] (the walk below touches every action: ~0.3 ms)
     for action in _one_value_actions(parser):
         if getattr(args, action.dest, None) == []:
             parser.error(f"argument {'/'.join(action.option_strings)}: '--' is not a "
