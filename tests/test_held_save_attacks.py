@@ -1,0 +1,53 @@
+"""Attacks on saving the in-memory gateway ledger after the verdict (``MockGateway.save``,
+``harness.services.ledger_db.LedgerDatabase.save``): an unsealed target shares the
+execution folder, so whatever it leaves next to ``gateway.db`` is there when the harness
+writes the file."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from harness.model import CrashSchedule, ExecutionPlan, Verdict
+from harness.plan.scenario import load_scenario
+from harness.run.execution import execute
+
+ROOT = Path(__file__).resolve().parent.parent
+
+START = 'def start(ctx: Any) -> None:\n    """Run a new case until it parks for approval."""\n'
+#: the first worker leaves a directory where SQLite puts gateway.db's rollback journal
+PLANT = ('    os.mkdir(os.path.join(os.path.dirname(os.path.abspath(ctx.workdir)),\n'
+         '                          "gateway.db-journal"))\n')
+
+
+def _forged(tmp_path: Path) -> Path:
+    folder = tmp_path / "forge"
+    shutil.copytree(ROOT / "examples" / "python_starter", folder,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    loop = folder / "loop.py"
+    text = loop.read_text()
+    assert text.count(START) == 1
+    loop.write_text(text.replace(START, START + PLANT))
+    scenario = tmp_path / "forge.toml"
+    scenario.write_text('name = "forge"\n[target]\nkind = "python"\nfolder = "forge"\n'
+                        'start = "loop:start"\nresume = "loop:resume"\n'
+                        'history = "loop:history"\n')
+    return scenario
+
+
+@pytest.mark.xfail(strict=True, raises=sqlite3.OperationalError,
+                   reason="found by an attack: LedgerDatabase.save backs the in-memory ledger "
+                          "up into gateway.db with SQLite, which cannot open its rollback "
+                          "journal where the worker put a directory; the error escapes "
+                          "execute (shopops-chaos run: 'harness error', exit 2)")
+def test_a_directory_at_the_ledgers_journal_does_not_crash_the_harness(
+        tmp_path: Path) -> None:
+    plan = ExecutionPlan(load_scenario(_forged(tmp_path)), CrashSchedule(()))
+    result = execute(plan, tmp_path / "run", keep_databases=True)
+    # expected: judged from the held log (one delivery), the planted file recorded or at
+    # least not fatal, and the harness's ledger kept for the report
+    assert result.verdict in (Verdict.PASS, Verdict.FAIL)
+    assert len(result.evidence.gateway.deliveries) == 1
