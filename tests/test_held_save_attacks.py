@@ -80,3 +80,36 @@ def test_the_service_call_log_holds_at_most_max_field_characters_a_field(
     # a worker's whole allowance of calls costs the harness at most MAX_FIELD a field
     assert logged[0] <= MAX_FIELD, logged
     assert logged[1] * MAX_REQUESTS_PER_WORKER / 50 <= MAX_REQUESTS_PER_WORKER * MAX_FIELD
+
+
+#: a loop that opens the ``--approvals`` file it is given (a local approval cache; the
+#: contract: "unused under the harness"), and then works through the service as it should
+LOCAL_APPROVALS = ("cli.py",
+                   "    if args.command in (\"run\", \"resume\"):\n"
+                   "        return _work(args, approvals)\n",
+                   "    if args.command in (\"run\", \"resume\"):\n"
+                   "        import sqlite3  # a local cache of approvals: opened, unused here\n"
+                   "        sqlite3.connect(approvals).close()\n"
+                   "        return _work(args, approvals)\n")
+
+
+@pytest.mark.xfail(strict=True,
+                   reason="found by an attack: an unsealed execution gives its workers "
+                          "--approvals <execution folder>/approvals.db, the very path that "
+                          "_held_approvals records as tampering when anything is there; a loop "
+                          "that merely opens the file it was given fails no_tampering unsealed "
+                          "and passes sealed (whose --approvals is in the sandbox)")
+def test_opening_the_approvals_file_a_worker_was_given_is_no_tampering(
+        tmp_path: Path) -> None:
+    from mutants import Mutant
+
+    from harness.model import Scenario
+    from harness.model.plan import Sut
+
+    folder = Mutant("local-approvals", (LOCAL_APPROVALS,), (), "o1001[no-kill]").build(
+        tmp_path / "sut", fixtures=False)
+    plan = ExecutionPlan(Scenario(name="o1001"), CrashSchedule(), Sut(path=folder,
+                                                                        trusted=True))
+    result = execute(plan, tmp_path / "exe")
+    assert result.evidence.deliveries == 1
+    assert result.verdict is Verdict.PASS, result.reasons
