@@ -21,6 +21,7 @@ of the uid in the temporary folders (``harness.sandbox.users.remove_temp_files``
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
@@ -85,6 +86,8 @@ from harness.story.engine import drive
 from harness.targets.drive import TargetSeal
 from shopops.records import DEFAULT_FIXTURES
 from shopops_contract import labels
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
 
@@ -152,8 +155,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         checks, verdict, reasons = assess(evidence, plan)
         keep = keep_databases or verdict != Verdict.PASS
         if keep:  # the records held in memory, for the reports and replays (not evidence)
-            gateway.save()
-            approvals.save()
+            _save(gateway.save, approvals.save)
         if sandbox is not None and keep:
             _keep_databases(sandbox.path, final)  # straight home: no second copy
             if seal is not None:
@@ -247,6 +249,17 @@ def _drive(plan: ExecutionPlan, workdir: Path, launcher: Launcher, events: Event
                            "approvals.db": lambda now_s: approvals.read(
                                lambda conn: database_digest(conn, now_s))})
     return record, controller, gateway, approvals
+
+
+def _save(*saves: Callable[[], None]) -> None:
+    """Write the databases the harness held in memory, for the reports: a failure (what a
+    worker left at the name could not be removed, the folder is full) loses the copy, not
+    the execution, whose verdict was already taken from the records in memory."""
+    for save in saves:
+        try:
+            save()
+        except (OSError, sqlite3.Error) as exc:
+            _log.warning("a database the harness held in memory was not saved: %s", exc)
 
 
 def _keep_databases(sandbox: Path, workdir: Path) -> None:

@@ -39,8 +39,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import os
-import shutil
 import socket
 import socketserver
 import sqlite3
@@ -51,6 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.services.channel import peer_credentials
+from harness.services.saving import save_copy
 from harness.services.serving import ServerThread, open_socket, socket_address
 from shopops.approval_records import (
     ApprovalRequest,
@@ -394,10 +393,10 @@ class ApprovalService:
             return read(self._log)
 
     def save(self) -> None:
-        """Write records kept in memory (``memory=True``) to ``db_path`` with SQLite's
-        online backup (``sqlite3.Connection.backup``), replacing whatever is there (a file
-        a worker put there is not the service's: the caller has recorded it), then free
-        them. Call it after ``close``; nothing for a service whose records are its file.
+        """Write records kept in memory (``memory=True``) to ``db_path``
+        (``harness.services.saving.save_copy``: SQLite's online backup into a new file
+        renamed over whatever a worker put there; the caller has recorded it). Call it
+        after ``close``; nothing for a service whose records are its file.
 
         Raises:
             OSError: what is at ``db_path`` cannot be removed.
@@ -405,12 +404,8 @@ class ApprovalService:
         """
         if not self.memory:
             return
-        if os.path.isdir(self.db_path) and not os.path.islink(self.db_path):
-            shutil.rmtree(self.db_path)
-        elif os.path.lexists(self.db_path):
-            os.unlink(self.db_path)
-        with self._calls, contextlib.closing(sqlite3.connect(self.db_path)) as target:
-            self._log.backup(target)
+        with self._calls:
+            save_copy(self._log, self.db_path)
 
     def close(self) -> None:
         """Stop serving (at once) and end the connections still open, waiting (up to
@@ -444,12 +439,17 @@ def _unconsumed(store: SqliteStore, args: dict[str, Any]) -> bool:
 
 def _log(conn: sqlite3.Connection, pid: int, uid: int, op: str | None, args: dict[str, Any],
          ok: bool, detail: str | None) -> None:
-    """One row of ``service_calls``: who asked (the kernel's pid/uid), what, the answer."""
+    """One row of ``service_calls``: who asked (the kernel's pid/uid), what, the answer;
+    a worker's texts at most ``MAX_FIELD`` characters each (found by an attack: a refused
+    call's 60 KB ``case_id`` was logged whole, ~600 MB of harness memory from ten workers)."""
     req = args.get("request")
     case = args.get("case_id") or (req.get("case_id") if isinstance(req, dict) else None)
     ticket = args.get("ticket_id")
+    def cut(value: object, most: int = MAX_FIELD) -> str | None:  # a worker's text, bounded
+        return value[:most] if isinstance(value, str) else None
+
     conn.execute(
         "INSERT INTO service_calls(at, worker_pid, worker_uid, op, case_id, ticket_id, ok,"
         " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (iso(time.time()), pid, uid, op, case if isinstance(case, str) else None,
-         ticket if isinstance(ticket, str) else None, int(ok), detail))
+        (iso(time.time()), pid, uid, cut(op), cut(case), cut(ticket), int(ok),
+         cut(detail, 4 * MAX_FIELD)))

@@ -13,8 +13,6 @@ online backup (``sqlite3.Connection.backup``, Python's ``sqlite3`` docs).
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from harness.services import ledger as ledgers
+from harness.services.saving import save_copy
 from shopops.checkpoint_file import OurSchema, inspect
 
 __all__ = ["LedgerDatabase"]
@@ -86,9 +85,10 @@ class LedgerDatabase:
             return read(conn)
 
     def save(self) -> None:
-        """Write an in-memory ledger to ``path`` with SQLite's online backup, replacing
-        whatever is there (a file a worker put there is not the ledger: the caller has
-        recorded it). Nothing for a ledger that is its file.
+        """Write an in-memory ledger to ``path`` (``harness.services.saving.save_copy``:
+        SQLite's online backup into a new file renamed over whatever is there, which a
+        worker may have put there; the caller has recorded it). Nothing for a ledger that
+        is its file.
 
         Raises:
             OSError: what is at ``path`` cannot be removed.
@@ -96,9 +96,5 @@ class LedgerDatabase:
         """
         if self._memory is None:
             return
-        if os.path.isdir(self.path) and not os.path.islink(self.path):
-            shutil.rmtree(self.path)
-        elif os.path.lexists(self.path):
-            os.unlink(self.path)
-        with self.opened() as conn, contextlib.closing(sqlite3.connect(self.path)) as target:
-            conn.backup(target)
+        with self.opened() as conn:
+            save_copy(conn, self.path)

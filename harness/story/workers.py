@@ -99,9 +99,11 @@ class Workers:
                                      else workdir)
         self.ckpt_db = self.data_dir / "checkpoints.db"
         # the approval records are the harness's (its approval service serves them to the
-        # workers); the path a worker is given is only used by one that keeps its own
+        # workers); the path a worker is given is only used by one that keeps its own, and
+        # is never the harness's (a worker may open it: found by an attack, that was
+        # tampering unsealed and nothing sealed)
         self.appr_db = workdir / "approvals.db"
-        self.worker_appr_db = self.data_dir / "approvals.db"
+        self.worker_appr_db = self.data_dir / "loop-approvals.db"
         self.gw_db = workdir / "gateway.db"
         self.clock_offset_s = 0.0
         self.offered_ticket: str | None = None
@@ -115,7 +117,7 @@ class Workers:
         # a target's history read is started like its workers: forked from the server
         # preloaded with its frameworks (sealed: from the sealed one, as its uid)
         self.target = (TargetDriver(
-            scenario, self.data_dir, self.appr_db, gateway_url, approvals, seal,
+            scenario, self.data_dir, self.worker_appr_db, gateway_url, approvals, seal,
             launcher=launcher, outdir=workdir, launch_env={FRAMEWORKS_ENV: ",".join(
                 frameworks_of(scenario.target.folder if seal is None else seal.folder,
                               scenario.target.extra))})
