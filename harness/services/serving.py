@@ -82,7 +82,9 @@ class _Acceptor:
             self._changes()
             return
         os.write(self._wake_w, b"x")
-        done.wait()
+        while not done.wait(1.0):
+            if not self._thread.is_alive():  # the interpreter is ending: nothing accepts
+                return
 
     def _loop(self) -> None:
         while True:
