@@ -83,6 +83,8 @@ def test_the_newest_killed_run_is_kept_as_evidence_and_only_it(tmp_path: Path) -
     older = _run_dir(tmp_path, "20260102T000000Z", dead, False)
     newer = _run_dir(tmp_path, "20260102T010000Z", dead, False)
     (newer / "executions" / "o1001--t4.parked").mkdir(parents=True)
+    (newer / "executions" / "o1001--t4.parked" / "worker-0.out").write_text("kept")
+    (newer / "executions" / "o1001--t6.gateway_accepted").mkdir()  # running at the kill
     running = _run_dir(tmp_path, "20260103T000000Z", me, False)
     done = _run_dir(tmp_path, "20260101T000000Z", dead, True)
     kept_before = tmp_path / f"{KILLED}20260101T120000Z-{dead}"
@@ -93,6 +95,7 @@ def test_the_newest_killed_run_is_kept_as_evidence_and_only_it(tmp_path: Path) -
     kept = keep_killed(tmp_path, current=running)
     assert kept == tmp_path / f"{KILLED}{newer.name}"
     assert (kept / "executions" / "o1001--t4.parked").is_dir() and not newer.exists()
+    assert not (kept / "executions" / "o1001--t6.gateway_accepted").exists()  # empty: gone
     removed = prune_runs(tmp_path, 2, current=running)
     assert sorted(p.name for p in removed) == sorted([older.name, kept_before.name])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(

@@ -20,6 +20,7 @@ The life of ``reports/<run-id>/``:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterable
@@ -112,8 +113,9 @@ def keep_killed(report_dir: Path, *, current: Path | None = None) -> Path | None
     """Keep the newest incomplete run folder of a harness that is gone (SIGKILLed, or
     stopped by a second signal while it wrote its reports) as evidence: rename it
     ``incomplete-<run-id>`` in ``report_dir``, where ``prune_runs`` leaves the newest such
-    one (older incomplete folders it removes, as before). Never ``current``, never a
-    running harness's folder.
+    one (older incomplete folders it removes, as before), without the empty folders of
+    executions that were still running at the kill (found by a new user's trial). Never
+    ``current``, never a running harness's folder.
 
     Returns:
         the kept folder's new path, or ``None`` (nothing to keep, or the rename failed:
@@ -130,6 +132,12 @@ def keep_killed(report_dir: Path, *, current: Path | None = None) -> Path | None
         os.rename(folder, kept)
     except OSError:
         return None
+    executions = kept / "executions"
+    if executions.is_dir() and not executions.is_symlink():
+        for child in executions.iterdir():  # an execution still running at the kill:
+            with contextlib.suppress(OSError):  # its folder was made, nothing moved home
+                if child.is_dir() and not child.is_symlink() and not any(child.iterdir()):
+                    child.rmdir()
     return kept
 
 
