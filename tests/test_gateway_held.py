@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
 import requests
 
 from harness.model import CrashSchedule, ExecutionPlan, Verdict
@@ -82,3 +83,21 @@ def test_an_executions_ledger_is_no_file_while_it_runs_and_saved_after(
     (tmp_path / "gateway.db").write_bytes(b"a worker's file")  # replaced, not adopted
     gateway.save()
     assert read_log(tmp_path / "gateway.db") == gateway.held_log()
+
+
+def test_the_bodies_a_gateway_holds_are_bounded(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by an attack: every delivered body is held twice in the harness's memory, and
+    a worker sent one-megabyte messages until the harness held 529 MiB. Past
+    ``MAX_HELD_CHARS`` a new message is refused (413, logged) and nothing more is held."""
+    import harness.services.gateway as gw
+
+    monkeypatch.setattr(gw, "MAX_HELD_CHARS", 3000)
+    with MockGateway(tmp_path / "gateway.db", memory=True) as gateway:
+        codes = [requests.post(f"{gateway.url}/v1/messages", timeout=10,
+                               headers={"Idempotency-Key": f"k{i}"},
+                               json={"case_id": "O-1", "to": "a@b", "subject": "s",
+                                     "body": "x" * 1000}).status_code for i in range(5)]
+        held = gateway.held_log()
+    assert codes == [201, 201, 201, 413, 413]
+    assert len(held.deliveries) == 3 and len(held.requests) == 5

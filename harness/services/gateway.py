@@ -71,7 +71,7 @@ from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
 from harness.services import dialects
 from harness.services import ledger as ledgers
 from harness.services.dialects import MOCK_RESEND_KEY, RESEND_PATH, Outcome
-from harness.services.ledger import EMAIL, Ledger, read_log
+from harness.services.ledger import EMAIL, MAX_HELD_CHARS, Ledger, read_log
 from harness.services.ledger_db import LedgerDatabase
 from harness.services.peers import Peer, tcp_peer
 from harness.services.serving import ServerThread
@@ -384,6 +384,9 @@ class MockGateway:
         elif key is not None and any(ord(c) < 32 or ord(c) == 127 for c in key):
             problem = ("Idempotency-Key", "contains a control character (NUL, newline, ...); "
                        "allowed: printable characters")
+        elif message and self._held.body_chars + len(message.get("body", "")) > MAX_HELD_CHARS:
+            problem, too_large = ("body", f"the gateway holds at most {MAX_HELD_CHARS} "
+                                  "characters of delivered messages an execution"), True
         fault = (self._take_fault() if not refused and ledger is EMAIL
                  and self._faultable(message, problem, peer) else None)
         if fault is not None and fault.kind is FaultKind.LATENCY:
