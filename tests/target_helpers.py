@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 from dataclasses import replace
@@ -116,3 +117,23 @@ def needs_extra(extra: str) -> pytest.MarkDecorator:
 
 NEEDS_LANGGRAPH = needs_extra("langgraph")
 NEEDS_DBOS = needs_extra("dbos")
+
+
+#: The starter example every hand-made target variant of the tests is copied from.
+STARTER = Path(__file__).resolve().parent.parent / "examples" / "python_starter"
+
+
+def starter_variant(tmp_path: Path, anchor: str, insert: str) -> Path:
+    """A copy of the python starter in ``tmp_path/forge`` with ``insert`` put after
+    ``anchor`` (which its ``loop.py`` must hold once), and a scenario running it
+    (``tmp_path/forge.toml``, no kills of its own); the scenario's path."""
+    shutil.copytree(STARTER, tmp_path / "forge", ignore=shutil.ignore_patterns("__pycache__"))
+    loop = tmp_path / "forge" / "loop.py"
+    text = loop.read_text()
+    assert text.count(anchor) == 1, anchor
+    loop.write_text(text.replace(anchor, anchor + insert))
+    scenario = tmp_path / "forge.toml"
+    scenario.write_text('name = "forge"\n[target]\nkind = "python"\nfolder = "forge"\n'
+                        'start = "loop:start"\nresume = "loop:resume"\n'
+                        'history = "loop:history"\n')
+    return scenario

@@ -6,19 +6,17 @@ memory now (``MockGateway(memory=True)``), written to ``gateway.db`` after the v
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 import requests
+from target_helpers import starter_variant
 
 from harness.model import CrashSchedule, ExecutionPlan, Verdict
 from harness.plan.scenario import load_scenario
 from harness.run.execution import execute
 from harness.services.gateway import MockGateway
 from harness.services.ledger import read_log
-
-ROOT = Path(__file__).resolve().parent.parent
 
 #: the starter's send, then a second send under another key whose rows it deletes
 FORGE = '''
@@ -47,17 +45,7 @@ def test_the_held_log_is_what_the_file_holds_when_nobody_touched_it(tmp_path: Pa
 
 
 def test_a_target_that_deletes_its_second_delivery_from_the_log_fails(tmp_path: Path) -> None:
-    folder = tmp_path / "forge"
-    shutil.copytree(ROOT / "examples" / "python_starter", folder,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    loop = folder / "loop.py"
-    text = loop.read_text()
-    assert text.count(SENT) == 1
-    loop.write_text(text.replace(SENT, SENT + FORGE))
-    scenario = tmp_path / "forge.toml"
-    scenario.write_text('name = "forge"\n[target]\nkind = "python"\nfolder = "forge"\n'
-                        'start = "loop:start"\nresume = "loop:resume"\n'
-                        'history = "loop:history"\n')
+    scenario = starter_variant(tmp_path, SENT, FORGE)
     plan = ExecutionPlan(load_scenario(scenario), CrashSchedule(()))
     result = execute(plan, tmp_path / "run")
     assert result.verdict is Verdict.FAIL

@@ -6,16 +6,15 @@ writes the file."""
 from __future__ import annotations
 
 import json
-import shutil
 import socket
 from pathlib import Path
+
+from target_helpers import starter_variant
 
 from harness.model import CrashSchedule, ExecutionPlan, Verdict
 from harness.plan.scenario import load_scenario
 from harness.run.execution import execute
 from harness.services.ledger import read_log
-
-ROOT = Path(__file__).resolve().parent.parent
 
 START = 'def start(ctx: Any) -> None:\n    """Run a new case until it parks for approval."""\n'
 #: the first worker leaves a directory where SQLite puts gateway.db's rollback journal
@@ -24,18 +23,7 @@ PLANT = ('    os.mkdir(os.path.join(os.path.dirname(os.path.abspath(ctx.workdir)
 
 
 def _forged(tmp_path: Path) -> Path:
-    folder = tmp_path / "forge"
-    shutil.copytree(ROOT / "examples" / "python_starter", folder,
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    loop = folder / "loop.py"
-    text = loop.read_text()
-    assert text.count(START) == 1
-    loop.write_text(text.replace(START, START + PLANT))
-    scenario = tmp_path / "forge.toml"
-    scenario.write_text('name = "forge"\n[target]\nkind = "python"\nfolder = "forge"\n'
-                        'start = "loop:start"\nresume = "loop:resume"\n'
-                        'history = "loop:history"\n')
-    return scenario
+    return starter_variant(tmp_path, START, PLANT)
 
 
 def test_a_directory_at_the_ledgers_journal_does_not_crash_the_harness(
