@@ -5,6 +5,7 @@ with the run's real exit status, control characters never reach the console."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -49,6 +51,25 @@ def _run_dir(root: Path, stamp: str, pid: int, complete: bool) -> Path:
     if complete:
         (folder / "summary.json").write_text("{}")
     return folder
+
+
+@contextlib.contextmanager
+def _harness(cwd: Path, *args: str, env: dict[str, str] | None = None
+             ) -> Iterator[subprocess.Popen[str]]:
+    """``shopops-chaos run`` of o1001 into ``cwd/r`` in a session of its own, its stdout
+    piped; afterwards its group is SIGKILLed if it still runs and its pipe closed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
+         "--report-dir", "r", *args], cwd=cwd, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, start_new_session=True, env=env)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def _dead_pid() -> int:
@@ -107,22 +128,12 @@ def test_the_next_run_keeps_a_sigkilled_runs_partial_folder(tmp_path: Path) -> N
     """A harness SIGKILLed mid-run leaves its folder without ``summary.json``; the next
     run keeps it as ``incomplete-<run-id>`` with the executions that finished (it was
     removed: the evidence of what happened before the kill was lost) and says where."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
-         "--report-dir", "r", "--jobs", "1"], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True, start_new_session=True)
-    try:
+    with _harness(tmp_path, "--jobs", "1") as proc:
         assert proc.stdout is not None
         for _ in range(4):  # the header, then three executions finished
             assert proc.stdout.readline(), "the harness ended before it was killed"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
     (partial,) = list((tmp_path / "r").iterdir())
     assert not is_complete(partial)
     # an execution still running at the kill has an empty folder: not kept
@@ -222,29 +233,21 @@ def test_sigkill_of_the_harness_leaves_latest_on_a_complete_run(
     before = (tmp_path / "r" / "latest").resolve()
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
-         "--report-dir", "r", "--jobs", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL, text=True, start_new_session=True,
-        env=dict(os.environ, SHOPOPS_SCRATCH=str(scratch)))  # its leftovers stay here
     try:
-        assert proc.stdout is not None
-        start = time.monotonic()
-        for _ in range(after_lines):
-            assert proc.stdout.readline(), "the harness ended before it was killed"
-            assert time.monotonic() - start < DEADLINE_S
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-        assert proc.returncode == -signal.SIGKILL
+        with _harness(tmp_path, "--jobs", "2",  # its leftovers stay in scratch
+                      env=dict(os.environ, SHOPOPS_SCRATCH=str(scratch))) as proc:
+            assert proc.stdout is not None
+            start = time.monotonic()
+            for _ in range(after_lines):
+                assert proc.stdout.readline(), "the harness ended before it was killed"
+                assert time.monotonic() - start < DEADLINE_S
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+            assert proc.returncode == -signal.SIGKILL
         latest = tmp_path / "r" / "latest"
         assert latest.resolve() == before and is_complete(latest)
         assert json.loads((latest / "summary.json").read_text())["verdict"] == "pass"
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
         workers = [p for p in psutil.process_iter(["cwd"])
                    if (p.info["cwd"] or "").startswith(str(tmp_path))]
         _, alive = psutil.wait_procs(workers, timeout=30)
