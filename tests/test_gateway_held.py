@@ -1,8 +1,8 @@
-"""The gateway's evidence is the log the harness's gateway held in memory
-(``MockGateway.held_log``), not a file a worker can reach: an unsealed target that sends
-twice and deletes its second delivery from ``../gateway.db`` fails (found by an attack: it
-passed ``shopops-chaos run`` when the ledger was that file). An execution's ledger is in
-memory now (``MockGateway(memory=True)``), written to ``gateway.db`` after the verdict."""
+"""The gateway's evidence is its ledger, held in the harness's memory (``MockGateway.log``
+of ``MockGateway(memory=True)``), not a file a worker can reach: an unsealed target that
+sends twice and deletes its second delivery from ``../gateway.db`` fails (found by an
+attack: it passed ``shopops-chaos run`` when the ledger was that file). The ledger is
+written to ``gateway.db`` after the verdict."""
 
 from __future__ import annotations
 
@@ -31,15 +31,17 @@ FORGE = '''
 SENT = "        reply.raise_for_status()\n"
 
 
-def test_the_held_log_is_what_the_file_holds_when_nobody_touched_it(tmp_path: Path) -> None:
-    with MockGateway(tmp_path / "gateway.db") as gateway:
+def test_the_ledger_in_memory_is_what_its_saved_file_holds(tmp_path: Path) -> None:
+    gateway = MockGateway(tmp_path / "gateway.db", memory=True)
+    with gateway:
         for key in ("k1", "k1", "k2", None):
             headers = {"Idempotency-Key": key} if key else {}
             requests.post(f"{gateway.url}/v1/messages", headers=headers, timeout=10,
                           json={"case_id": "O-1", "to": "a@b", "subject": "s", "body": key
                                 or "b"})
         requests.post(f"{gateway.url}/v1/messages", json={"case_id": 1}, timeout=10)
-        held = gateway.held_log()
+        held = gateway.log()
+    gateway.save()
     assert held == read_log(tmp_path / "gateway.db")
     assert len(held.requests) == 5 and len(held.deliveries) == 3
 
@@ -70,7 +72,7 @@ def test_an_executions_ledger_is_no_file_while_it_runs_and_saved_after(
         assert len(gateway.log().deliveries) == 1
     (tmp_path / "gateway.db").write_bytes(b"a worker's file")  # replaced, not adopted
     gateway.save()
-    assert read_log(tmp_path / "gateway.db") == gateway.held_log()
+    assert read_log(tmp_path / "gateway.db") == gateway.log()
 
 
 def test_the_bodies_a_gateway_holds_are_bounded(tmp_path: Path,
@@ -86,6 +88,6 @@ def test_the_bodies_a_gateway_holds_are_bounded(tmp_path: Path,
                                headers={"Idempotency-Key": f"k{i}"},
                                json={"case_id": "O-1", "to": "a@b", "subject": "s",
                                      "body": "x" * 1000}).status_code for i in range(5)]
-        held = gateway.held_log()
+        held = gateway.log()
     assert codes == [201, 201, 201, 413, 413]
     assert len(held.deliveries) == 3 and len(held.requests) == 5

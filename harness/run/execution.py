@@ -150,7 +150,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
             for line in sandbox.sanitize():
                 events.add(EventKind.TAMPERING, None, None, None, f"left in the sandbox: "
                            f"{line}")
-        evidence = collect(plan, record, controller, events, final, gateway.held_log(),
+        evidence = collect(plan, record, controller, events, final, gateway.log(),
                            approvals)
         checks, verdict, reasons = assess(evidence, plan)
         keep = keep_databases or verdict != Verdict.PASS
@@ -300,7 +300,7 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     (a worker's own output is kept as it printed it). ``held``: the gateway's log as the
     gateway held it in memory, whose ledger no file holds while the execution runs; then
     the evidence is that log, and anything at the ledger's path is tampering
-    (``_held_gateway``). ``None``: the gateway log is read from ``record.gateway_db``.
+    (``_planted``). ``None``: the gateway log is read from ``record.gateway_db``.
     ``approvals``: the approval service whose records are in memory (``_held_approvals``);
     ``None``: they are read from ``record.approvals_db``."""
     s = plan.scenario
@@ -331,9 +331,9 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
         else _held_approvals(approvals, record.approvals_db, s.case_id, events, at_home))
     if held is None:
         gateway_log, g3 = read_gateway(record.gateway_db)
-    else:
-        gateway_log, g3 = _held_gateway(held, record.gateway_db, events,
-                                        at_home)
+    else:  # the gateway's ledger, held in memory
+        gateway_log, g3 = held, None
+        _planted(record.gateway_db, "gateway log", events, at_home)
     return Evidence(
         execution_id=plan.id, case_id=s.case_id, events=events.snapshot(),
         workers=record.workers, checkpoints=checkpoints, approval_requests=requests,
@@ -359,21 +359,18 @@ def collect(plan: ExecutionPlan, record: StoryRecord, controller: KillController
     )
 
 
-def _held_gateway(held: GatewayLog, db: Path, events: EventLog,
-                  at_home: Callable[[str], str]) -> tuple[GatewayLog, None]:
-    """The gateway's evidence: what the harness's gateway held in memory (``held``). Its
-    ledger is in the harness's memory while the execution runs (``MockGateway(memory=True)``)
-    and is written to ``db`` only after the verdict; so anything at ``db`` now was put there
-    by a worker — an unsealed one shares the folder (found by an attack: a target that sent
-    twice with two keys and deleted the second row of the then on-disk log passed ``run``)
-    — and is recorded as tampering (``no_tampering`` fails). The held log is judged either
-    way; ``MockGateway.save`` replaces what is at ``db`` when the files are kept."""
+def _planted(db: Path, what: str, events: EventLog, at_home: Callable[[str], str]) -> None:
+    """Record as tampering anything at ``db``, where the harness writes ``what`` (its
+    gateway log, its approval records, held in memory while the execution runs:
+    ``memory=True``) only after the verdict: a worker put it there — an unsealed one shares
+    the folder (found by an attack: a target that sent twice with two keys and deleted the
+    second row of the then on-disk gateway log passed ``run``). What the harness held is
+    judged either way, and its ``save`` replaces what is at ``db`` when the files are
+    kept."""
     if os.path.lexists(db):
         events.add(EventKind.TAMPERING, None, None, None,
-                   at_home(f"{db} was created by a worker: the harness writes its gateway "
-                           "log there only after the verdict; the log the harness's gateway "
-                           "held in memory is judged"))
-    return held, None
+                   at_home(f"{db} was created by a worker: the harness writes its {what} "
+                           "there only after the verdict; what it held in memory is judged"))
 
 
 def _held_approvals(service: ApprovalService, db: Path, case_id: str, events: EventLog,
@@ -381,14 +378,8 @@ def _held_approvals(service: ApprovalService, db: Path, case_id: str, events: Ev
                     ) -> tuple[tuple[ApprovalRecord, ...], tuple[TicketRecord, ...],
                                Gap | None]:
     """The case's approval records as the harness's approval service holds them in memory
-    (``ApprovalService(memory=True)``; ``approvals.db`` is written only after the verdict):
-    anything at ``db`` now was put there by a worker and is recorded as tampering, like
-    the gateway's ledger (``_held_gateway``)."""
-    if os.path.lexists(db):
-        events.add(EventKind.TAMPERING, None, None, None,
-                   at_home(f"{db} was created by a worker: the harness writes its approval "
-                           "records there only after the verdict; the records its approval "
-                           "service held in memory are judged"))
+    (``ApprovalService(memory=True)``), and anything a worker put at ``db`` (``_planted``)."""
+    _planted(db, "approval records", events, at_home)
     try:
         requests, tickets = service.read(lambda conn: records_of(conn, case_id))
     except sqlite3.Error as exc:

@@ -175,7 +175,7 @@ class MockGateway:
         self._serving: ServerThread | None = None
         self._smtp_wanted = smtp
         self._smtp: SmtpFront | None = None
-        self._held = ledgers.HeldLog()  # what this gateway logged, in memory (held_log)
+        self._body_chars = 0  # of the messages it delivered (MAX_HELD_CHARS bounds them)
         self._ledger = LedgerDatabase(self.db_path, GATEWAY_LOG, memory=memory)
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -281,7 +281,10 @@ class MockGateway:
             return tuple(self._faults)
 
     def log(self) -> GatewayLog:
-        """The log as it is now (the file's, or the in-memory ledger's)."""
+        """The log as it is now, in the shape ``ledger.read_log`` reads from a file
+        (requests by ``seq``, deliveries by id, refused senders' requests in ``foreign``):
+        the file's, or the in-memory ledger's, which no worker can reach — an execution's
+        evidence (``harness.run.execution.collect``)."""
         return self._ledger.read(ledgers.read)
 
     def read_ledger(self, read: Callable[[sqlite3.Connection], T]) -> T:
@@ -384,7 +387,7 @@ class MockGateway:
         elif key is not None and any(ord(c) < 32 or ord(c) == 127 for c in key):
             problem = ("Idempotency-Key", "contains a control character (NUL, newline, ...); "
                        "allowed: printable characters")
-        elif message and self._held.body_chars + len(message.get("body", "")) > MAX_HELD_CHARS:
+        elif message and self._body_chars + len(message.get("body", "")) > MAX_HELD_CHARS:
             problem, too_large = ("body", f"the gateway holds at most {MAX_HELD_CHARS} "
                                   "characters of delivered messages an execution"), True
         fault = (self._take_fault() if not refused and ledger is EMAIL
@@ -404,8 +407,8 @@ class MockGateway:
             "claimed_pid": int(claimed) if claimed.isdigit() and len(claimed) <= 12 else None,
             "remote_port": remote_port,
         }
-        if refused:  # held, but no hook hears of it: not the execution's
-            self._held.add(ledger, self._log_only(ledger, evidence, ledgers.FOREIGN_STATUS))
+        if refused:  # logged, but no hook hears of it: not the execution's
+            self._log_only(ledger, evidence, ledgers.FOREIGN_STATUS)
             return Outcome(ledgers.FOREIGN_STATUS,
                            {"error": "forbidden", "detail": "not this execution's worker"})
         if fault is not None and fault.kind is FaultKind.ERROR:
@@ -422,7 +425,9 @@ class MockGateway:
         with self._ledger.transaction() as conn:
             status, reply, delivery, seq = ledgers.accept(conn, ledger, evidence, message)
             record = ledgers.request_record(conn, ledger, seq)
-        self._report(ledger, record, delivery)
+            if delivery is not None:
+                self._body_chars += len(delivery.body)
+        self._report(ledger, record)
         accepted = self.on_accepted if ledger is EMAIL else self.on_note_accepted
         if delivery is not None and accepted is not None:
             accepted(delivery)  # type: ignore[arg-type]
@@ -449,26 +454,11 @@ class MockGateway:
             return ledgers.request_record(
                 conn, ledger, ledgers.insert_request(conn, ledger, evidence, status))
 
-    def _report(self, ledger: Ledger, record: RequestRecord,
-                delivery: Delivery | NoteDelivery | None = None) -> None:
-        """Hold a committed request's record and hand it to ``ledger``'s ``on_request``
-        hook."""
-        self._held.add(ledger, record, delivery)
+    def _report(self, ledger: Ledger, record: RequestRecord) -> None:
+        """Hand a committed request's record to ``ledger``'s ``on_request`` hook."""
         hook = self.on_request if ledger is EMAIL else self.on_note_request
         if hook is not None:
             hook(record)
-
-    def held_log(self) -> GatewayLog:
-        """What this gateway logged since it was made, from memory, in the shape
-        ``ledger.read_log`` reads from its file (requests by ``seq``, deliveries by id,
-        refused senders' requests in ``foreign``). The file is where a worker of the
-        execution's uid can reach it (an unsealed execution: ``../gateway.db``); this copy
-        is the harness's own, so the evidence is judged from it and a file that differs
-        from it is tampering (``harness.run.execution.collect``).
-
-        Only what this object logged: rows of the file from before it (a gateway log
-        reused after a restart) are not in it."""
-        return self._held.log()
 
 
 #: The log endpoints of the control socket and the ``GatewayLog`` field each serves.

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import json
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -128,44 +127,11 @@ def _log(emails: tuple[RequestRecord, ...], deliveries: tuple[Delivery, ...],
                       foreign)
 
 
-#: Characters of delivered message bodies one gateway holds at most: each is held twice in
-#: the harness's memory (the held log and the in-memory ledger), so past it a new message is
-#: refused, 413 (found by an attack: 219 one-megabyte messages in 10 s took the harness to
-#: 529 MiB). A loop's own messages are a few KiB.
+#: Characters of delivered message bodies one gateway holds at most: an execution's
+#: ledger is in the harness's memory, so past it a new message is refused, 413 (found by an
+#: attack: 219 one-megabyte messages in 10 s took the harness to 529 MiB). A loop's own
+#: messages are a few KiB.
 MAX_HELD_CHARS = 32 * 1024 * 1024
-
-
-class HeldLog:
-    """What one gateway logged, held in memory as it commits (thread-safe): the harness's
-    own copy of its log file, which a worker of the execution's uid can reach (an unsealed
-    execution: ``../gateway.db``). ``log()`` is in the shape ``read`` gives."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        #: characters of delivered bodies held (``MAX_HELD_CHARS`` bounds them)
-        self.body_chars = 0
-        self._requests: dict[str, list[RequestRecord]] = {EMAIL.name: [], NOTES.name: []}
-        self._deliveries: dict[str, list[Delivery | NoteDelivery]] = {
-            EMAIL.name: [], NOTES.name: []}
-
-    def add(self, ledger: Ledger, record: RequestRecord,
-            delivery: Delivery | NoteDelivery | None = None) -> None:
-        """Hold a committed request of ``ledger`` and the new delivery it made."""
-        with self._lock:
-            self._requests[ledger.name].append(record)
-            if delivery is not None:
-                self._deliveries[ledger.name].append(delivery)
-                self.body_chars += len(delivery.body)
-
-    def log(self) -> GatewayLog:
-        """Everything held: requests by ``seq``, deliveries by id (the file's order)."""
-        with self._lock:
-            requests = {k: tuple(sorted(v, key=lambda r: r.seq))
-                        for k, v in self._requests.items()}
-            deliveries = {k: tuple(sorted(v, key=lambda d: d.delivery_id))
-                          for k, v in self._deliveries.items()}
-        return _log(requests[EMAIL.name], deliveries[EMAIL.name],  # type: ignore[arg-type]
-                    requests[NOTES.name], deliveries[NOTES.name])  # type: ignore[arg-type]
 
 
 def request_record(conn: sqlite3.Connection, ledger: Ledger, seq: int) -> RequestRecord:
