@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from harness.services.channel import peer_credentials
 from harness.services.saving import save_copy
-from harness.services.serving import ServerThread, open_socket, socket_address
+from harness.services.serving import Serving, open_socket, socket_address
 from shopops.approval_records import (
     ApprovalRequest,
     iso,
@@ -298,7 +298,7 @@ class ApprovalService:
         self.address, bind = socket_address("shopops-apr", folder)
         server = _Server(bind, self)
         open_socket(server, folder)
-        self._serving = ServerThread(server, "approval-service")
+        self._serving = Serving(server, "approval-service")
 
     def serve(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
         """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.services.serving import ServerThread, open_socket, socket_address
+from harness.services.serving import Serving, open_socket, socket_address
 
 __all__ = ["MAX_LINE", "FailpointChannel", "Hit", "OnHit", "peer_credentials"]
 
@@ -134,7 +134,7 @@ class FailpointChannel:
         self.path, bind = socket_address("shopops-ctl", folder)
         self._server = _Server(bind, on_hit, on_tamper)
         open_socket(self._server, folder)
-        self._serving = ServerThread(self._server, "failpoint-channel")
+        self._serving = Serving(self._server, "failpoint-channel")
 
     def close(self) -> None:
         """Stop serving (at once, not at a poll). Idempotent."""

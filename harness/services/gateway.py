@@ -74,7 +74,7 @@ from harness.services.dialects import MOCK_RESEND_KEY, RESEND_PATH, Outcome
 from harness.services.ledger import EMAIL, MAX_HELD_CHARS, Ledger, read_log
 from harness.services.ledger_db import LedgerDatabase
 from harness.services.peers import Peer, tcp_peer
-from harness.services.serving import ServerThread
+from harness.services.serving import Serving
 from harness.services.smtp import SmtpFront
 from shopops.checkpoint_file import OurSchema
 
@@ -167,12 +167,12 @@ class MockGateway:
         self.faults_for: Callable[[int | None], bool] | None = None
         self._control = control
         self._control_dir: str | None = None
-        self._control_serving: ServerThread | None = None
+        self._control_serving: Serving | None = None
         self._faults: deque[FaultSpec] = deque()
         self._faults_lock = threading.Lock()
         self._stopping = threading.Event()  # wakes a reply held by delay_after_accept
         self._server: BaseWSGIServer | None = None
-        self._serving: ServerThread | None = None
+        self._serving: Serving | None = None
         self._smtp_wanted = smtp
         self._smtp: SmtpFront | None = None
         self._body_chars = 0  # of the messages it delivered (MAX_HELD_CHARS bounds them)
@@ -186,13 +186,13 @@ class MockGateway:
         self._stopping.clear()
         self._server = make_server(self.host, self.port, self._wsgi, threaded=True,
                                    request_handler=_QuietHandler)
-        self._serving = ServerThread(self._server, f"mock-gateway:{self._server.server_port}")
+        self._serving = Serving(self._server, f"mock-gateway:{self._server.server_port}")
         if self._control:
             self._control_dir = tempfile.mkdtemp(prefix="shopops-gw-control-")
             control = make_server("unix://" + os.path.join(self._control_dir, "control.sock"),
                                   0, self._control_wsgi, threaded=True,
                                   request_handler=_QuietHandler)
-            self._control_serving = ServerThread(control, "mock-gateway-control")
+            self._control_serving = Serving(control, "mock-gateway-control")
         if self._smtp_wanted:
             self._smtp = SmtpFront(self, self.host).start()
         return self

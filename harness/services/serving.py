@@ -3,7 +3,7 @@
 ``serve_forever(poll_interval)`` only notices ``shutdown()`` at its next poll: every
 execution paid up to one interval when its gateway (50 ms) and its failpoint channel
 (10 ms) stopped. Here one loop per harness process waits on every server and on a pipe,
-and ``ServerThread.stop()`` asks it through the pipe to drop the server.
+and ``Serving.stop()`` asks it through the pipe to drop the server.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import uuid
 from collections import deque
 from pathlib import Path
 
-__all__ = ["MAX_SOCKET_PATH", "ServerThread", "open_socket", "socket_address"]
+__all__ = ["MAX_SOCKET_PATH", "Serving", "open_socket", "socket_address"]
 
 
 _log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def _the_acceptor() -> _Acceptor:
         return _acceptor
 
 
-class ServerThread:
+class Serving:
     """Serve ``server`` (any ``socketserver.BaseServer``) until ``stop``: its connections
     are accepted by this process's one acceptor thread (``_Acceptor``) with
     ``socketserver``'s ``_handle_request_noblock`` (what ``handle_request`` calls once its
