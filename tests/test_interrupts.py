@@ -239,3 +239,31 @@ def test_further_signals_once_a_run_is_stopping_are_ignored(tmp_path: Path) -> N
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def test_a_signal_during_the_runs_teardown_keeps_what_finished(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user: SIGTERM just after the last execution finished landed in
+    ``run``'s teardown, and every report said 0 executions ("every execution passed every
+    check") although two had failed. The teardown is finished and what finished kept,
+    marked interrupted."""
+    import harness.run.runner as runner
+    from harness.model import CrashSchedule, Verdict
+    from harness.plan.scenario import load_scenario
+
+    real, calls = runner.sandbox.sweep_strays, []
+
+    def interrupted_once() -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # as the signal handler raises it, mid-teardown
+        return real()
+
+    monkeypatch.setattr(runner.sandbox, "sweep_strays", interrupted_once)
+    scenario = load_scenario(Path(__file__).resolve().parent.parent / "scenarios"
+                             / "o1001.toml")
+    result = runner.run([scenario], tmp_path / "r", jobs=1,
+                        schedule=CrashSchedule.parse("t6.gateway_accepted"))
+    assert result.interrupted and len(calls) == 2
+    assert [r.verdict for r in result.results] == [Verdict.PASS]
+    assert result.verdict is not Verdict.PASS

@@ -414,21 +414,31 @@ def run(
         STOPPING.set()
         raise
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        REGISTRY.reap_all(this_run)
-        # a worker that was being started while that reaping ran (past the launcher's check
-        # of STOPPING, not yet registered) would hold its execution, and this wait, until
-        # its deadline: reap again until every execution has returned
-        # (done(): a future cancelled above is never "notified", so wait() would not count it)
-        while running := [f for f in submitted if not f.done()]:
-            wait(running, timeout=_REAP_EVERY_S)
+        def teardown() -> None:  # every step may be done again
+            pool.shutdown(wait=False, cancel_futures=True)
             REGISTRY.reap_all(this_run)
-        pool.shutdown(wait=True)
-        REGISTRY.reap_all(this_run)
-        sandbox.sweep_strays()  # sealed runs: nothing of an execution's uid outlives the run
+            # a worker that was being started while that reaping ran (past the launcher's
+            # check of STOPPING, not yet registered) would hold its execution, and this
+            # wait, until its deadline: reap again until every execution has returned
+            # (done(): a future cancelled above is never "notified", so wait() would not
+            # count it)
+            while running := [f for f in submitted if not f.done()]:
+                wait(running, timeout=_REAP_EVERY_S)
+                REGISTRY.reap_all(this_run)
+            pool.shutdown(wait=True)
+            REGISTRY.reap_all(this_run)
+            sandbox.sweep_strays()  # sealed runs: nothing of an execution's uid outlives it
+            if owned:
+                launcher.close()
+
+        while True:  # a signal during the teardown must not lose what finished (found by a
+            try:  # new user: SIGTERM just after the last execution reported none of them)
+                teardown()
+                break
+            except (KeyboardInterrupt, SystemExit, HarnessStopping):
+                interrupted = True
+                STOPPING.set()
         STOPPING.clear()  # scoped to this run: a later run in the same process starts clean
-        if owned:
-            launcher.close()
         keys = [k for k in order if k in finished]
         # planned, never run: cancelled by fail_fast, cut off by an interrupt, or equivalent
         # to an execution that never ran (the trace runs nobody reports left ``order``)
