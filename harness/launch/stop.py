@@ -6,11 +6,14 @@ Standard library only: ``harness.cli.main`` installs it before importing anythin
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["STOP_SIGNALS", "ignore_further_signals", "stop_on_signal", "stop_on_signals"]
+__all__ = ["STOP_SIGNALS", "DeferredSignals", "ignore_further_signals", "stop_on_signal",
+           "stop_on_signals"]
 
 #: Set once a signal has been taken (until ``stop_on_signals`` arms the handler again).
 _STOPPING = threading.Event()
@@ -51,3 +54,86 @@ def stop_on_signals() -> None:
     _STOPPING.clear()
     for sig in STOP_SIGNALS:
         signal.signal(sig, stop_on_signal)
+
+
+class DeferredSignals:
+    """SIGINT and SIGTERM taken only where the main thread says it is safe: a context
+    manager for a phase of the main thread that waits on threads (``harness.run.runner``).
+
+    Why: a handler that raises (``stop_on_signal``, or Python's own
+    ``default_int_handler``) raises at whatever bytecode the main thread is at. Inside
+    ``concurrent.futures.wait`` that can be half-way through acquiring every future's lock
+    (``_AcquireFutures.__enter__``, whose ``__exit__`` then never runs): a pool thread that
+    finishes one of those futures blocks for ever in ``set_result``, and the run never
+    ends (the CI run of stop 33: a harness still alive 180 s after SIGINT; reproduced by
+    interrupting ``wait`` on 40 futures with a timer signal). Inside
+    ``threading.Condition.wait`` it can raise ``RuntimeError: release unlocked lock``. Any
+    ``lock.acquire()`` followed by ``try`` can leak the lock.
+
+    Within the block, for each of the two signals whose handler is a Python callable, a
+    handler is installed that only records the first signal and writes one byte to
+    ``wake_fd`` (non-blocking; a full pipe already wakes its reader), so a ``select`` on
+    its read end returns at once (PEP 475 retries the call after the handler; the byte
+    ends it). ``take()`` at a safe point calls the handler that was replaced for the
+    recorded signal, in the main thread, as if it had just arrived (so it raises what it
+    always raised). Leaving the block puts the handlers back and returns. A signal
+    recorded but never taken is taken by ``finish()``. Off the main thread, and for a
+    signal set to ``SIG_DFL``/``SIG_IGN`` or outside Python, it does nothing.
+
+    Args:
+        wake_fd: a file descriptor to write one byte to when a signal is recorded.
+    """
+
+    def __init__(self, wake_fd: int) -> None:
+        self._wake_fd = wake_fd
+        self._previous: dict[int, Callable[[int, FrameType | None], object]] = {}
+        self._recorded: int | None = None
+
+    def __enter__(self) -> DeferredSignals:
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in STOP_SIGNALS:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                self._previous[sig] = handler
+                signal.signal(sig, self._record)
+        return self
+
+    def _record(self, signum: int, frame: FrameType | None) -> None:
+        if self._recorded is None:
+            self._recorded = signum
+        try:
+            os.write(self._wake_fd, b"s")
+        except OSError:  # full (a byte is waiting already) or closed: nothing to wake
+            pass
+
+    @property
+    def recorded(self) -> int | None:
+        """The signal recorded and not yet taken, or ``None``."""
+        return self._recorded
+
+    def take(self) -> None:
+        """At a safe point: if a signal was recorded, call the handler it would have reached
+        (``handler(signum, None)``); whatever that raises propagates (``KeyboardInterrupt``,
+        ``SystemExit``). The signal counts as taken even if the handler raises."""
+        signum, self._recorded = self._recorded, None
+        if signum is not None and signum in self._previous:
+            self._previous[signum](signum, None)
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def finish(self) -> bool:
+        """After the block: take a signal recorded and never taken, catching the
+        ``KeyboardInterrupt``/``SystemExit`` it raises (the caller reports what finished,
+        marked interrupted); ``True`` if there was one."""
+        signum, self._recorded = self._recorded, None
+        if signum is None:
+            return False
+        try:
+            if signum in self._previous:
+                self._previous[signum](signum, None)
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        return True

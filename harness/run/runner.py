@@ -13,12 +13,13 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 from harness.launch.launcher import Launcher, make_launcher
 from harness.launch.processes import REGISTRY, STOPPING, HarnessStopping
+from harness.launch.stop import DeferredSignals
 from harness.model import (
     NO_KILL,
     REFERENCE,
@@ -42,6 +43,7 @@ from harness.plan.matrix import (
     single_kill_plans,
 )
 from harness.plan.shard import cut_matrix
+from harness.run.completions import Completions
 from harness.run.equivalence import DEFAULT_SAMPLE, Classes, equivalent_result, twin_plan
 from harness.run.execution import execute
 from harness.sandbox import users as sandbox
@@ -189,6 +191,11 @@ def run(
     pool = ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1,
                               thread_name_prefix="execution")
     submitted: list[Future[ExecutionResult]] = []
+    # the main thread waits for executions holding no lock, and takes SIGINT/SIGTERM only
+    # where it waits (DeferredSignals says why: a signal inside concurrent.futures.wait
+    # hung the run for ever)
+    completions = Completions()
+    signals = DeferredSignals(completions.wake_fd)
     # this run's workers: its end reaps them, never another run's in this process (a
     # concurrent grade's, mid-story)
     this_run = object()
@@ -197,6 +204,7 @@ def run(
                ) -> Future[ExecutionResult]:
         fut = pool.submit(REGISTRY.within, this_run, fn, plan)
         submitted.append(fut)
+        completions.watch(fut)
         return fut
     salt = secrets.token_hex(16) if sut.untrusted else ""
     equivalence = (not exhaustive and not sut.untrusted and shard is None
@@ -340,56 +348,58 @@ def run(
         if shard is not None and not traces:
             start_shard()
         while pending or traces or scouts:
-            done, _ = wait(list(pending) + list(traces) + list(scouts),
-                           return_when=FIRST_COMPLETED)
-            for fut in done:
-                res = fut.result()
-                if fut in scouts:
-                    scenario = scouts.pop(fut)
-                    assert schedule is not None
-                    reached = points_from_trace(res.evidence)
-                    if _in_matrix(scenario, schedule, reached):
-                        submit(ExecutionPlan(scenario, schedule, sut))
-                    elif rep == 1:
-                        skipped.append((scenario.name, _NOT_REACHED))
-                        learn(res, reached)  # not reached: perhaps only for lack of time
+            completions.wait()
+            signals.take()  # a signal raises here, where the main thread holds no lock
+            fut = completions.pop()
+            if fut is None or not (fut in pending or fut in traces or fut in scouts):
+                continue  # cancelled (fail_fast), or a wake-up without a completion
+            res = fut.result()
+            if fut in scouts:
+                scenario = scouts.pop(fut)
+                assert schedule is not None
+                reached = points_from_trace(res.evidence)
+                if _in_matrix(scenario, schedule, reached):
+                    submit(ExecutionPlan(scenario, schedule, sut))
+                elif rep == 1:
+                    skipped.append((scenario.name, _NOT_REACHED))
+                    learn(res, reached)  # not reached: perhaps only for lack of time
+                continue
+            if fut in traces:
+                scenario = traces.pop(fut)
+                if scenario.points is None:
+                    learn(res, points_from_trace(res.evidence))
+                if shard is not None and cut is None:
+                    learned[scenario.name] = points_from_trace(res.evidence)
+                    held.append(res)
+                    if not traces:
+                        start_shard()
                     continue
-                if fut in traces:
-                    scenario = traces.pop(fut)
-                    if scenario.points is None:
-                        learn(res, points_from_trace(res.evidence))
-                    if shard is not None and cut is None:
-                        learned[scenario.name] = points_from_trace(res.evidence)
-                        held.append(res)
-                        if not traces:
-                            start_shard()
-                        continue
-                    if shard is None:
-                        reached = points_from_trace(res.evidence)
-                        for plan in single_kill_plans(scenario, reached, sut):
-                            submit(plan)
-                    if not scenario.baseline:
-                        drop(res)
-                        continue
-                else:
-                    plan = pending.pop(fut)
-                    if plan.scenario.double and schedule is None:
-                        seconds = double_kill_plans(plan, res.evidence)
-                        learn(res, points_after_first_kill(res.evidence))
-                        twin = (classes.twin_of(plan, res, seconds)
-                                if classes is not None else None)
-                        for second in seconds:
-                            if cut is not None and cut.owner_of(
-                                    plan.scenario.name, second.schedule.id) is not None:
-                                continue  # a listed schedule is a unit of its own
-                            if twin is None:
-                                submit(second)
-                            elif classes is not None and classes.sampled(second):
-                                submit(second)  # run all the same: checked against its twin
-                                samples.append((second.id, twin_plan(second, twin).id))
-                            else:
-                                defer(second, twin_plan(second, twin).id)
-                report(res)
+                if shard is None:
+                    reached = points_from_trace(res.evidence)
+                    for plan in single_kill_plans(scenario, reached, sut):
+                        submit(plan)
+                if not scenario.baseline:
+                    drop(res)
+                    continue
+            else:
+                plan = pending.pop(fut)
+                if plan.scenario.double and schedule is None:
+                    seconds = double_kill_plans(plan, res.evidence)
+                    learn(res, points_after_first_kill(res.evidence))
+                    twin = (classes.twin_of(plan, res, seconds)
+                            if classes is not None else None)
+                    for second in seconds:
+                        if cut is not None and cut.owner_of(
+                                plan.scenario.name, second.schedule.id) is not None:
+                            continue  # a listed schedule is a unit of its own
+                        if twin is None:
+                            submit(second)
+                        elif classes is not None and classes.sampled(second):
+                            submit(second)  # run all the same: checked against its twin
+                            samples.append((second.id, twin_plan(second, twin).id))
+                        else:
+                            defer(second, twin_plan(second, twin).id)
+            report(res)
         for ran_id, twin_id in samples:
             if (rep, ran_id) in finished and (rep, twin_id) in finished:
                 tally["sampled"] += 1
@@ -400,44 +410,44 @@ def run(
         return stop
 
     try:
-        for rep in range(1, repeat + 1):
-            if on_repeat:
-                on_repeat(rep)
-            if matrix(rep):
-                stopped_early = True
-                break
-    except (KeyboardInterrupt, SystemExit, HarnessStopping):
-        interrupted = True  # the caller reports what finished; nothing is lost
-        STOPPING.set()
-    except BaseException:
-        interrupted = True
-        STOPPING.set()
-        raise
-    finally:
-        def teardown() -> None:  # every step may be done again
-            pool.shutdown(wait=False, cancel_futures=True)
-            REGISTRY.reap_all(this_run)
-            # a worker that was being started while that reaping ran (past the launcher's
-            # check of STOPPING, not yet registered) would hold its execution, and this
-            # wait, until its deadline: reap again until every execution has returned
-            # (done(): a future cancelled above is never "notified", so wait() would not
-            # count it)
-            while running := [f for f in submitted if not f.done()]:
-                wait(running, timeout=_REAP_EVERY_S)
-                REGISTRY.reap_all(this_run)
-            pool.shutdown(wait=True)
-            REGISTRY.reap_all(this_run)
-            sandbox.sweep_strays()  # sealed runs: nothing of an execution's uid outlives it
-            if owned:
-                launcher.close()
-
-        while True:  # a signal during the teardown must not lose what finished (found by a
-            try:  # new user: SIGTERM just after the last execution reported none of them)
-                teardown()
-                break
+        with signals:  # SIGINT/SIGTERM are taken only at ``signals.take()``
+            try:
+                for rep in range(1, repeat + 1):
+                    if on_repeat:
+                        on_repeat(rep)
+                    if matrix(rep):
+                        stopped_early = True
+                        break
             except (KeyboardInterrupt, SystemExit, HarnessStopping):
+                interrupted = True  # the caller reports what finished; nothing is lost
+                STOPPING.set()
+            except BaseException:
                 interrupted = True
                 STOPPING.set()
+                raise
+            finally:  # no signal raises here: nothing of the teardown is cut short
+                pool.shutdown(wait=False, cancel_futures=True)
+                REGISTRY.reap_all(this_run)
+                # a worker that was being started while that reaping ran (past the
+                # launcher's check of STOPPING, not yet registered) would hold its
+                # execution, and this wait, until its deadline: reap again until every
+                # execution has returned (done(): a future cancelled above counts too)
+                while True:
+                    completions.clear()
+                    if all(f.done() for f in submitted):
+                        break
+                    completions.wait(_REAP_EVERY_S)
+                    REGISTRY.reap_all(this_run)
+                pool.shutdown(wait=True)
+                REGISTRY.reap_all(this_run)
+                sandbox.sweep_strays()  # sealed runs: nothing of an execution's uid outlives it
+                if owned:
+                    launcher.close()
+        # a signal during the teardown (found by a new user: SIGTERM just after the last
+        # execution reported none of them): what finished is reported, marked interrupted
+        interrupted = signals.finish() or interrupted
+    finally:
+        completions.close()
         STOPPING.clear()  # scoped to this run: a later run in the same process starts clean
         keys = [k for k in order if k in finished]
         # planned, never run: cancelled by fail_fast, cut off by an interrupt, or equivalent

@@ -1,0 +1,166 @@
+"""A signal is taken only where the run's main thread holds no lock (CI of stop 33: a
+harness still running 180 s after SIGINT). ``concurrent.futures.wait`` interrupted by a
+raising handler can leave futures' locks held by the main thread, and the pool thread that
+finishes one of them then hangs for ever in ``set_result``. The run now waits through
+``harness.run.completions.Completions`` and takes signals through
+``harness.launch.stop.DeferredSignals``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from harness.launch.stop import DeferredSignals
+from harness.run.completions import Completions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _raising(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def raising_sigint():
+    """SIGINT raises ``KeyboardInterrupt`` in the main thread (as ``stop_on_signal`` and
+    Python's own handler do) for the test; the handler before it is put back after."""
+    previous = signal.signal(signal.SIGINT, _raising)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_completions_come_in_the_order_they_finished() -> None:
+    done = Completions()
+    try:
+        a, b, c = Future(), Future(), Future()
+        for f in (a, b, c):
+            done.watch(f)
+        assert done.wait(0.01) is False and done.pop() is None
+        b.set_result(2)
+        a.set_result(1)
+        assert done.wait(5) is True
+        assert (done.pop(), done.pop(), done.pop()) == (b, a, None)
+        c.cancel()  # a cancelled future is queued too: the runner skips what it no longer waits for
+        assert done.wait(5) and done.pop() is c
+    finally:
+        done.close()
+        done.close()  # idempotent
+
+
+def test_a_completion_from_a_pool_thread_ends_the_wait() -> None:
+    done = Completions()
+    gate = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(gate.wait, 60)
+        done.watch(fut)
+        assert done.wait(0.05) is False  # nothing finished yet: it timed out
+        gate.set()
+        assert done.wait(60) is True and done.pop() is fut
+    done.close()
+
+
+def test_a_byte_on_wake_fd_ends_the_wait_without_a_completion() -> None:
+    done = Completions()
+    os.write(done.wake_fd, b"s")
+    assert done.wait(60) is False  # woken (not 60 s later), and nothing is queued
+    assert done.wait(0.01) is False  # the byte was consumed: the next wait blocks again
+    done.close()
+
+
+def test_a_callback_after_close_writes_nowhere() -> None:
+    done = Completions()
+    fut: Future[int] = Future()
+    done.watch(fut)
+    done.close()
+    spare_r, spare_w = os.pipe()  # would reuse the closed descriptors' numbers
+    try:
+        fut.set_result(1)
+        os.set_blocking(spare_r, False)
+        with pytest.raises(BlockingIOError):
+            os.read(spare_r, 1)
+    finally:
+        os.close(spare_r)
+        os.close(spare_w)
+
+
+@pytest.mark.usefixtures("raising_sigint")
+def test_a_deferred_signal_is_recorded_then_taken_where_the_caller_says() -> None:
+    done = Completions()
+    deferred = DeferredSignals(done.wake_fd)
+    with deferred:
+        steps = ["before"]
+        os.kill(os.getpid(), signal.SIGINT)
+        steps.append("after")  # a raising handler would have stopped before this line
+        assert deferred.recorded == signal.SIGINT
+        assert done.wait(60) is False  # the signal woke the wait
+        with pytest.raises(KeyboardInterrupt):
+            deferred.take()  # the replaced handler, called here
+        assert deferred.recorded is None
+        deferred.take()  # nothing left: nothing raised
+    assert steps == ["before", "after"]
+    assert signal.getsignal(signal.SIGINT) is _raising  # put back
+    assert deferred.finish() is False
+    done.close()
+
+
+@pytest.mark.usefixtures("raising_sigint")
+def test_a_signal_never_taken_is_finished_after_the_block() -> None:
+    done = Completions()
+    deferred = DeferredSignals(done.wake_fd)
+    with deferred:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)  # a second one: the first is what counts
+    assert deferred.finish() is True  # the handler's KeyboardInterrupt was caught
+    assert deferred.finish() is False
+    done.close()
+
+
+def test_off_the_main_thread_and_for_default_handlers_nothing_is_replaced() -> None:
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    seen: list[object] = []
+
+    def elsewhere() -> None:
+        with DeferredSignals(-1):
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    t = threading.Thread(target=elsewhere)
+    t.start()
+    t.join(60)
+    assert seen == [before[signal.SIGINT]]
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with DeferredSignals(-1):
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.usefixtures("raising_sigint")
+def test_a_signal_in_the_runs_main_thread_is_taken_where_it_waits(tmp_path: Path) -> None:
+    """SIGINT while the main thread reports an execution (its progress callback) does not
+    raise there, in the middle of the main thread's work, but at its next wait: the run
+    ends interrupted with what finished, and the callback ran to its end."""
+    from harness.model import Verdict
+    from harness.plan.scenario import load_scenario
+    from harness.run.runner import run
+
+    steps: list[str] = []
+
+    def progress(done: int, total: int, result: object) -> None:
+        steps.append("before")
+        if len(steps) == 1:
+            os.kill(os.getpid(), signal.SIGINT)
+        steps.append("after")
+
+    scenario = load_scenario(ROOT / "scenarios" / "o1001.toml")
+    result = run([scenario], tmp_path / "r", jobs=1, progress=progress)
+    assert result.interrupted
+    assert steps[:2] == ["before", "after"]
+    assert 1 <= len(result.results) < 10 and result.not_run > 0
+    assert result.results[0].verdict is Verdict.PASS
+    assert signal.getsignal(signal.SIGINT) is _raising
