@@ -19,8 +19,8 @@ harness processes never share one. The kernel then does the rest:
   delegation. ``RLIMIT_NPROC`` (set by ``harness.sandbox.boot``) bounds a fork bomb;
 - the execution's services and a target's context files are in ``Sandbox.shared`` (root's,
   the execution's gid, 0710): its uid reaches them by name, no other execution's can;
-- what the uid leaves in ``/dev/shm``, ``/tmp`` and ``/var/tmp`` is removed with the
-  sandbox (``remove_temp_files``).
+- what the uid leaves in ``/dev/shm``, ``/tmp``, ``/var/tmp`` and ``/run/lock`` is removed
+  with the sandbox (``remove_temp_files``).
 
 When the harness is not root, ``available()`` is false and grading says it ran unsealed.
 """
@@ -265,9 +265,11 @@ class Sandbox:
 
 
 #: The world-writable folders a worker can leave files in outside its sandbox (the sticky
-#: temporary folders of the FHS): every file of an execution's uid there is removed when
-#: the execution ends (``remove_temp_files``).
-TEMP_ROOTS = ("/dev/shm", "/tmp", "/var/tmp")
+#: folders of the FHS: the temporary ones and ``/run/lock``, where a sealed worker could
+#: leave a file for the next execution given the same uid, found by an attack): every file
+#: of an execution's uid there is removed when the execution ends (``remove_temp_files``;
+#: ``/var/lock`` is a symlink to ``/run/lock`` and is skipped).
+TEMP_ROOTS = ("/dev/shm", "/tmp", "/var/tmp", "/run/lock", "/var/lock")
 _MAX_TEMP_ENTRIES = 100_000  # a walk of the temporary folders stops there (a busy /tmp)
 
 
