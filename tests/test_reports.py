@@ -354,3 +354,27 @@ def test_a_step_summary_target_that_cannot_be_appended_to_is_refused_before_the_
         err = capsys.readouterr().err
         assert status == 2 and "GITHUB_STEP_SUMMARY" in err and why in err, err
         assert not (tmp_path / "reports").exists()  # nothing ran
+
+
+def test_a_rubric_item_not_applicable_reads_n_a_never_a_full_score(tmp_path: Path) -> None:
+    """A grade item worth nothing here (``max_score`` 0: a target without that part) showed
+    as a green ``0 / 0`` beside real passes (found by a new user). It reads ``n/a``."""
+    from harness.grading.output import GradedTest, write_page, write_report
+
+    tests = [GradedTest("delivery", 4.0, 4.0, "ok", "visible"),
+             GradedTest("leases", 0.0, 0.0, "Not applicable: no lease records.", "visible"),
+             GradedTest("tickets", 0.0, 2.0, "a send without a ticket", "visible")]
+    md = write_report(tests, tmp_path / "report.md", "impl", "graded").read_text()
+    assert "| leases | n/a |" in md and "## leases — n/a" in md
+    assert "| delivery | 4 / 4 |" in md and "| tickets | 0 / 2 |" in md
+    assert "0 / 0" not in md
+    page = write_page(tests, tmp_path / "page" / "report.html", "impl", "graded").read_text()
+    assert page.count('<span class="badge v-na">n/a</span>') == 2  # table row and section
+    assert 'class="x v-na"' in page and "0 / 0" not in page
+    assert page.count('<span class="badge v-pass">pass</span>') == 2  # delivery only
+    assert page.count('<span class="badge v-fail">fail</span>') == 2  # tickets
+    from harness.grading.grade import _console_line
+
+    assert [_console_line(t).split() for t in tests] == [
+        ["4", "/", "4", "delivery"], ["n/a", "leases", "(not", "applicable)"],
+        ["0", "/", "2", "tickets"]]

@@ -294,7 +294,7 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
     write_reports(result, run_dir)
     tests = [score_item(item, results) for item in rubric]
     for item, t in zip(rubric, tests, strict=True):
-        say(f"{t.score:5g} / {t.max_score:<4g} {t.name}")
+        say(_console_line(t))
         if t.score == 0 and t.max_score > 0:
             broken = _first_broken(item, results)
             if broken is not None:
@@ -302,7 +302,7 @@ def _run_and_score(sut: Sut, out_dir: Path, rubric: Sequence[RubricItem], jobs: 
                 say(f"        why: {r.plan.id}: {reason.splitlines()[0][:160]}")
                 say(f"        replay: {replay_command(r)}")
     for t in na:
-        say(f"{t.score:5g} / {t.max_score:<4g} {t.name} (not applicable)")
+        say(_console_line(t))
     tests += na
     counts = Counts.of(r.verdict for r in results)
     lines = [f"{len(results)} executions of {len(scenarios)} scenarios; verdicts pass "
@@ -357,3 +357,11 @@ def _first_broken(item: RubricItem, results: Sequence[ExecutionResult]
         if why:
             return r, why[0]
     return None
+
+
+def _console_line(t: GradedTest) -> str:
+    """One rubric item on the console: ``"    3 / 5    name"``, or ``"  n/a        name
+    (not applicable)"`` for an item worth nothing here (as ``report.md`` says ``n/a``)."""
+    if t.applicable:
+        return f"{t.score:5g} / {t.max_score:<4g} {t.name}"
+    return f"{'n/a':>5}        {t.name} (not applicable)"
