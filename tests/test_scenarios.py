@@ -373,3 +373,18 @@ def test_empty_schedule_is_no_kill() -> None:
 def test_crash_schedule_rejects_bad_text(text: str) -> None:
     with pytest.raises(ValueError, match="kill point"):
         CrashSchedule.parse(text)
+
+
+@pytest.mark.parametrize("story, line", [
+    ('[story]\nstep = "workers"\n', 3),  # a table where an array of tables belongs
+    ('story = 3\n', 3),
+    ('story = "workers"\n[crash]\npoints = []\n', 3),
+    ('[crash]\npoints = []\n[story.x]\na = 1\n', 5),
+])
+def test_a_story_that_is_no_array_of_tables_carries_its_line(
+        tmp_path: Path, story: str, line: int) -> None:
+    """Found by a new user: ``[story]`` written as one table was refused with no line."""
+    path = write(tmp_path, 'name = "x"\ndescription = "d"\n' + story)
+    err = refused(path)
+    assert_names(err, path, "story", line)
+    assert "must be an array of tables: [[story]]" in str(err)

@@ -92,7 +92,7 @@ def parse_story(raw: Any, text: str, *, leases: bool, fail: Fail,
     """
     if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
         raise fail("story", "must be an array of tables: [[story]] (see scenarios/README.md)",
-                   _header_line(text, 0))
+                   _story_line(text))
     if not raw:
         raise fail("story", "needs at least one step", None)
     steps: list[Step] = []
@@ -383,6 +383,20 @@ def _header_line(text: str, index: int) -> int | None:
             seen += 1
             if seen == index:
                 return number
+    return None
+
+
+def _story_line(text: str) -> int | None:
+    """The 1-based line where ``story`` is first given, whatever its form: a ``[story]`` or
+    ``[[story]]`` header, or ``story = ...`` at the top level (before any table)."""
+    in_table = False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(r"^\s*\[\[?\s*[\"']?story[\"']?\s*[.\]]", line):
+            return number
+        if re.match(r"^\s*\[", line):
+            in_table = True
+        elif not in_table and re.match(r"^\s*[\"']?story[\"']?\s*[.=]", line):
+            return number
     return None
 
 
