@@ -211,8 +211,8 @@ print(json.dumps({"name": __name__, "file": __file__, "cached": __cached__,
 
 
 def test_the_preloaded_main_runs_as_runpy_would_run_it(tmp_path: Path) -> None:
-    """A preloaded package's ``__main__`` (looked up once, ``_main_code``) run by
-    ``_run_main`` sees the same module globals, ``sys.argv[0]`` and ``sys.modules`` entry as
+    """A preloaded package's ``__main__`` (looked up once, ``main_code``) run by
+    ``run_main`` sees the same module globals, ``sys.argv[0]`` and ``sys.modules`` entry as
     under ``runpy.run_module(..., run_name="__main__", alter_sys=True)``: what ``python -m``
     gives a spawned worker. Each runs in a child interpreter of its own."""
     pkg = tmp_path / "probepkg"
@@ -222,8 +222,8 @@ def test_the_preloaded_main_runs_as_runpy_would_run_it(tmp_path: Path) -> None:
     runs = {
         "runpy": "import runpy; runpy.run_module('probepkg', run_name='__main__', "
                  "alter_sys=True)",
-        "cached": "from harness.forkserver.worker import _main_code, _run_main; "
-                  "_run_main(*_main_code('probepkg'))",
+        "cached": "from harness.forkserver.worker import main_code, run_main; "
+                  "run_main(*main_code('probepkg'))",
     }
     seen = {}
     for how, code in runs.items():
@@ -238,10 +238,10 @@ def test_the_preloaded_main_runs_as_runpy_would_run_it(tmp_path: Path) -> None:
 
 
 def test_a_package_without_a_main_is_an_import_error() -> None:
-    from harness.forkserver.worker import _main_code
+    from harness.forkserver.worker import main_code
 
     with pytest.raises(ImportError, match="json.__main__"):
-        _main_code("json")
+        main_code("json")
 
 
 # -------------------------------------------------------------------------- exit statuses

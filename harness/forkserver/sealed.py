@@ -101,10 +101,20 @@ def run(start: SealedStart, module: str, args: list[str], env: dict[str, str],
     runtime = sys.modules.get("shopops.runtime")
     if runtime is not None:
         runtime.set_default_services(None)
+    # the harness's own module (a target's worker), preloaded by the server: its cached
+    # code runs as __main__, as the unsealed server runs it (runpy would warn in every
+    # worker's stderr that it "found it in sys.modules"); an implementation's module is
+    # never preloaded, so runpy imports it from code_dir
+    preloaded = module.startswith("harness.") and module in sys.modules
     sys.path.insert(0, start.code_dir)
     sys.argv = [module, *args]
     try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        if preloaded:
+            from harness.forkserver.worker import main_code, run_main
+
+            run_main(*main_code(module))
+        else:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
         status = 0
     except SystemExit as exc:
         code = exc.code

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
 from types import CodeType
 
-__all__ = ["FRAMEWORKS", "PRELOAD", "TARGET_BASE", "TARGET_PRELOAD", "preload", "run_module",
+__all__ = ["FRAMEWORKS", "PRELOAD", "TARGET_BASE", "TARGET_PRELOAD", "main_code", "preload",
+           "run_main", "run_module",
            "shopops_root", "target_preload"]
 
 
@@ -81,7 +82,7 @@ def preload(extra: Sequence[str] = ()) -> None:
     # interpreter instead, its code in a fresh __main__
     for name in ("shopops", *(m for m in extra if m in sys.modules)):
         try:
-            _MAINS[name] = _main_code(name)
+            _MAINS[name] = main_code(name)
         except ImportError:
             pass  # no code to cache: each child's runpy says so, as a spawned one would
     gc.collect()
@@ -167,7 +168,7 @@ def run_module(module: str, args: Sequence[str], env: dict[str, str], cwd: str) 
         failpoints.configure_from_env()
         runtime.set_default_services(None)
         if module in _MAINS:
-            _run_main(*_MAINS[module])
+            run_main(*_MAINS[module])
         else:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         status = 0
@@ -191,7 +192,7 @@ def run_module(module: str, args: Sequence[str], env: dict[str, str], cwd: str) 
 _MAINS: dict[str, tuple[ModuleSpec, CodeType]] = {}
 
 
-def _main_code(module: str) -> tuple[ModuleSpec, CodeType]:
+def main_code(module: str) -> tuple[ModuleSpec, CodeType]:
     """The spec and code ``runpy.run_module(module)`` runs — ``module.__main__``'s for a
     package, else the module's own — found as it finds them (``importlib.util.find_spec``,
     the loader's ``get_code``).
@@ -210,7 +211,7 @@ def _main_code(module: str) -> tuple[ModuleSpec, CodeType]:
     return spec, code
 
 
-def _run_main(spec: ModuleSpec, code: CodeType) -> None:
+def run_main(spec: ModuleSpec, code: CodeType) -> None:
     """Run ``code`` as ``runpy.run_module(..., run_name="__main__", alter_sys=True)`` does:
     in a fresh ``__main__`` module with the spec's ``__file__``, ``__cached__``,
     ``__loader__``, ``__package__`` and ``__spec__``, put in ``sys.modules["__main__"]``,
