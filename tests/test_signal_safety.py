@@ -164,3 +164,22 @@ def test_a_signal_in_the_runs_main_thread_is_taken_where_it_waits(tmp_path: Path
     assert 1 <= len(result.results) < 10 and result.not_run > 0
     assert result.results[0].verdict is Verdict.PASS
     assert signal.getsignal(signal.SIGINT) is _raising
+
+
+@pytest.mark.usefixtures("raising_sigint")
+def test_a_run_interrupted_in_its_trace_run_says_its_matrix_was_never_learned(
+        tmp_path: Path) -> None:
+    """Interrupted before the trace run returned, a run used to say only "1 planned
+    execution(s) not run", as if the matrix were one execution: it names the scenario whose
+    kill matrix was never learned."""
+    from harness.plan.scenario import load_scenario
+    from harness.reports.summary_json import summary
+    from harness.run.runner import run
+
+    scenario = load_scenario(ROOT / "scenarios" / "o1001.toml")
+    result = run([scenario], tmp_path / "r", jobs=1,
+                 on_repeat=lambda rep: os.kill(os.getpid(), signal.SIGINT))
+    assert result.interrupted and result.results == ()
+    assert result.unlearned == ("o1001",)
+    assert result.shortfall()[0].startswith("kill matrix never learned for o1001")
+    assert summary(result)["unlearned"] == ["o1001"]

@@ -163,7 +163,8 @@ def merge_runs(files: Sequence[RunFile], run_id: str, out_dir: Path) -> RunResul
         stopped_early=any(f.run.stopped_early for f in files),
         # every shard runs the trace runs: the same gap comes from each, said once
         gaps=tuple(dict.fromkeys(g for f in files for g in f.run.gaps)),
-        not_run=sum(f.run.not_run for f in files))
+        not_run=sum(f.run.not_run for f in files),
+        unlearned=tuple(dict.fromkeys(n for f in files for n in f.run.unlearned)))
 
 
 def check_junit(merged_junit: Path, shard_folders: Sequence[Path]) -> None:

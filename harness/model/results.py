@@ -216,6 +216,9 @@ class RunResult:
             the run's verdict is then never a pass.
         not_run: executions planned but never run (an interrupted run, ``fail_fast``);
             with ``gaps``, more that were never planned.
+        unlearned: the scenarios whose kill matrix was never learned, their trace run cut
+            off (an interrupted run): none of their kill executions was even planned, so
+            ``not_run`` does not count them.
     """
 
     run_id: str
@@ -233,6 +236,7 @@ class RunResult:
     equivalence: Equivalence = Equivalence()
     gaps: tuple[MatrixGap, ...] = ()
     not_run: int = 0
+    unlearned: tuple[str, ...] = ()
 
     @property
     def incomplete(self) -> bool:
@@ -241,8 +245,12 @@ class RunResult:
 
     def shortfall(self) -> tuple[str, ...]:
         """What of the matrix did not run, one sentence each (the console and every report
-        say them): each ``gaps`` entry, then ``not_run``. Empty for a full run."""
+        say them): each ``gaps`` entry, ``unlearned``, then ``not_run``. Empty for a full
+        run."""
         out = [gap.sentence() for gap in self.gaps]
+        if self.unlearned:
+            out.append(f"kill matrix never learned for {', '.join(self.unlearned)} (the trace "
+                       "run was cut off): none of its kill executions was planned")
         if self.not_run:
             why = ("the run was interrupted" if self.interrupted
                    else "stopped at the first failure (fail_fast)" if self.stopped_early

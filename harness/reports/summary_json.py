@@ -25,7 +25,8 @@ def summary(run: RunResult) -> dict[str, Any]:
         "skipped": [{"scenario": name, "why": why} for name, why in run.skipped],
         "incomplete_matrices": [gap.as_dict() for gap in run.gaps],  # learned cut short
         "not_run": run.not_run,  # planned executions never run (interrupt, fail-fast)
-        "shortfall": list(run.shortfall()),  # the two above, in words
+        "unlearned": list(run.unlearned),  # scenarios whose trace run never returned
+        "shortfall": list(run.shortfall()),  # the three above, in words
         "executions": [execution_dict(r) for r in run.results],
     }
     if run.shard is not None and run.shard_plan is not None:

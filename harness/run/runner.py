@@ -179,6 +179,7 @@ def run(
     with_final = progress is not None and _takes_final(progress)
     skipped: list[tuple[str, str]] = []  # where_planned: (scenario, why)
     gaps: list[MatrixGap] = []  # matrices learned from an execution cut short
+    unlearned: dict[str, None] = {}  # scenarios whose trace run has not returned yet
     owned = launcher is None or isinstance(launcher, str)
     if launcher is None or isinstance(launcher, str):
         launcher = make_launcher(launcher or "fork")
@@ -261,6 +262,7 @@ def run(
 
         def trace(scenario: Scenario) -> None:  # the no-kill execution is the trace run
             nonlocal total
+            unlearned[scenario.name] = None
             plan = ExecutionPlan(scenario, CrashSchedule(), sut)
             order.append((rep, plan.id))
             traces[launch(do, plan)] = scenario
@@ -332,6 +334,7 @@ def run(
         for scenario in scenarios:
             if shard is None and schedule is not None and where_planned:
                 if scenario.points is None:  # learn its matrix first
+                    unlearned[scenario.name] = None
                     scouts[launch(scout, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
                         scenario)
                 elif _in_matrix(scenario, schedule, ()):
@@ -356,6 +359,7 @@ def run(
             res = fut.result()
             if fut in scouts:
                 scenario = scouts.pop(fut)
+                unlearned.pop(scenario.name, None)
                 assert schedule is not None
                 reached = points_from_trace(res.evidence)
                 if _in_matrix(scenario, schedule, reached):
@@ -366,6 +370,7 @@ def run(
                 continue
             if fut in traces:
                 scenario = traces.pop(fut)
+                unlearned.pop(scenario.name, None)
                 if scenario.points is None:
                     learn(res, points_from_trace(res.evidence))
                 if shard is not None and cut is None:
@@ -460,5 +465,5 @@ def run(
                            Equivalence(equivalence, len(keys) - tally["equivalent"],
                                        tally["equivalent"], tally["sampled"],
                                        tuple(mismatches)),
-                           tuple(dict.fromkeys(gaps)), not_run)
+                           tuple(dict.fromkeys(gaps)), not_run, tuple(unlearned))
     return result
