@@ -362,6 +362,6 @@ def _first_broken(item: RubricItem, results: Sequence[ExecutionResult]
 def _console_line(t: GradedTest) -> str:
     """One rubric item on the console: ``"    3 / 5    name"``, or ``"  n/a        name
     (not applicable)"`` for an item worth nothing here (as ``report.md`` says ``n/a``)."""
-    if t.applicable:
+    if t.points.applicable:
         return f"{t.score:5g} / {t.max_score:<4g} {t.name}"
     return f"{'n/a':>5}        {t.name} (not applicable)"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.grading.safe_io import write_sealed
+from harness.model import ItemScore
 
 __all__ = ["Grade", "GradedTest", "write_page", "write_report", "write_results"]
 
@@ -28,24 +29,9 @@ class GradedTest:
     visibility: str
 
     @property
-    def applicable(self) -> bool:
-        """Whether the item scores anything: ``max_score`` 0 is an item not applicable to
-        what was graded (``harness.grading.grade``: a target without that part), shown as
-        ``n/a``, not as a full ``0 / 0`` (found by a new user: it read as a pass)."""
-        return self.max_score > 0
-
-    @property
-    def shown(self) -> str:
-        """The score as the reports show it: ``"3 / 5"``, or ``"n/a"``."""
-        return f"{self.score:g} / {self.max_score:g}" if self.applicable else "n/a"
-
-    @property
-    def mark(self) -> str:
-        """``"pass"`` (full marks), ``"fail"`` or ``"na"`` (not applicable): the badge and
-        colour of the item on the HTML page."""
-        if not self.applicable:
-            return "na"
-        return "pass" if self.score >= self.max_score else "fail"
+    def points(self) -> ItemScore:
+        """Its score as the reports show it (``n/a`` when not applicable)."""
+        return ItemScore(self.score, self.max_score)
 
 
 @dataclass(frozen=True)
@@ -87,9 +73,9 @@ def write_report(tests: Sequence[GradedTest], path: Path, implementation: str,
     best = sum(t.max_score for t in tests)
     lines = [f"# Grade: {total:g} / {best:g}", "", f"Implementation: `{implementation}`", "",
              output, "", "| test | score |", "|---|---|"]
-    lines += [f"| {t.name} | {t.shown} |" for t in tests]
+    lines += [f"| {t.name} | {t.points.shown} |" for t in tests]
     for t in tests:
-        lines += ["", f"## {t.name} — {t.shown}", "", t.output]
+        lines += ["", f"## {t.name} — {t.points.shown}", "", t.output]
     return write_sealed(path, "\n".join(lines) + "\n")
 
 

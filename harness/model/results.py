@@ -83,6 +83,34 @@ class ExecutionResult:
 
 
 @dataclass(frozen=True)
+class ItemScore:
+    """A grade's rubric item as every grade report shows it (the console, ``report.md``,
+    ``report.html``): ``score`` of ``max_score`` points. ``max_score`` 0 is an item not
+    applicable to what was graded (``harness.grading.grade``: a target without that part),
+    shown ``n/a``, never a full ``0 / 0`` (found by a new user: it read as a pass)."""
+
+    score: float
+    max_score: float
+
+    @property
+    def applicable(self) -> bool:
+        """Whether the item scores anything here."""
+        return self.max_score > 0
+
+    @property
+    def shown(self) -> str:
+        """``"3 / 5"``, or ``"n/a"``."""
+        return f"{self.score:g} / {self.max_score:g}" if self.applicable else "n/a"
+
+    @property
+    def mark(self) -> str:
+        """``"pass"`` (full marks), ``"fail"`` or ``"na"``: the item's badge and colour."""
+        if not self.applicable:
+            return "na"
+        return "pass" if self.score >= self.max_score else "fail"
+
+
+@dataclass(frozen=True)
 class Counts:
     """How many executions ended ``pass``, ``fail`` and ``unknown``."""
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 import markupsafe
 
-from harness.model import EventKind
+from harness.model import EventKind, ItemScore
 from harness.reports.base import (
     case_keys,
     failing_checks,
@@ -160,9 +160,16 @@ def render_grade(*, title: str, score: float, max_score: float, implementation: 
             or mapping keys: ``harness.grading.grade.GradedTest`` or dicts).
         run_report: a relative link to the run's ``report.html``, if any.
     """
+    def item(t: Any) -> dict[str, Any]:
+        def get(key: str) -> Any:
+            return t[key] if isinstance(t, Mapping) else getattr(t, key)
+
+        return {"name": get("name"), "output": get("output"),
+                "points": ItemScore(float(get("score")), float(get("max_score")))}
+
     return render_page("grade.html.j2", title=title, score=score, max_score=max_score,
-                       implementation=implementation, output=output, tests=list(tests),
-                       run_report=run_report)
+                       implementation=implementation, output=output,
+                       tests=[item(t) for t in tests], run_report=run_report)
 
 
 def write_grade_page(path: Path, **fields: Any) -> Path:
