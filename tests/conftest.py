@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from inner_pytest import INNER_ADDOPTS
 
+from harness.launch.launcher import Launcher
 from harness.services.gateway import MockGateway
 from shopops import failpoints
 from shopops.approvals import ApprovalQueue
@@ -43,6 +44,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         name = module.__name__.rpartition(".")[2] if module is not None else ""
         cost = next((c for c, names in MODULES.items() if name in names), "processes")
         item.add_marker(cost)
+
+
+@pytest.fixture(scope="session")
+def forked_launcher() -> Iterator[Launcher]:
+    """The launcher ``run`` uses by default (``make_launcher("fork")``), one per pytest
+    process: the reference forks from its fork server, a target's workers from a server
+    that preloaded its framework (``harness.launch.target_servers``). The framework-app
+    tests execute through it: with fresh interpreters each LangGraph or DBOS worker
+    imported its framework again (~1.5 s each), and those tests were most of the suite."""
+    from harness.launch.launcher import make_launcher
+    launcher = make_launcher("fork")
+    yield launcher
+    launcher.close()
 
 
 @pytest.fixture(scope="session")

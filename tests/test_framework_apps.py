@@ -124,16 +124,18 @@ def test_a_dbos_workflow_waits_in_recv_when_its_timeout_follows_an_unrecorded_st
 
 # -- the verdicts, in real processes ---------------------------------------------------------
 
-def _run(tmp_path: Path, name: str, point: str | None):
+def _run(launcher, tmp_path: Path, name: str, point: str | None):
     s = load_scenario(TARGETS / f"{name}.toml")
     kills = (KillPoint.parse(point),) if point else ()
-    return execute(ExecutionPlan(s, CrashSchedule(kills)), tmp_path, worker_timeout_s=120)
+    return execute(ExecutionPlan(s, CrashSchedule(kills)), tmp_path, worker_timeout_s=120,
+                   launcher=launcher)
 
 
 @pytest.mark.parametrize(("kind", "point"), [
     pytest.param(k, p, marks=NEEDS[k]) for k in sorted(APPS) for p in WINDOWS[k]])
-def test_keys_off_the_app_duplicates_at_the_shipped_windows(tmp_path, kind, point) -> None:
-    r = _run(tmp_path, f"{kind}-email-agent-keys-off", point)
+def test_keys_off_the_app_duplicates_at_the_shipped_windows(
+        forked_launcher, tmp_path, kind, point) -> None:
+    r = _run(forked_launcher, tmp_path, f"{kind}-email-agent-keys-off", point)
     assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 2, r.reasons
     checks = {c.check_id: c for c in r.checks}
     assert not checks[CheckId.EXACTLY_ONE_DELIVERY].passed
@@ -146,8 +148,11 @@ def test_keys_off_the_app_duplicates_at_the_shipped_windows(tmp_path, kind, poin
 @pytest.mark.parametrize(("kind", "point"), [
     pytest.param(k, p, marks=NEEDS[k]) for k in sorted(APPS)
     for p in (None, "b.http.before_request", *WINDOWS[k])])
-def test_keys_on_the_app_sends_once_whatever_the_kill(tmp_path, kind, point) -> None:
-    r = _run(tmp_path, f"{kind}-email-agent", point)
+def test_keys_on_the_app_sends_once_whatever_the_kill(
+        forked_launcher, tmp_path, kind, point) -> None:
+    # the no-kill execution spawns fresh interpreters (the path without a fork server);
+    # the kills fork from the target server that preloaded the framework (run's default)
+    r = _run(forked_launcher if point else None, tmp_path, f"{kind}-email-agent", point)
     assert r.verdict is Verdict.PASS and r.evidence.deliveries == 1, r.reasons
     asked = {c.check_id: c for c in r.checks}[CheckId.ASKED_ONCE]
     prefix = "interrupt-" if kind == "langgraph" else "recv-run-1-"
@@ -188,7 +193,7 @@ builder.add_edge("send", END)
 
 
 @NEEDS_LANGGRAPH
-def test_an_app_asking_twice_for_one_decision_fails_asked_once(tmp_path) -> None:
+def test_an_app_asking_twice_for_one_decision_fails_asked_once(forked_launcher, tmp_path) -> None:
     """The catch ``asked_once`` claims on a framework app: a graph (a builder, compiled by
     the harness on its own checkpointer) that interrupts a second time for the same email."""
     app = tmp_path / "app"
@@ -198,7 +203,7 @@ def test_an_app_asking_twice_for_one_decision_fails_asked_once(tmp_path) -> None
     path.write_text(f'name = "twice"\n[target]\nkind = "langgraph"\nfolder = "{app}"\n'
                     'graph = "twice:builder"\n', encoding="utf-8")
     r = execute(ExecutionPlan(load_scenario(path), CrashSchedule()), tmp_path / "x",
-                worker_timeout_s=120)
+                worker_timeout_s=120, launcher=forked_launcher)
     asked = {c.check_id: c for c in r.checks}[CheckId.ASKED_ONCE]
     assert r.verdict is Verdict.FAIL and not asked.passed, r.reasons
     assert "asked 2 time(s)" in asked.evidence[0] and asked.evidence[0].count("interrupt-") == 2
@@ -218,8 +223,8 @@ def test_an_app_folder_is_graded_through_its_target_toml(kind) -> None:
 
 @pytest.mark.parametrize("kind", [pytest.param(k, marks=NEEDS[k]) for k in sorted(APPS)])
 def test_a_rejection_reaches_the_app_through_its_framework_and_nothing_is_sent(
-        tmp_path, kind) -> None:
-    r = _run(tmp_path, f"{kind}-email-agent-reject", None)
+        forked_launcher, tmp_path, kind) -> None:
+    r = _run(forked_launcher, tmp_path, f"{kind}-email-agent-reject", None)
     checks = {c.check_id: c for c in r.checks}
     assert r.verdict is Verdict.PASS and r.evidence.deliveries == 0, r.reasons
     respected = checks[CheckId.REJECTION_RESPECTED]
@@ -232,7 +237,7 @@ _IGNORES = _TWICE.replace('builder.add_edge("review", "confirm")\n'
 
 
 @NEEDS_LANGGRAPH
-def test_an_app_that_sends_what_the_human_rejected_fails(tmp_path) -> None:
+def test_an_app_that_sends_what_the_human_rejected_fails(forked_launcher, tmp_path) -> None:
     """The catch ``per_action`` claims on a framework app: a graph that sends whatever the
     reviewer answered sends content a human rejected (its history shows no draft, so
     ``rejection_respected`` is not applicable; the ledger judges)."""
@@ -244,7 +249,7 @@ def test_an_app_that_sends_what_the_human_rejected_fails(tmp_path) -> None:
                     'graph = "ignores:builder"\n[human]\naction = "reject"\n'
                     '[expect]\ndeliveries = 0\n', encoding="utf-8")
     r = execute(ExecutionPlan(load_scenario(path), CrashSchedule()), tmp_path / "x",
-                worker_timeout_s=120)
+                worker_timeout_s=120, launcher=forked_launcher)
     checks = {c.check_id: c for c in r.checks}
     assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 1, r.reasons
     per_action = checks[CheckId.PER_ACTION]  # the ledger against the rejected ask's email

@@ -32,9 +32,9 @@ FEEDBACK = "Please offer free express shipping on the next order."
 MODULE = {"langgraph": "email_agent.py", "dbos": "email_workflow.py"}
 
 
-def _run(tmp_path: Path, scenario: Path):
+def _run(launcher, tmp_path: Path, scenario: Path):
     return execute(ExecutionPlan(load_scenario(scenario), CrashSchedule()), tmp_path / "x",
-                   worker_timeout_s=120)
+                   worker_timeout_s=120, launcher=launcher)
 
 
 def _checks(result) -> dict[str, object]:
@@ -122,8 +122,8 @@ def test_an_answer_template_is_kept_as_json_for_the_adapter(tmp_path) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_rejection_with_feedback_is_redrafted_asked_again_and_only_the_redraft_sent(
-        tmp_path, kind) -> None:
-    r = _run(tmp_path, TARGETS / f"{kind}-email-agent-feedback.toml")
+        forked_launcher, tmp_path, kind) -> None:
+    r = _run(forked_launcher, tmp_path, TARGETS / f"{kind}-email-agent-feedback.toml")
     ev = r.evidence
     assert r.verdict is Verdict.PASS and ev.deliveries == 1, r.reasons
     rejected, approved = ev.approval_requests  # two asks: the draft, then the redraft
@@ -140,8 +140,8 @@ def test_a_rejection_with_feedback_is_redrafted_asked_again_and_only_the_redraft
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_late_approval_is_given_hours_after_the_ask_and_the_draft_sent_once(
-        tmp_path, kind) -> None:
-    r = _run(tmp_path, TARGETS / f"{kind}-email-agent-late.toml")
+        forked_launcher, tmp_path, kind) -> None:
+    r = _run(forked_launcher, tmp_path, TARGETS / f"{kind}-email-agent-late.toml")
     ev = r.evidence
     assert r.verdict is Verdict.PASS and ev.deliveries == 1, r.reasons
     (ask,) = ev.approval_requests
@@ -152,8 +152,9 @@ def test_a_late_approval_is_given_hours_after_the_ask_and_the_draft_sent_once(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_human_who_never_decides_leaves_the_app_parked_asked_once(tmp_path, kind) -> None:
-    r = _run(tmp_path, TARGETS / f"{kind}-email-agent-never.toml")
+def test_a_human_who_never_decides_leaves_the_app_parked_asked_once(
+        forked_launcher, tmp_path, kind) -> None:
+    r = _run(forked_launcher, tmp_path, TARGETS / f"{kind}-email-agent-never.toml")
     ev = r.evidence
     assert r.verdict is Verdict.PASS and ev.deliveries == 0, r.reasons
     assert [w.role for w in ev.workers] == ["start", "resume", "resume"]
@@ -193,9 +194,9 @@ _SILENCE_IS_CONSENT = (("timeout_seconds=7 * 24 * 3600", "timeout_seconds=0.5"),
 
 @NEEDS_LANGGRAPH
 def test_an_app_that_ignores_the_feedback_and_sends_the_rejected_draft_fails(
-        tmp_path) -> None:
-    r = _run(tmp_path, _variant(tmp_path, "langgraph", "langgraph-email-agent-feedback",
-                                _KEEPS_FIRST_DRAFT))
+        forked_launcher, tmp_path) -> None:
+    r = _run(forked_launcher, tmp_path, _variant(
+        tmp_path, "langgraph", "langgraph-email-agent-feedback", _KEEPS_FIRST_DRAFT))
     checks = _checks(r)
     assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 1, r.reasons
     respected = checks[CheckId.REJECTION_RESPECTED]
@@ -205,8 +206,8 @@ def test_an_app_that_ignores_the_feedback_and_sends_the_rejected_draft_fails(
 
 @NEEDS_DBOS
 def test_an_app_that_sends_the_rejected_draft_after_its_redraft_was_approved_fails(
-        tmp_path) -> None:
-    r = _run(tmp_path, _variant(tmp_path, "dbos", "dbos-email-agent-feedback",
+        forked_launcher, tmp_path) -> None:
+    r = _run(forked_launcher, tmp_path, _variant(tmp_path, "dbos", "dbos-email-agent-feedback",
                                 _SENDS_FIRST_DRAFT))
     checks = _checks(r)
     assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 1, r.reasons
@@ -218,17 +219,18 @@ def test_an_app_that_sends_the_rejected_draft_after_its_redraft_was_approved_fai
 
 
 @NEEDS_LANGGRAPH
-def test_an_app_that_asks_again_after_the_late_approval_fails_asked_once(tmp_path) -> None:
-    r = _run(tmp_path, _variant(tmp_path, "langgraph", "langgraph-email-agent-late",
-                                _ASKS_AGAIN_ONCE_APPROVED))
+def test_an_app_that_asks_again_after_the_late_approval_fails_asked_once(
+        forked_launcher, tmp_path) -> None:
+    r = _run(forked_launcher, tmp_path, _variant(
+        tmp_path, "langgraph", "langgraph-email-agent-late", _ASKS_AGAIN_ONCE_APPROVED))
     asked = _checks(r)[CheckId.ASKED_ONCE]
     assert r.verdict is Verdict.FAIL and not asked.passed, r.reasons
     assert "asked 2 time(s)" in asked.evidence[0] and asked.evidence[0].count("interrupt-") == 2
 
 
 @NEEDS_DBOS
-def test_an_app_that_sends_when_the_human_never_answers_fails(tmp_path) -> None:
-    r = _run(tmp_path, _variant(tmp_path, "dbos", "dbos-email-agent-never",
+def test_an_app_that_sends_when_the_human_never_answers_fails(forked_launcher, tmp_path) -> None:
+    r = _run(forked_launcher, tmp_path, _variant(tmp_path, "dbos", "dbos-email-agent-never",
                                 _SILENCE_IS_CONSENT))
     checks = _checks(r)
     assert r.verdict is Verdict.FAIL and r.evidence.deliveries == 1, r.reasons
