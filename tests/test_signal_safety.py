@@ -183,3 +183,107 @@ def test_a_run_interrupted_in_its_trace_run_says_its_matrix_was_never_learned(
     assert result.unlearned == ("o1001",)
     assert result.shortfall()[0].startswith("kill matrix never learned for o1001")
     assert summary(result)["unlearned"] == ["o1001"]
+
+
+def test_a_grace_lets_the_first_signal_through_and_the_next_one_stops() -> None:
+    """``stop_on_signals(grace=1)``: the first signal is only recorded, the second raises
+    as always; the handlers before are put back after."""
+    from harness.launch import stop
+
+    previous = {s: signal.getsignal(s) for s in stop.STOP_SIGNALS}
+    try:
+        stop.stop_on_signals(grace=1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.graced() == (signal.SIGTERM,) and stop.signalled()
+        with pytest.raises(SystemExit) as info:
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # the handler runs at the next bytecode
+                pass
+        assert info.value.code == 128 + signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGTERM)  # once stopping, further ones are ignored
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        stop.forget_signals()
+
+
+def test_a_signal_while_a_finished_runs_reports_are_written_lets_them_finish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by an attack: one SIGTERM while the reports of a run that had finished every
+    execution were written left the folder without ``summary.json`` and ``latest`` unmoved
+    (as only a second signal should). The reports are finished; the run keeps its status."""
+    import json
+
+    import harness.reports.write as write
+    from harness.cli.main import main
+
+    real = write.finish_run
+
+    def signalled_while_writing(*args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(write, "finish_run", signalled_while_writing)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = main(["run", str(ROOT / "scenarios" / "o1001.toml"), "--schedule",
+                       "t6.gateway_accepted", "--report-dir", str(tmp_path / "r"),
+                       "--jobs", "1"])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    assert status == 0
+    summary = json.loads((tmp_path / "r" / "latest" / "summary.json").read_text())
+    assert summary["interrupted"] is False and summary["verdict"] == "pass"
+
+
+_STOPPED = """
+import signal, sys, time
+from harness.cli.main import _end_stopped
+try:
+    exec("raise KeyboardInterrupt")  # as a dataclass made during an interrupted import
+except KeyboardInterrupt:
+    pass
+signal.signal(signal.SIGTERM, lambda *a: None)  # "further signals are ignored"
+if sys.argv[1] == "fixed":
+    _end_stopped()
+
+class Slow:  # the interpreter's shutdown takes a while: a signal lands in it
+    def __del__(self):
+        print("shutting down", flush=True)
+        time.sleep(3)
+
+keep = Slow()
+sys.exit(2)
+"""
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["as-before", "end-stopped"])
+def test_a_command_stopped_by_a_signal_exits_with_its_status(tmp_path: Path,
+                                                             fixed: bool) -> None:
+    """Found by an attack: a command that said "interrupted" died by a signal instead of
+    exiting 2: -2 when the KeyboardInterrupt had been raised inside ``exec`` of a string
+    (CPython's unhandled-KeyboardInterrupt flag, under ``python -m``), -15 when one more
+    SIGTERM came while the interpreter shut down (its Python handler replaced by SIG_DFL).
+    ``_end_stopped`` ends both; the other case shows the test sees them."""
+    import subprocess
+    import sys
+
+    (tmp_path / "stopped_probe.py").write_text(_STOPPED)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    proc = subprocess.Popen([sys.executable, "-m", "stopped_probe",
+                             "fixed" if fixed else "before"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == "shutting down\n"
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    if fixed:
+        assert proc.returncode == 2
+    else:
+        assert proc.returncode in (-signal.SIGTERM, -signal.SIGINT)

@@ -212,6 +212,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.launch.processes import reaping_on_signals
+    from harness.launch.stop import graced
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.plan.catalogue import resolve
     from harness.plan.scenario import load_scenarios
@@ -291,7 +292,9 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
         print("shopops-chaos: interrupted; every worker was reaped; reporting the "
               f"{len(result.results)} execution(s) that finished", file=sys.stderr)
     at.writing = True
-    with reaping_on_signals():  # a second Ctrl-C while writing leaves latest where it was
+    # a second Ctrl-C while writing leaves latest where it was; after a run no signal
+    # stopped, the first one lets the reports finish (it threw a finished run away)
+    with reaping_on_signals(grace=0 if result.interrupted else 1):
         if shard is not None:  # before the reports: summary.json is written last
             from harness.reports.run_json import write_run_json
 
@@ -304,6 +307,10 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
         if soak is not None:
             paths["soak"] = soak
     _summary(result, paths)
+    if graced():
+        print("shopops-chaos: a signal came while the reports were written: every execution "
+              "had finished, so they were finished first (a second one stops the writing)",
+              file=sys.stderr)
     return 2 if result.interrupted else result.exit_status  # as grade: not a verdict
 
 

@@ -12,8 +12,13 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from harness.cli.interrupts import Progress, interrupted, signal_exit
-from harness.launch.stop import STOP_SIGNALS, ignore_further_signals, stop_on_signals
+from harness.launch.stop import (
+    STOP_SIGNALS,
+    forget_signals,
+    ignore_further_signals,
+    signalled,
+    stop_on_signals,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -44,12 +49,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if armed else {}
     if armed:
         stop_on_signals()
+        forget_signals()
     by_signal = False
     try:
         from harness.cli import commands
 
         return commands.main(argv)
     except (KeyboardInterrupt, SystemExit) as exc:
+        # imported here, not at the top: the handlers are installed before anything else
+        from harness.cli.interrupts import Progress, interrupted, signal_exit
+
         if not signal_exit(exc):
             raise
         by_signal = True
@@ -58,7 +67,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = words[0] if words and words[0] in _COMMANDS else "run"
         return interrupted(command, exc, Progress())
     finally:
-        if armed and not by_signal:
+        if armed and not (by_signal or signalled()):
             for sig, handler in previous.items():
                 if handler is not None:  # None: set outside Python
                     signal.signal(sig, handler)
+        elif armed:
+            _end_stopped()
+
+
+def _end_stopped() -> None:
+    """A signal reached the command (wherever it was caught) and it is about to return its
+    exit status: make sure the interpreter ends with it (both found by an attack).
+
+    - A ``KeyboardInterrupt`` raised inside ``exec`` of a string (a dataclass being made
+      during a lazy import) sets CPython's "unhandled KeyboardInterrupt" flag though it was
+      caught, and the interpreter then ends by killing itself with SIGINT (-2 after it had
+      said "interrupted"); running any code string resets the flag (``Python/pythonrun.c``,
+      ``run_eval_code_obj``).
+    - The handler that ignores further signals is a Python function, and the interpreter's
+      shutdown puts ``SIG_DFL`` back in its place, so one more signal then killed the command
+      (-15): nothing of Python runs after this, so they are ignored for real (``SIG_IGN``).
+    """
+    exec("None")  # noqa: S102 - a constant string
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)

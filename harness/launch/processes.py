@@ -245,14 +245,15 @@ def spawn(argv: list[str], *, env: dict[str, str], cwd: str, stdout: str, stderr
 
 
 @contextmanager
-def reaping_on_signals() -> Iterator[None]:
+def reaping_on_signals(grace: int = 0) -> Iterator[None]:
     """Within the block SIGTERM raises ``SystemExit(143)`` and SIGINT ``KeyboardInterrupt``
     (``stop_on_signal``: the first one; later ones are ignored) so ``finally`` blocks run; on
-    the way out every live worker is reaped, whatever happened. The previous handlers are
-    put back unless the block ends by a signal (then both stay ignored: the command is
-    shutting down). Main thread only (``signal.signal``)."""
+    the way out every live worker is reaped, whatever happened. ``grace``: that many signals
+    are only recorded first (``harness.launch.stop.graced``), the next one stops. The
+    previous handlers are put back unless the block ends by a signal (then both stay
+    ignored: the command is shutting down). Main thread only (``signal.signal``)."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    stop_on_signals()
+    stop_on_signals(grace)
     by_signal = False
     try:
         yield

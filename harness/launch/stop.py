@@ -12,11 +12,18 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
-__all__ = ["STOP_SIGNALS", "DeferredSignals", "ignore_further_signals", "stop_on_signal",
-           "stop_on_signals"]
+__all__ = ["STOP_SIGNALS", "DeferredSignals", "forget_signals", "graced",
+           "ignore_further_signals", "signalled", "stop_on_signal", "stop_on_signals"]
 
+# The handler's state: plain values, never a lock (a threading.Event's set() takes one, and a
+# second signal handled inside the first handler's set() would wait for it for ever).
 #: Set once a signal has been taken (until ``stop_on_signals`` arms the handler again).
-_STOPPING = threading.Event()
+_STOPPING = [False]
+#: Signals taken but let through (``stop_on_signals(grace=...)``), and how many more may be.
+_GRACED: list[int] = []
+_grace = [0]
+#: Set by any signal this handler saw, cleared only by ``forget_signals`` (a command's start).
+_SIGNALLED = [False]
 
 #: The signals that stop a harness command.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -30,28 +37,54 @@ def stop_on_signal(signum: int, frame: FrameType | None) -> None:
     ``KeyboardInterrupt`` (SIGINT) or ``SystemExit(128 + signum)`` (SIGTERM: 143) in the main
     thread. ``harness.launch.processes.reaping_on_signals`` re-arms it for a phase that a
     further signal may cut short (a run's final reports)."""
-    if _STOPPING.is_set():  # a signal that was pending while the first was being taken
+    _SIGNALLED[0] = True
+    if _STOPPING[0]:  # a signal that was pending while the first was being taken
         return
-    _STOPPING.set()
+    if _grace[0] > 0:  # let through (recorded): the phase finishes first
+        _grace[0] -= 1
+        _GRACED.append(signum)
+        return
+    _STOPPING[0] = True
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise SystemExit(128 + signum)
 
 
+def signalled() -> bool:
+    """Whether this handler saw any signal since ``forget_signals`` (whether it stopped
+    something, was let through or was ignored)."""
+    return _SIGNALLED[0]
+
+
+def forget_signals() -> None:
+    """A command starts: no signal seen yet (``signalled``)."""
+    _SIGNALLED[0] = False
+
+
+def graced() -> tuple[int, ...]:
+    """The signals let through by ``stop_on_signals(grace=...)`` since it was called."""
+    return tuple(_GRACED)
+
+
 def ignore_further_signals() -> None:
     """The command is stopping: SIGINT and SIGTERM are ignored from now on (until
     ``stop_on_signals``), whatever handler was in place."""
-    _STOPPING.set()
+    _STOPPING[0] = True
     for sig in STOP_SIGNALS:
         if signal.getsignal(sig) is not stop_on_signal:
             signal.signal(sig, stop_on_signal)
 
 
-def stop_on_signals() -> None:
+def stop_on_signals(grace: int = 0) -> None:
     """Install ``stop_on_signal`` for SIGINT and SIGTERM — explicitly, since a shell starts
-    background jobs with SIGINT ignored. Main thread only (``signal.signal`` raises
-    ``ValueError`` elsewhere)."""
-    _STOPPING.clear()
+    background jobs with SIGINT ignored. ``grace``: how many signals are let through first,
+    only recorded (``graced``): a run's reports after a run no signal stopped are finished
+    on the first signal (found by an attack: one SIGTERM while they were written threw a
+    finished run away), and only a second stops the writing. Main thread only
+    (``signal.signal`` raises ``ValueError`` elsewhere)."""
+    _STOPPING[0] = False
+    _grace[0] = grace
+    _GRACED.clear()
     for sig in STOP_SIGNALS:
         signal.signal(sig, stop_on_signal)
 
