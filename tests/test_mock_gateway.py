@@ -462,6 +462,30 @@ def test_a_body_over_the_limit_is_logged_as_413_and_never_delivered(
     assert [d.idempotency_key for d in log.deliveries] == ["k-ok"]
 
 
+def test_a_sender_gone_before_its_body_arrived_is_no_message_and_no_traceback(
+        gateway: MockGateway, http: requests.Session, caplog: pytest.LogCaptureFixture) -> None:
+    """Found by an attack: a worker killed in the middle of a send (its body cut short)
+    made werkzeug print "Error on request" and a ClientDisconnected traceback on the
+    harness's stderr. It is no message: nothing recorded, nothing delivered."""
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="harness.services.gateway")
+    port = int(gateway.url.rpartition(":")[2])
+    with socket.create_connection((gateway.host, port)) as sock:
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+                     b'{"to":')
+    deadline = time.monotonic() + 60
+    while not any("left before its body" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() < deadline, [r.getMessage() for r in caplog.records]
+        time.sleep(0.01)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    assert post(http, gateway, "k-ok").status_code == 201
+    log = gateway.log()
+    assert [r.status for r in log.requests] == [201]
+    assert [d.idempotency_key for d in log.deliveries] == ["k-ok"]
+
+
 def test_an_absurd_claimed_pid_is_logged_not_a_lost_request(gateway: MockGateway,
                                                             http: requests.Session) -> None:
     """``int()`` refuses over 4300 digits: the request used to end in a 500, unlogged."""
