@@ -2,6 +2,6 @@
 
 import sys
 
-from harness.cli.main import main
+from harness.cli.main import entry
 
-sys.exit(main())
+sys.exit(entry())

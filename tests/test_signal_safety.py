@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -239,14 +240,14 @@ def test_a_signal_while_a_finished_runs_reports_are_written_lets_them_finish(
 
 _STOPPED = """
 import signal, sys, time
-from harness.cli.main import _end_stopped
+from harness.cli.main import _end_process
 try:
     exec("raise KeyboardInterrupt")  # as a dataclass made during an interrupted import
 except KeyboardInterrupt:
     pass
 signal.signal(signal.SIGTERM, lambda *a: None)  # "further signals are ignored"
 if sys.argv[1] == "fixed":
-    _end_stopped()
+    _end_process()
 
 class Slow:  # the interpreter's shutdown takes a while: a signal lands in it
     def __del__(self):
@@ -265,7 +266,7 @@ def test_a_command_stopped_by_a_signal_exits_with_its_status(tmp_path: Path,
     exiting 2: -2 when the KeyboardInterrupt had been raised inside ``exec`` of a string
     (CPython's unhandled-KeyboardInterrupt flag, under ``python -m``), -15 when one more
     SIGTERM came while the interpreter shut down (its Python handler replaced by SIG_DFL).
-    ``_end_stopped`` ends both; the other case shows the test sees them."""
+    ``_end_process`` ends both; the other case shows the test sees them."""
     import subprocess
     import sys
 
@@ -287,3 +288,59 @@ def test_a_command_stopped_by_a_signal_exits_with_its_status(tmp_path: Path,
         assert proc.returncode == 2
     else:
         assert proc.returncode in (-signal.SIGTERM, -signal.SIGINT)
+
+
+def test_a_signal_swallowed_by_a_finalizer_is_taken_after_it() -> None:
+    """Found by an attack: the exception a signal raised inside a finalizer (a weakref
+    callback) was printed as "Exception ignored" and lost, and every later signal was then
+    ignored. It is sent again and taken once the finalizer has returned."""
+    from harness.launch import stop
+
+    previous = {s: signal.getsignal(s) for s in stop.STOP_SIGNALS}
+    ran: list[str] = []
+
+    class Finalized:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGINT)  # the handler runs inside this __del__
+            for _ in range(1000):
+                pass
+            ran.append("finalizer")  # not reached: the KeyboardInterrupt ended it
+
+    try:
+        stop.stop_on_signals()
+        with pytest.raises(KeyboardInterrupt):
+            doomed = Finalized()
+            del doomed  # the finalizer runs here, swallows the KeyboardInterrupt
+            time.sleep(60)  # ... which comes again a moment later, out here
+        assert ran == []
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        stop.forget_signals()
+
+
+def test_a_signal_as_a_passing_run_exits_leaves_its_exit_status(tmp_path: Path) -> None:
+    """Found by an attack: SIGTERM or SIGINT in the ~150 ms of the interpreter's shutdown,
+    after the last report of a passing run was written, ended it with -15 or -2."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "run", str(ROOT / "scenarios" / "o1001.toml"),
+         "--schedule", "t6.gateway_accepted", "--report-dir", str(tmp_path / "r"),
+         "--jobs", "1"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.split()[:1] == ["summary"]:  # the last line the command prints
+                time.sleep(0.03)  # into the interpreter's shutdown (~150 ms)
+                proc.send_signal(signal.SIGTERM)
+                break
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert (tmp_path / "r" / "latest" / "summary.json").is_file()

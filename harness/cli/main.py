@@ -23,7 +23,7 @@ from harness.launch.stop import (
 if TYPE_CHECKING:
     import argparse
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "entry", "main"]
 
 #: The commands ``interrupted`` names in its line (``run`` is the default command).
 _COMMANDS = frozenset({"run", "merge", "explore", "grade", "points", "gateway"})
@@ -45,6 +45,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     been taken further ones are ignored. The handlers in place before are put back on return
     (a caller in the same process), unless a signal ended the command.
     """
+    return _main(argv, process=False)
+
+
+def _main(argv: Sequence[str] | None, process: bool) -> int:
+    """``main``; ``process``: the whole process ends after it (``entry``)."""
     armed = threading.current_thread() is threading.main_thread()
     previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} if armed else {}
     if armed:
@@ -67,17 +72,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = words[0] if words and words[0] in _COMMANDS else "run"
         return interrupted(command, exc, Progress())
     finally:
-        if armed and not (by_signal or signalled()):
+        if armed and process:
+            _end_process()
+        elif armed and not (by_signal or signalled()):
             for sig, handler in previous.items():
                 if handler is not None:  # None: set outside Python
                     signal.signal(sig, handler)
         elif armed:
-            _end_stopped()
+            _end_process()
 
 
-def _end_stopped() -> None:
-    """A signal reached the command (wherever it was caught) and it is about to return its
-    exit status: make sure the interpreter ends with it (both found by an attack).
+def entry() -> int:
+    """The ``shopops-chaos`` and ``python -m harness`` process: ``main``, then nothing of
+    Python runs but the interpreter's shutdown, during which SIGINT and SIGTERM are ignored
+    (``SIG_IGN``): ``main`` put the handlers before it back, and a signal in the ~150 ms the
+    shutdown takes killed a command whose reports were complete (-15 or -2 for a passing
+    run; found by an attack). A caller of ``main`` in its own process keeps its handlers."""
+    return _main(None, process=True)
+
+
+def _end_process() -> None:
+    """The command is about to return its exit status and a signal reached it (wherever it
+    was caught), or the process ends after it (``entry``): make sure the interpreter ends
+    with that status (found by attacks).
 
     - A ``KeyboardInterrupt`` raised inside ``exec`` of a string (a dataclass being made
       during a lazy import) sets CPython's "unhandled KeyboardInterrupt" flag though it was
@@ -86,7 +103,9 @@ def _end_stopped() -> None:
       ``run_eval_code_obj``).
     - The handler that ignores further signals is a Python function, and the interpreter's
       shutdown puts ``SIG_DFL`` back in its place, so one more signal then killed the command
-      (-15): nothing of Python runs after this, so they are ignored for real (``SIG_IGN``).
+      (-15); and once the handlers before it were put back, a signal in the ~150 ms of the
+      shutdown killed a command whose reports were complete (-15 or -2 for a passing run).
+      Nothing of the command runs after this, so they are ignored for real (``SIG_IGN``).
     """
     exec("None")  # noqa: S102 - a constant string
     for sig in STOP_SIGNALS:

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 import psutil
 
-from harness.launch.stop import stop_on_signals
+from harness.launch.stop import end_grace, stop_on_signals
 
 __all__ = ["OUTPUT_KEEP_BYTES", "OUTPUT_TAIL_BYTES", "REGISTRY", "STOPPING", "ExitInfo",
            "HarnessStopping", "PopenWorker", "Worker", "output_tail", "reaping_on_signals",
@@ -264,6 +264,7 @@ def reaping_on_signals(grace: int = 0) -> Iterator[None]:
         by_signal = exc.code == 128 + signal.SIGTERM
         raise
     finally:
+        end_grace()  # a grace unused here is not carried into what follows
         try:
             REGISTRY.reap_all()
         finally:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
-__all__ = ["STOP_SIGNALS", "DeferredSignals", "forget_signals", "graced",
+__all__ = ["STOP_SIGNALS", "DeferredSignals", "end_grace", "forget_signals", "graced",
            "ignore_further_signals", "signalled", "stop_on_signal", "stop_on_signals"]
 
 # The handler's state: plain values, never a lock (a threading.Event's set() takes one, and a
@@ -45,9 +47,38 @@ def stop_on_signal(signum: int, frame: FrameType | None) -> None:
         _GRACED.append(signum)
         return
     _STOPPING[0] = True
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    raise SystemExit(128 + signum)
+    exc = KeyboardInterrupt() if signum == signal.SIGINT else SystemExit(128 + signum)
+    exc.__dict__[_SIGNAL_ATTR] = signum  # known again if a finalizer swallows it (_unraisable)
+    raise exc
+
+
+_SIGNAL_ATTR = "shopops_stop_signal"
+
+
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while ``stop_on_signal`` is installed: the exception it raised
+    landed in a finalizer (a ``__del__``, a weakref callback), where Python prints it as
+    "Exception ignored" and goes on. Nothing was stopped, yet every later signal would be
+    ignored (found by an attack: a second Ctrl-C while the reports were written was lost
+    that way). The signal is sent again a moment later from a thread of its own (sent from
+    here, its handler would run at once, inside this hook, and be lost again), to be taken
+    once the finalizer has returned (should it land in another one, this happens again);
+    anything else goes to the hook before."""
+    signum = getattr(unraisable.exc_value, _SIGNAL_ATTR, None)
+    if signum is not None and signal.getsignal(signum) is stop_on_signal:
+        _STOPPING[0] = False
+        again = threading.Timer(_AGAIN_AFTER_S, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+        return
+    _hook_before[0](unraisable)
+
+
+#: Seconds before a signal a finalizer swallowed is sent again (``_unraisable``).
+_AGAIN_AFTER_S = 0.005
+
+
+_hook_before: list[Callable[[Any], object]] = [sys.unraisablehook]
 
 
 def signalled() -> bool:
@@ -59,6 +90,12 @@ def signalled() -> bool:
 def forget_signals() -> None:
     """A command starts: no signal seen yet (``signalled``)."""
     _SIGNALLED[0] = False
+
+
+def end_grace() -> None:
+    """No more signals are let through (``stop_on_signals(grace=...)``'s phase is over);
+    those already let through stay in ``graced``."""
+    _grace[0] = 0
 
 
 def graced() -> tuple[int, ...]:
@@ -85,6 +122,9 @@ def stop_on_signals(grace: int = 0) -> None:
     _STOPPING[0] = False
     _grace[0] = grace
     _GRACED.clear()
+    if sys.unraisablehook is not _unraisable:
+        _hook_before[0] = sys.unraisablehook
+        sys.unraisablehook = _unraisable
     for sig in STOP_SIGNALS:
         signal.signal(sig, stop_on_signal)
 
