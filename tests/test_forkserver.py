@@ -21,6 +21,7 @@ from typing import Any
 
 import psutil
 import pytest
+from process_helpers import end
 
 from harness.launch.fork import ForkLauncher, ForkServerError, ForkWorker
 from harness.launch.launcher import Launcher, SpawnLauncher, make_launcher
@@ -560,12 +561,7 @@ def test_sigkill_of_the_harness_leaves_no_server_and_no_worker(probe_dir: Path) 
         assert_gone(procs)
         assert list(tmp.iterdir()) == []  # the server removed its socket and folder
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
+        end(proc)
 
 
 class _Alive:

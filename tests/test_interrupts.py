@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from process_helpers import end
 
 pytestmark = pytest.mark.processes
 
@@ -97,9 +98,7 @@ def test_a_run_interrupted_while_starting_its_workers_reports_interrupted(
         assert '"interrupted": true' in (latest / "summary.json").read_text()
         assert "INTERRUPTED" in (latest / "report.md").read_text()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        end(proc)
 
 
 @SIGNALS
@@ -113,9 +112,7 @@ def test_a_run_interrupted_while_loading_writes_nothing(tmp_path: Path, signum: 
         _assert_interrupted(proc, err, signum)
         assert list((tmp_path / "reports").iterdir()) == []
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        end(proc)
 
 
 @SIGNALS
@@ -132,9 +129,7 @@ def test_a_merge_interrupted_while_reading_writes_nothing(tmp_path: Path,
         _assert_interrupted(proc, err, signum)
         assert list((tmp_path / "reports").iterdir()) == []
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        end(proc)
 
 
 def test_an_interrupted_merge_leaves_an_incomplete_folder_the_next_command_removes(
@@ -152,9 +147,7 @@ def test_an_interrupted_merge_leaves_an_incomplete_folder_the_next_command_remov
         _assert_interrupted(proc, err, signal.SIGTERM)
         assert "is incomplete" in err, err
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        end(proc)
     (left,) = list(reports.iterdir())
     assert (left / "half-written.md").exists() and not (left / "summary.json").exists()
     assert not (reports / "latest").exists()
@@ -212,9 +205,7 @@ def test_a_signal_during_the_first_imports_ends_with_one_line_and_exit_2(
         assert len(err.strip().splitlines()) == 1, err
         assert list((tmp_path / "reports").iterdir()) == []
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        end(proc)
 
 
 def test_further_signals_once_a_run_is_stopping_are_ignored(tmp_path: Path) -> None:
@@ -236,9 +227,7 @@ def test_further_signals_once_a_run_is_stopping_are_ignored(tmp_path: Path) -> N
         latest = tmp_path / "reports" / "latest"
         assert '"interrupted": true' in (latest / "summary.json").read_text()
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        end(proc)
 
 
 def test_a_signal_during_the_runs_teardown_keeps_what_finished(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from process_helpers import end
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 120.0
@@ -74,19 +75,6 @@ def communicate_or_dump(proc: subprocess.Popen[str], timeout_s: float,
         stdout, err = proc.communicate()
         pytest.fail(f"no exit {timeout_s:g} s after the signal (returncode {status!r}); "
                     f"left: {lines}; its threads:\n{err[-12000:]}\nstdout: {stdout[-2000:]}")
-
-
-def end(proc: subprocess.Popen[str]) -> None:
-    """A test's last word on the harness it started: SIGKILL its process group if it is
-    still running, reap it, and close its pipes (left open, they are closed by the garbage
-    collector during some later test, which pytest then fails with a ResourceWarning: the
-    CI run of stop 33 failed an unrelated test that way)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    for stream in (proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
 
 
 def pipe_holders(proc: subprocess.Popen[str]) -> list[psutil.Process]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from process_helpers import end
 
 from harness.reports.console import Console, ProgressLine
 from harness.reports.runs import KILLED, is_complete, keep_killed, prune_runs
@@ -65,11 +66,7 @@ def _harness(cwd: Path, *args: str, env: dict[str, str] | None = None
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
+        end(proc)
 
 
 def _dead_pid() -> int:

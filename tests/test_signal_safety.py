@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from process_helpers import end
 
 from harness.launch.stop import DeferredSignals
 from harness.run.completions import Completions
@@ -339,8 +340,6 @@ def test_a_signal_as_a_passing_run_exits_leaves_its_exit_status(tmp_path: Path) 
                 break
         _, err = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
+        end(proc)
     assert proc.returncode == 0, err
     assert (tmp_path / "r" / "latest" / "summary.json").is_file()
