@@ -111,6 +111,8 @@ def test_a_run_interrupted_while_loading_writes_nothing(tmp_path: Path, signum: 
         _, err = _signal_when_ready(proc, signum)
         _assert_interrupted(proc, err, signum)
         assert list((tmp_path / "reports").iterdir()) == []
+        # found by a new user: an earlier run's latest read as this run's result
+        assert "nothing was written, and latest, if there is one, is an earlier run's" in err
     finally:
         end(proc)
 

@@ -343,3 +343,33 @@ def test_a_signal_as_a_passing_run_exits_leaves_its_exit_status(tmp_path: Path) 
         end(proc)
     assert proc.returncode == 0, err
     assert (tmp_path / "r" / "latest" / "summary.json").is_file()
+
+
+def test_a_signal_once_the_reports_are_complete_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by a new user: a SIGTERM just after a passing run's last line (its reports
+    complete, latest moved) ended it with 2 and "… is incomplete (no summary.json)"."""
+    import harness.cli.commands as commands
+    from harness.cli.main import main
+
+    real = commands._summary
+
+    def signalled_while_printing(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):  # the handler runs at the next bytecode
+            pass
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(commands, "_summary", signalled_while_printing)
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        status = main(["run", str(ROOT / "scenarios" / "o1001.toml"), "--schedule",
+                       "t6.gateway_accepted", "--report-dir", str(tmp_path / "r"),
+                       "--jobs", "1"])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    err = capsys.readouterr().err
+    assert status == 0 and "incomplete" not in err and "interrupted" not in err, err
+    assert (tmp_path / "r" / "latest" / "summary.json").is_file()

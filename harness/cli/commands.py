@@ -90,6 +90,7 @@ def _merge(args: argparse.Namespace) -> int:
 
 def _merge_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.cli.merge import MergeError, check_junit, load_shards, merge_runs
+    from harness.launch.stop import ignore_further_signals
     from harness.reports.runs import DEFAULT_KEEP_RUNS, keep_killed, prune_runs
     from harness.reports.write import point_latest, write_reports
     from harness.run.runner import new_run_id
@@ -106,6 +107,7 @@ def _merge_command(args: argparse.Namespace, at: Progress) -> int:
         # processes (an interrupted merge's or run's)
         killed = keep_killed(out_dir.parent, current=out_dir)  # a killed run's, as evidence
         prune_runs(out_dir.parent, DEFAULT_KEEP_RUNS, current=out_dir)
+        ignore_further_signals()  # written: a signal from here on can change nothing
     except (MergeError, OSError) as exc:
         if out_dir is not None:  # a refused merge leaves no report that could be published
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -144,6 +146,7 @@ def _grade(args: argparse.Namespace) -> int:
         print(f"shopops-chaos: error: {exc}", file=sys.stderr)
         return 2
     from harness.launch.processes import reaping_on_signals
+    from harness.launch.stop import ignore_further_signals
 
     # SIGTERM (a CI job cancelled) as SIGINT: the run under the grade stops, reaps, and the
     # grade scores nothing and says so (without this SIGTERM killed it with 143, no results)
@@ -151,6 +154,7 @@ def _grade(args: argparse.Namespace) -> int:
         result = grade(sut, out, rubric=rubric, jobs=args.jobs,
                        worker_timeout_s=args.timeout, results_path=results, say=say,
                        target=target)
+        ignore_further_signals()  # written: a signal from here on can change nothing
     say(f"score: {result.score:g} / {result.max_score:g}   ({result.execution_time:.1f} s)"
         + ("   INTERRUPTED: nothing was scored" if result.interrupted else ""))
     say(f"  results.json {result.results_path}\n  report.md    {result.report_path}\n"
@@ -212,7 +216,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.launch.processes import reaping_on_signals
-    from harness.launch.stop import graced
+    from harness.launch.stop import graced, ignore_further_signals
     from harness.model import REFERENCE, CrashSchedule, RunResult, Sut
     from harness.plan.catalogue import resolve
     from harness.plan.scenario import load_scenarios
@@ -306,6 +310,10 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
             paths["run"] = run_file
         if soak is not None:
             paths["soak"] = soak
+    # the reports are complete and latest moved: a signal from here on can change nothing
+    # (found by a new user: one just after the last line said the folder was incomplete
+    # and ended a passing run with 2)
+    ignore_further_signals()
     _summary(result, paths)
     if graced():
         print("shopops-chaos: a signal came while the reports were written: every execution "

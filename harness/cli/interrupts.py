@@ -54,6 +54,11 @@ def interrupted(command: str, exc: BaseException, at: Progress, *,
     elif at.out_dir is not None:
         where = (f"; {at.out_dir} is incomplete (no summary.json): latest was not moved and "
                  "the next run or merge keeps it as incomplete-<run-id>")
+    elif command in ("run", "merge"):
+        # before its folder existed: say that latest is not this run (found by a new user: an
+        # earlier run's PASS read as the result of the run just stopped)
+        where = ("; before its report folder existed: nothing was written, and latest, if "
+                 "there is one, is an earlier run's")
     print(f"shopops-chaos{'' if command == 'run' else ' ' + command}: interrupted ({name})"
           f"{where}", file=sys.stderr)
     return 2
