@@ -388,3 +388,15 @@ def test_a_story_that_is_no_array_of_tables_carries_its_line(
     err = refused(path)
     assert_names(err, path, "story", line)
     assert "must be an array of tables: [[story]]" in str(err)
+
+
+def test_a_story_steps_sub_table_is_refused_at_its_own_line(tmp_path: Path) -> None:
+    """Found by a new user: ``[story.extra]`` after the ``[[story]]`` steps (TOML puts it in
+    the last step) was refused at that step's header line, not its own."""
+    path = write(tmp_path, 'name = "x"\ndescription = "d"\n'
+                 '[[story]]\nstep = "workers"\nrole = "start"\n'
+                 '[[story]]\nstep = "workers"\nrole = "resume"\n'
+                 '[story.extra]\na = 1\n')
+    err = refused(path)
+    assert_names(err, path, "story[1].extra", 9)
+    assert "unknown field" in str(err)

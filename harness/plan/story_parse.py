@@ -401,7 +401,8 @@ def _story_line(text: str) -> int | None:
 
 
 def _field_line(text: str, index: int, key: str) -> int | None:
-    """The line where ``key`` is set in the ``index``-th ``[[story]]`` table, else the
+    """The line where ``key`` is set in the ``index``-th ``[[story]]`` table — as
+    ``key = ...`` in it, or as a ``[story.key]`` table of its own that follows it — else the
     table's header line."""
     header = _header_line(text, index)
     if header is None:
@@ -409,7 +410,11 @@ def _field_line(text: str, index: int, key: str) -> int | None:
     lines = text.splitlines()
     for number in range(header + 1, len(lines) + 1):
         stripped = lines[number - 1].strip()
-        if stripped.startswith("["):
+        if key and re.match(rf"^\[\s*\"?story\"?\s*\.\s*\"?{re.escape(key)}\"?\s*[.\]]",
+                            stripped):
+            return number  # [story.key]: a table in the last [[story]] step
+        if stripped.startswith("[[") or (stripped.startswith("[") and not re.match(
+                r"^\[\s*\"?story\"?\s*\.", stripped)):
             break
         if key and re.match(rf"^\"?{re.escape(key)}\"?\s*=", stripped):
             return number
