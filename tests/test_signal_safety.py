@@ -36,6 +36,29 @@ def raising_sigint():
     signal.signal(signal.SIGINT, previous)
 
 
+@pytest.fixture
+def kept_handlers():
+    """The test changes this process's SIGINT/SIGTERM handlers (``harness.launch.stop``, a
+    command run in-process): the ones before it are put back after, and no signal counts
+    as seen."""
+    from harness.launch import stop
+
+    previous = {s: signal.getsignal(s) for s in stop.STOP_SIGNALS}
+    yield
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+    stop.forget_signals()
+
+
+def _run_in_process(tmp_path: Path) -> int:
+    """``shopops-chaos run`` of one o1001 execution in this process (``main``); its exit
+    status."""
+    from harness.cli.main import main
+
+    return main(["run", str(ROOT / "scenarios" / "o1001.toml"), "--schedule",
+                 "t6.gateway_accepted", "--report-dir", str(tmp_path / "r"), "--jobs", "1"])
+
+
 def test_completions_come_in_the_order_they_finished() -> None:
     done = Completions()
     try:
@@ -187,28 +210,24 @@ def test_a_run_interrupted_in_its_trace_run_says_its_matrix_was_never_learned(
     assert summary(result)["unlearned"] == ["o1001"]
 
 
+@pytest.mark.usefixtures("kept_handlers")
 def test_a_grace_lets_the_first_signal_through_and_the_next_one_stops() -> None:
     """``stop_on_signals(grace=1)``: the first signal is only recorded, the second raises
     as always; the handlers before are put back after."""
     from harness.launch import stop
 
-    previous = {s: signal.getsignal(s) for s in stop.STOP_SIGNALS}
-    try:
-        stop.stop_on_signals(grace=1)
+    stop.stop_on_signals(grace=1)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert stop.graced() == (signal.SIGTERM,) and stop.signalled()
+    with pytest.raises(SystemExit) as info:
         os.kill(os.getpid(), signal.SIGTERM)
-        assert stop.graced() == (signal.SIGTERM,) and stop.signalled()
-        with pytest.raises(SystemExit) as info:
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(1000):  # the handler runs at the next bytecode
-                pass
-        assert info.value.code == 128 + signal.SIGTERM
-        os.kill(os.getpid(), signal.SIGTERM)  # once stopping, further ones are ignored
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        stop.forget_signals()
+        for _ in range(1000):  # the handler runs at the next bytecode
+            pass
+    assert info.value.code == 128 + signal.SIGTERM
+    os.kill(os.getpid(), signal.SIGTERM)  # once stopping, further ones are ignored
 
 
+@pytest.mark.usefixtures("kept_handlers")
 def test_a_signal_while_a_finished_runs_reports_are_written_lets_them_finish(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by an attack: one SIGTERM while the reports of a run that had finished every
@@ -217,7 +236,6 @@ def test_a_signal_while_a_finished_runs_reports_are_written_lets_them_finish(
     import json
 
     import harness.reports.write as write
-    from harness.cli.main import main
 
     real = write.finish_run
 
@@ -226,15 +244,7 @@ def test_a_signal_while_a_finished_runs_reports_are_written_lets_them_finish(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(write, "finish_run", signalled_while_writing)
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        status = main(["run", str(ROOT / "scenarios" / "o1001.toml"), "--schedule",
-                       "t6.gateway_accepted", "--report-dir", str(tmp_path / "r"),
-                       "--jobs", "1"])
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    assert status == 0
+    assert _run_in_process(tmp_path) == 0
     summary = json.loads((tmp_path / "r" / "latest" / "summary.json").read_text())
     assert summary["interrupted"] is False and summary["verdict"] == "pass"
 
@@ -291,13 +301,13 @@ def test_a_command_stopped_by_a_signal_exits_with_its_status(tmp_path: Path,
         assert proc.returncode in (-signal.SIGTERM, -signal.SIGINT)
 
 
+@pytest.mark.usefixtures("kept_handlers")
 def test_a_signal_swallowed_by_a_finalizer_is_taken_after_it() -> None:
     """Found by an attack: the exception a signal raised inside a finalizer (a weakref
     callback) was printed as "Exception ignored" and lost, and every later signal was then
     ignored. It is sent again and taken once the finalizer has returned."""
     from harness.launch import stop
 
-    previous = {s: signal.getsignal(s) for s in stop.STOP_SIGNALS}
     ran: list[str] = []
 
     class Finalized:
@@ -307,17 +317,12 @@ def test_a_signal_swallowed_by_a_finalizer_is_taken_after_it() -> None:
                 pass
             ran.append("finalizer")  # not reached: the KeyboardInterrupt ended it
 
-    try:
-        stop.stop_on_signals()
-        with pytest.raises(KeyboardInterrupt):
-            doomed = Finalized()
-            del doomed  # the finalizer runs here, swallows the KeyboardInterrupt
-            time.sleep(60)  # ... which comes again a moment later, out here
-        assert ran == []
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        stop.forget_signals()
+    stop.stop_on_signals()
+    with pytest.raises(KeyboardInterrupt):
+        doomed = Finalized()
+        del doomed  # the finalizer runs here, swallows the KeyboardInterrupt
+        time.sleep(60)  # ... which comes again a moment later, out here
+    assert ran == []
 
 
 def test_a_signal_as_a_passing_run_exits_leaves_its_exit_status(tmp_path: Path) -> None:
@@ -345,13 +350,13 @@ def test_a_signal_as_a_passing_run_exits_leaves_its_exit_status(tmp_path: Path) 
     assert (tmp_path / "r" / "latest" / "summary.json").is_file()
 
 
+@pytest.mark.usefixtures("kept_handlers")
 def test_a_signal_once_the_reports_are_complete_changes_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Found by a new user: a SIGTERM just after a passing run's last line (its reports
     complete, latest moved) ended it with 2 and "… is incomplete (no summary.json)"."""
     import harness.cli.commands as commands
-    from harness.cli.main import main
 
     real = commands._summary
 
@@ -362,14 +367,7 @@ def test_a_signal_once_the_reports_are_complete_changes_nothing(
         real(*args, **kwargs)
 
     monkeypatch.setattr(commands, "_summary", signalled_while_printing)
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        status = main(["run", str(ROOT / "scenarios" / "o1001.toml"), "--schedule",
-                       "t6.gateway_accepted", "--report-dir", str(tmp_path / "r"),
-                       "--jobs", "1"])
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    status = _run_in_process(tmp_path)
     err = capsys.readouterr().err
     assert status == 0 and "incomplete" not in err and "interrupted" not in err, err
     assert (tmp_path / "r" / "latest" / "summary.json").is_file()
