@@ -72,14 +72,12 @@ def _main(argv: Sequence[str] | None, process: bool) -> int:
         command = words[0] if words and words[0] in _COMMANDS else "run"
         return interrupted(command, exc, Progress())
     finally:
-        if armed and process:
+        if armed and (process or by_signal or signalled()):
             _end_process()
-        elif armed and not (by_signal or signalled()):
+        elif armed:
             for sig, handler in previous.items():
                 if handler is not None:  # None: set outside Python
                     signal.signal(sig, handler)
-        elif armed:
-            _end_process()
 
 
 def entry() -> int:

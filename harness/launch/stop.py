@@ -201,12 +201,9 @@ class DeferredSignals:
         """After the block: take a signal recorded and never taken, catching the
         ``KeyboardInterrupt``/``SystemExit`` it raises (the caller reports what finished,
         marked interrupted); ``True`` if there was one."""
-        signum, self._recorded = self._recorded, None
-        if signum is None:
-            return False
+        recorded = self._recorded is not None
         try:
-            if signum in self._previous:
-                self._previous[signum](signum, None)
+            self.take()
         except (KeyboardInterrupt, SystemExit):
             pass
-        return True
+        return recorded

@@ -179,7 +179,10 @@ def run(
     with_final = progress is not None and _takes_final(progress)
     skipped: list[tuple[str, str]] = []  # where_planned: (scenario, why)
     gaps: list[MatrixGap] = []  # matrices learned from an execution cut short
-    unlearned: dict[str, None] = {}  # scenarios whose trace run has not returned yet
+    # the trace runs (and where_planned's scouts) of the repeat going on, until they return:
+    # those left when the run ends never taught their scenario its matrix
+    traces: dict[Future[ExecutionResult], Scenario] = {}
+    scouts: dict[Future[ExecutionResult], Scenario] = {}
     owned = launcher is None or isinstance(launcher, str)
     if launcher is None or isinstance(launcher, str):
         launcher = make_launcher(launcher or "fork")
@@ -229,8 +232,8 @@ def run(
             return do(plan, out_dir / "scouts" / (f"repeat-{rep}" if repeat > 1 else ""))
 
         pending: dict[Future[ExecutionResult], ExecutionPlan] = {}
-        traces: dict[Future[ExecutionResult], Scenario] = {}
-        scouts: dict[Future[ExecutionResult], Scenario] = {}  # trace runs of where_planned
+        traces.clear()
+        scouts.clear()
         learned: dict[str, tuple[KillPoint, ...]] = {}  # sharded: each trace's points
         held: list[ExecutionResult] = []  # sharded: traces finished before the cut
         cut: ShardPlan | None = None
@@ -262,7 +265,6 @@ def run(
 
         def trace(scenario: Scenario) -> None:  # the no-kill execution is the trace run
             nonlocal total
-            unlearned[scenario.name] = None
             plan = ExecutionPlan(scenario, CrashSchedule(), sut)
             order.append((rep, plan.id))
             traces[launch(do, plan)] = scenario
@@ -334,7 +336,6 @@ def run(
         for scenario in scenarios:
             if shard is None and schedule is not None and where_planned:
                 if scenario.points is None:  # learn its matrix first
-                    unlearned[scenario.name] = None
                     scouts[launch(scout, ExecutionPlan(scenario, CrashSchedule(), sut))] = (
                         scenario)
                 elif _in_matrix(scenario, schedule, ()):
@@ -359,7 +360,6 @@ def run(
             res = fut.result()
             if fut in scouts:
                 scenario = scouts.pop(fut)
-                unlearned.pop(scenario.name, None)
                 assert schedule is not None
                 reached = points_from_trace(res.evidence)
                 if _in_matrix(scenario, schedule, reached):
@@ -370,7 +370,6 @@ def run(
                 continue
             if fut in traces:
                 scenario = traces.pop(fut)
-                unlearned.pop(scenario.name, None)
                 if scenario.points is None:
                     learn(res, points_from_trace(res.evidence))
                 if shard is not None and cut is None:
@@ -465,5 +464,7 @@ def run(
                            Equivalence(equivalence, len(keys) - tally["equivalent"],
                                        tally["equivalent"], tally["sampled"],
                                        tuple(mismatches)),
-                           tuple(dict.fromkeys(gaps)), not_run, tuple(unlearned))
+                           tuple(dict.fromkeys(gaps)), not_run,
+                           tuple(dict.fromkeys(s.name for s in [*traces.values(),
+                                                                *scouts.values()])))
     return result
