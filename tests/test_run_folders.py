@@ -21,7 +21,13 @@ import pytest
 from process_helpers import end
 
 from harness.reports.console import Console, ProgressLine
-from harness.reports.runs import KILLED, is_complete, keep_killed, prune_runs
+from harness.reports.runs import (
+    KILLED,
+    drop_older_killed,
+    is_complete,
+    keep_killed,
+    prune_runs,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 120.0
@@ -119,6 +125,29 @@ def test_the_newest_killed_run_is_kept_as_evidence_and_only_it(tmp_path: Path) -
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [kept.name, running.name, done.name, graded.name])
     assert keep_killed(tmp_path, current=running) is None  # nothing left to keep
+
+
+def test_runs_killed_in_a_row_leave_one_partial_folder(tmp_path: Path) -> None:
+    """Found by a new user: five runs SIGKILLed in a row left five partial folders, since
+    only a run that ends kept the newest and pruned the rest. A run now drops the older
+    ones as it starts (``drop_older_killed``); a live harness's folder and complete runs
+    are never touched."""
+    dead, me = _dead_pid(), os.getpid()
+    reports = tmp_path / "r"
+    killed = [_run_dir(reports, f"2026010{i}T000000Z", dead, False) for i in range(1, 4)]
+    live = _run_dir(reports, "20260101T120000Z", me, False)
+    done = _run_dir(reports, "20260101T130000Z", dead, True)
+    with _harness(tmp_path, "--jobs", "1") as proc:  # one more run, killed at once
+        assert proc.stdout is not None
+        assert proc.stdout.readline(), "the harness ended before it was killed"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    left = sorted(p.name for p in reports.iterdir())
+    assert len(left) == 4 and {killed[2].name, live.name, done.name} <= set(left), left
+    # the next run keeps only the newest of the two killed ones left now
+    (mine,) = set(left) - {killed[2].name, live.name, done.name}
+    assert drop_older_killed(reports, current=live) == [killed[2]]
+    assert (reports / mine).is_dir()
 
 
 def test_the_next_run_keeps_a_sigkilled_runs_partial_folder(tmp_path: Path) -> None:

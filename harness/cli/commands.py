@@ -222,6 +222,7 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
     from harness.plan.scenario import load_scenarios
     from harness.plan.shard import earlier_durations, resolve_shard
     from harness.reports import step_summary
+    from harness.reports.runs import drop_older_killed
     from harness.reports.write import finish_run
     from harness.run.runner import new_run_id, run
 
@@ -253,6 +254,7 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
         print(f"shopops-chaos: error: --report-dir {args.report_dir}: {exc}", file=sys.stderr)
         return 2
     at.out_dir = out_dir
+    drop_older_killed(out_dir.parent, current=out_dir)  # runs killed in a row: one kept
     part = f" (shard {shard})" if shard is not None else ""
     say(f"shopops-chaos: {len(scenarios)} scenario(s){part} -> {out_dir}")
     line = ProgressLine()

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from harness.model import ExecutionResult
 
 __all__ = ["COMPLETE_MARKS", "DEFAULT_KEEP_RUNS", "KILLED", "RUN_ID", "drop_passing_databases",
-           "is_complete", "keep_killed", "point_latest", "prune_runs"]
+           "drop_older_killed", "is_complete", "keep_killed", "point_latest", "prune_runs"]
 
 #: Run folders kept by default (``--keep-runs``).
 DEFAULT_KEEP_RUNS = 10
@@ -107,6 +107,19 @@ def _gone_incomplete(report_dir: Path, current: Path | None) -> list[tuple[str, 
         if pid != os.getpid() and not _owner_alive(pid):
             out.append((match["stamp"], child.name, child))
     return sorted(out, reverse=True)
+
+
+def drop_older_killed(report_dir: Path, *, current: Path | None = None) -> list[Path]:
+    """At a run's start: of the incomplete folders of harnesses that are gone, remove all
+    but the newest, which ``keep_killed`` keeps when this run ends. ``keep_killed`` and
+    ``prune_runs`` run only at a run's end, so a loop of killed runs, none of which ends,
+    left one partial folder per kill (found by a new user: five SIGKILLs, five folders).
+    Returns the folders removed."""
+    removed = []
+    for _, _, folder in _gone_incomplete(report_dir, current)[1:]:
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
 
 
 def keep_killed(report_dir: Path, *, current: Path | None = None) -> Path | None:
