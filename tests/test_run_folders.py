@@ -153,8 +153,9 @@ def test_runs_killed_in_a_row_leave_one_partial_folder(tmp_path: Path) -> None:
 def test_the_next_run_keeps_a_sigkilled_runs_partial_folder(tmp_path: Path) -> None:
     """A harness SIGKILLed mid-run leaves its folder without ``summary.json``; the next
     run keeps it as ``incomplete-<run-id>`` with the executions that finished (it was
-    removed: the evidence of what happened before the kill was lost) and says where."""
-    with _harness(tmp_path, "--jobs", "1") as proc:
+    removed: the evidence of what happened before the kill was lost) and says where. (With
+    ``--keep-all``: without it a passing execution leaves no folder.)"""
+    with _harness(tmp_path, "--jobs", "1", "--keep-all") as proc:
         assert proc.stdout is not None
         for _ in range(4):  # the header, then three executions finished
             assert proc.stdout.readline(), "the harness ended before it was killed"
@@ -209,12 +210,16 @@ def test_runs_drop_passing_databases_prune_and_move_latest(tmp_path: Path) -> No
     latest = tmp_path / "r" / "latest"
     summary = json.loads((latest / "summary.json").read_text())
     by_id = {e["id"]: e for e in summary["executions"]}
-    passed = Path(by_id["parked[t4.parked]"]["workdir"])
     failed = Path(by_id["keys-off[t6.gateway_accepted]"]["workdir"])
     assert (by_id["parked[t4.parked]"]["verdict"],
             by_id["keys-off[t6.gateway_accepted]"]["verdict"]) == ("pass", "fail")
-    assert not list(passed.glob("*.db*")) and list(passed.iterdir())  # output kept
-    assert (failed / "gateway.db").is_file()  # a failure keeps its evidence
+    # a passing execution keeps no folder (its output tails are in the summary)
+    assert by_id["parked[t4.parked]"]["workdir"] is None
+    folders = {p.name for p in (latest / "executions").iterdir()}
+    assert failed.name in folders and not [f for f in folders if f.startswith("parked")]
+    assert (failed / "gateway.db").is_file() and (failed / "worker-0.out").is_file()
+    assert "not kept (a passing execution; --keep-all keeps its files)" in " ".join(
+        (latest / "report.html").read_text().split())
     assert {p.name for p in latest.iterdir()} >= {"report.html", "report.md", "junit.xml",
                                                   "summary.json", "duplicates.json"}
     second = chaos("run", str(scen / "parked.toml"), "--report-dir", "r", "--keep-runs", "1",

@@ -103,25 +103,36 @@ def test_an_execution_runs_in_scratch_and_its_evidence_names_the_run_folder(
     assert {"checkpoints.db", "approvals.db", "gateway.db"} <= names, names
     area = scratch.area()
     assert area is not None and list(area.iterdir()) == []  # nothing left behind
-    # a run that drops passing databases does not copy them home in the first place
+    # a run without --keep-all keeps no file of a passing execution, and no folder
     lean = execute(plan, tmp_path / "run" / "e2", keep_databases=False)
     assert lean.verdict == "pass" and len(lean.evidence.checkpoints) == len(
-        result.evidence.checkpoints)  # the evidence was read before the move
-    names = {p.name for p in (tmp_path / "run" / "e2").iterdir()}
-    assert "worker-0.out" in names and not [n for n in names if ".db" in n], names
+        result.evidence.checkpoints)  # the evidence was read before they went
+    assert lean.evidence.workdir == "" and not (tmp_path / "run" / "e2").exists()
+    assert [w.stdout_tail for w in lean.evidence.workers] == [
+        w.stdout_tail for w in result.evidence.workers]  # the output tails are kept
     assert list(area.iterdir()) == []
+    # a folder that already holds a file is run in, not in scratch, and nothing is removed
+    (tmp_path / "run" / "e3").mkdir()
+    (tmp_path / "run" / "e3" / "notes.txt").write_text("mine")
+    kept = execute(plan, tmp_path / "run" / "e3", keep_databases=False)
+    assert kept.evidence.workdir == str((tmp_path / "run" / "e3").resolve())
+    assert (tmp_path / "run" / "e3" / "notes.txt").read_text() == "mine"
 
 
-def test_move_home_leaves_the_files_it_is_told_to_leave(fresh_area: Path,
-                                                         tmp_path: Path) -> None:
+def test_discard_removes_the_scratch_folder_and_an_empty_home_only(fresh_area: Path,
+                                                                   tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     work = scratch.in_scratch(home)
-    for name in ("c.db", "c.db-wal", "g.db-shm", "worker-0.out", "notes.dbx"):
-        (work / name).write_text(name)
-    scratch.move_home(work, home, leave=scratch.DATABASE_SUFFIXES)
-    assert sorted(p.name for p in home.iterdir()) == ["notes.dbx", "worker-0.out"]
-    assert not work.exists() and list(fresh_area.glob("*/*")) == []
+    (work / "c.db").write_text("c")
+    assert scratch.discard(work, home) is True
+    assert not home.exists() and list(fresh_area.glob("*/*")) == []
+    home.mkdir()  # a file of someone else's arrives at home meanwhile: home stays
+    work = scratch.in_scratch(home)
+    (home / "notes").write_text("mine")
+    assert scratch.discard(work, home) is False
+    assert (home / "notes").read_text() == "mine" and list(fresh_area.glob("*/*")) == []
+    assert scratch.discard(home, home) is False and (home / "notes").exists()
 
 
 def test_the_story_errors_and_gaps_name_the_run_folder_not_the_scratch_area(

@@ -153,5 +153,5 @@ def _add_keep_options(p: argparse.ArgumentParser) -> None:
                    help=f"keep the newest N complete run folders under --report-dir and "
                         f"remove older ones (default {DEFAULT_KEEP_RUNS})")
     p.add_argument("--keep-all", action="store_true",
-                   help="keep every execution's databases (default: only those of failing "
-                        "and unknown executions; passing ones keep their worker output)")
+                   help="keep every execution's files (default: only those of failing and "
+                        "unknown executions; a passing one keeps no folder)")

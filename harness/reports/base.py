@@ -24,9 +24,9 @@ from harness.model import (
     Verdict,
 )
 
-__all__ = ["ReportWriter", "case_keys", "duplicate_entries", "execution_dict", "failing_checks",
-           "is_expected", "schedule_list", "sends", "undecided_checks", "write_atomic",
-           "write_json"]
+__all__ = ["NOT_KEPT", "ReportWriter", "case_keys", "duplicate_entries", "execution_dict",
+           "failing_checks", "is_expected", "schedule_list", "sends", "undecided_checks",
+           "workdir_text", "write_atomic", "write_json"]
 
 PASS, FAIL, UNKNOWN = Verdict.PASS, Verdict.FAIL, Verdict.UNKNOWN
 
@@ -89,6 +89,16 @@ def power_note(result: ExecutionResult) -> str:
     return f" power cut at {', '.join(cuts)}" if cuts else ""
 
 
+#: What the reports say for the folder of a passing execution whose files a run did not
+#: keep (``harness.run.execution.execute``, ``keep_databases=False``).
+NOT_KEPT = "not kept (a passing execution; --keep-all keeps its files)"
+
+
+def workdir_text(result: ExecutionResult) -> str:
+    """The execution's folder as the reports show it: its path, or ``NOT_KEPT``."""
+    return result.evidence.workdir or NOT_KEPT
+
+
 def execution_dict(result: ExecutionResult) -> dict[str, Any]:
     """One execution as the JSON object of ``summary.json``."""
     ev, plan = result.evidence, result.plan
@@ -116,7 +126,7 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
                     for w in ev.workers],
         "elapsed_s": result.elapsed_s,
         "equivalent_to": result.equivalent_to,  # not run: its twin's evidence and verdict
-        "workdir": ev.workdir,
+        "workdir": ev.workdir or None,  # None: a passing execution whose files were not kept
         "replay": plan.replay,
     }
 

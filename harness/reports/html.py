@@ -33,6 +33,7 @@ from harness.reports.base import (
     is_expected,
     power_note,
     undecided_checks,
+    workdir_text,
     write_atomic,
 )
 from harness.reports.text import visible
@@ -116,7 +117,7 @@ def _execution(index: int, r: ExecutionResult) -> dict[str, Any]:
         "undecided": [(c.check_id, c.undecided) for c in undecided_checks(r)],
         "deliveries": ev.deliveries, "outcome": OUTCOME_TEXT[delivery_outcome(r)],
         "idem_keys": [NO_KEY if k is None else k for k in case_keys(r)] or ["none sent"],
-        "workdir": ev.workdir, "workers": ev.workers, "total_ms": total, "lanes": lane_list,
+        "workdir": workdir_text(r), "workers": ev.workers, "total_ms": total, "lanes": lane_list,
         "equivalent_to": r.equivalent_to,
         "events": [{"t_ms": e.t_ms, "who": _who(e, roles), "kind": e.kind,
                     "label": e.label, "detail": e.detail} for e in ev.events],

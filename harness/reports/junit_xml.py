@@ -54,7 +54,8 @@ def _testcase(suite: ET.Element, result: ExecutionResult) -> None:
     for name, value in (("replay", result.plan.replay), ("verdict", result.verdict),
                         ("deliveries", str(result.evidence.deliveries)),
                         ("workdir", result.evidence.workdir)):
-        ET.SubElement(props, "property", name=name, value=_clean(value))
+        if value:  # no workdir: a passing execution whose files were not kept
+            ET.SubElement(props, "property", name=name, value=_clean(value))
     first = result.reasons[0] if result.reasons else result.verdict
     if result.verdict == FAIL:
         node = ET.SubElement(case, "failure", message=_clean(first))

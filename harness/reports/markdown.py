@@ -25,6 +25,7 @@ from harness.reports.base import (
     is_expected,
     power_note,
     undecided_checks,
+    workdir_text,
     write_atomic,
 )
 from harness.reports.text import visible, visible_line
@@ -120,7 +121,7 @@ def _section(r: ExecutionResult) -> list[str]:
            f"Scenario {_code(plan.scenario.name)}{source}, schedule {_code(plan.schedule.id)}"
            f"{f' ({power_note(r).strip()})' if power_note(r) else ''}, "
            f"{r.evidence.deliveries} delivery(ies), {r.elapsed_s:.2f} s, "
-           f"workdir {_code(visible_line(r.evidence.workdir))}.", ""]
+           f"workdir {_code(visible_line(workdir_text(r)))}.", ""]
     if r.equivalent_to:
         out += [f"Not run: equivalent to {_code(r.equivalent_to)} (its first crash left the "
                 "same durable state); what follows is that execution's.", ""]

@@ -28,6 +28,7 @@ import sqlite3
 import time
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 
 from harness.judge.assess import assess
@@ -69,7 +70,7 @@ from harness.model import (
 )
 from harness.run.equivalence import applies
 from harness.sandbox.code_copy import CopyRefused, copy_tree
-from harness.sandbox.scratch import DATABASE_SUFFIXES, in_scratch, move_home
+from harness.sandbox.scratch import discard, in_scratch, move_home
 from harness.sandbox.users import (
     Sandbox,
     available,
@@ -102,9 +103,12 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         launcher: how workers start (default: a fresh interpreter each).
         worker_timeout_s: seconds each worker may run before the harness kills it (the
             story is then cut short).
-        keep_databases: with ``False``, a passing execution's SQLite files are not moved
-            to ``workdir`` (a run drops them anyway: ``reports.drop_passing_databases``);
-            the evidence was read from them before, and any other verdict keeps them.
+        keep_databases: with ``False``, a passing execution keeps no files: its folder
+            in the scratch area is removed, ``workdir`` too (when it is then empty), and
+            its evidence's ``workdir`` is ``""`` (``run`` without ``--keep-all``; its
+            workers' output tails are in its evidence). Any other verdict keeps every
+            file. Without a scratch area (``SHOPOPS_SCRATCH=off``) the files stay in
+            ``workdir`` (a run drops the databases: ``reports.drop_passing_databases``).
 
     Returns:
         ``ExecutionResult``. Never leaves a process running: every worker is reaped before
@@ -163,7 +167,10 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     finally:
         if sandbox is not None:
             sandbox.close()
-        move_home(workdir, final, leave=() if keep else DATABASE_SUFFIXES)
+        if keep:
+            move_home(workdir, final)
+        elif discard(workdir, final):  # a passing execution nobody keeps: no folder
+            evidence = replace(evidence, workdir="")
     return ExecutionResult(plan, evidence, checks, verdict, reasons,
                            round(time.monotonic() - started, 4))
 
