@@ -95,7 +95,8 @@ __all__ = ["ExecutionPlan", "ExecutionResult", "collect", "execute"]
 
 def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = None,
             worker_timeout_s: float = 30.0, keep_databases: bool = True) -> ExecutionResult:
-    """Run one execution in ``workdir`` (created; its files are the evidence) and judge it.
+    """Run one execution for ``workdir`` (its files are the evidence; the folder is created
+    when its files go there, ``keep_databases``) and judge it.
 
     Args:
         plan: the scenario and crash schedule.
@@ -116,8 +117,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     """
     started = time.monotonic()
     final = workdir.resolve()
-    final.mkdir(parents=True, exist_ok=True)
-    workdir = in_scratch(final)
+    workdir = in_scratch(final)  # final is made when files go there, or now without scratch
     events = EventLog()
     keep = True  # the databases go home unless a passing verdict says otherwise
     target = plan.scenario.target
@@ -126,6 +126,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     seal: TargetSeal | None = None
     try:
         if sandbox is not None:
+            final.mkdir(parents=True, exist_ok=True)
             os.chmod(workdir, 0o700)
             os.chmod(final, 0o700)
             fixtures = str(install_fixtures(DEFAULT_FIXTURES))

@@ -117,16 +117,19 @@ def area() -> Path | None:
 
 
 def in_scratch(home: Path) -> Path:
-    """The folder an execution whose files belong in ``home`` (an existing folder) runs
-    in: a new folder of the same name in the scratch ``area()``, or ``home`` itself when
-    there is no area or ``home`` already holds files (an execution never mixes its files
-    with older ones somewhere else).
+    """The folder an execution whose files belong in ``home`` runs in: a new folder of the
+    same name in the scratch ``area()`` (``home`` is then created only when files are moved
+    there, ``move_home``: a passing execution nobody keeps never makes it), or ``home``
+    itself, created if missing, when there is no area or ``home`` already holds files (an
+    execution never mixes its files with older ones somewhere else).
 
     Raises:
         ValueError: a bad ``SHOPOPS_SCRATCH``.
+        OSError: ``home`` could not be created.
     """
     where = area()
-    if where is None or any(home.iterdir()):
+    if where is None or (home.is_dir() and any(home.iterdir())):
+        home.mkdir(parents=True, exist_ok=True)
         return home
     work = Path(tempfile.mkdtemp(prefix="e", dir=where)) / home.name  # the same name: the
     work.mkdir()  # workers' titles and messages name the execution as the report does
@@ -144,6 +147,7 @@ def move_home(work: Path, home: Path) -> None:
     if work == home:
         return
     try:
+        home.mkdir(parents=True, exist_ok=True)
         for entry in sorted(work.iterdir()):
             try:
                 _move(entry, home / entry.name)
@@ -158,17 +162,20 @@ def move_home(work: Path, home: Path) -> None:
 
 def discard(work: Path, home: Path) -> bool:
     """Remove ``work`` (from ``in_scratch(home)``) and its parent, and ``home`` when it is
-    then an empty folder: an execution whose files nobody keeps (a passing one in a run
+    an empty folder: an execution whose files nobody keeps (a passing one in a run
     without ``--keep-all``: its workers' output tails are in its evidence). Creating the
-    files at home cost ~0.3 ms of CPU each on this machine's ext4 (a new folder's inodes),
-    ~2.4 ms an execution (issue 27). Returns whether ``home`` is gone; nothing is removed
-    when ``work`` is ``home`` (no scratch area: the files stay where the caller put them).
+    folder and files at home cost ~0.3 ms of CPU each on this machine's ext4 (a new
+    folder's inodes), ~2.4 ms an execution (issue 27). Returns whether no ``home`` is left;
+    nothing is removed when ``work`` is ``home`` (no scratch area: the files stay where the
+    caller put them).
     """
     if work == home:
         return False
     shutil.rmtree(work.parent, ignore_errors=True)
     try:
         home.rmdir()
+    except FileNotFoundError:  # never made: nothing was moved there
+        return True
     except OSError:  # not empty: someone else's files
         return False
     return True
