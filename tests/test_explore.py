@@ -228,6 +228,12 @@ def test_repeat_runs_the_matrix_twice(tmp_path: Path) -> None:
     assert [r["verdict"] for r in soak["repeats"]] == ["pass", "pass"]
     summary = json.loads((latest / "summary.json").read_text())
     assert [e["id"] for e in summary["executions"]] == ["soak[t4.parked]"] * 2
+    # passing executions keep no folder (--keep-all keeps them, one per repeat)
+    assert [e["workdir"] for r in soak["repeats"] for e in r["executions"]] == [None, None]
+    assert not (latest / "executions").exists()
+    kept = chaos("run", "soak.toml", "--repeat", "2", "--keep-all", "--report-dir", "r",
+                 cwd=tmp_path)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
     assert sorted(p.name for p in (latest / "executions").iterdir()) == [
         "repeat-1", "repeat-2"]
 

@@ -270,8 +270,30 @@ def test_a_story_hook_and_a_kill_at_one_hit_run_hook_first() -> None:
     ctl.attach(worker)
     acted: list[int] = []
     ctl.add_hook(KillPoint("t6.checkpoint_loaded"), lambda w: acted.append(w.pid))
-    assert ctl.on_hit(Hit("t6.checkpoint_loaded", 100, 1, "off")) is None  # killed
+    rest = ctl.on_hit(Hit("t6.checkpoint_loaded", 100, 1, "off"))
+    # a hook may wait (a database lock): it runs off the service loop, kill after it
+    assert callable(rest) and acted == [] and worker.kills == []
+    assert rest() is None  # killed
     assert acted == [100] and worker.kills == [100] and not ctl.hooks
+
+
+def test_a_kill_that_fired_while_a_hook_ran_is_not_fired_again() -> None:
+    """A hit counted before another kill fired cannot fire one: the counts start afresh
+    at each kill. Here worker 0's hook runs while worker 1's hit fires the kill the
+    schedule names next; worker 0's hit, counted before, must not fire the one after."""
+    log = EventLog()
+    w0, w1 = FakeWorker(100, 0), FakeWorker(101, 1)
+    ctl = KillController((KillPoint("t6.checkpoint_loaded", 2),
+                          KillPoint("t6.checkpoint_loaded", 1)), log)
+    ctl.attach(w0)
+    ctl.attach(w1)
+    ctl.add_hook(KillPoint("t6.checkpoint_loaded", 1), lambda w: None)
+    rest = ctl.on_hit(Hit("t6.checkpoint_loaded", 100, 1, "off"))  # #1 since the start
+    assert callable(rest)
+    assert ctl.on_hit(Hit("t6.checkpoint_loaded", 101, 1, "off")) is None  # #2: killed
+    assert rest() == {"do": "continue"}  # counted as #1 before that kill: not the next
+    assert w0.kills == [] and w1.kills == [101]
+    assert ctl.pending == [KillPoint("t6.checkpoint_loaded", 1)]
 
 
 @pytest.mark.processes  # a real child process stands for a worker's

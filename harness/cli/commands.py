@@ -337,7 +337,8 @@ def _write_soak(result: object, repeat: int, fail_fast: bool) -> Path:
         verdict = roll_up(r.verdict for r in mine)
         repeats.append({"repeat": rep, "verdict": verdict, "counts": counts,
                         "executions": [{"id": r.plan.id, "verdict": r.verdict,
-                                        "workdir": r.evidence.workdir} for r in mine]})
+                                        "workdir": r.evidence.workdir or None}
+                                       for r in mine]})
     return write_json(result.out_dir / "soak.json", {
         "run_id": result.run_id, "repeat": repeat, "fail_fast": fail_fast,
         "repeats_run": len(repeats), "stopped_early": result.stopped_early,

@@ -28,10 +28,11 @@ what a flood costs the harness: ``MAX_CONNECTIONS_PER_WORKER`` open connections
 (``MAX_REQUESTS`` in all); past one, the connection is closed and the first refusal per
 pid recorded as tampering.
 
-Transport: ``socketserver.ThreadingUnixStreamServer`` on a Linux abstract socket, or, for a
-sealed execution, a socket file in a folder only its uid can enter
-(``harness.services.serving.socket_address``); one thread per connection, JSON lines; the
-same shape as the failpoint channel (``harness.services.channel``).
+Transport: JSON lines on a Linux abstract socket, or, for a sealed execution, a socket file
+in a folder only its uid can enter (``harness.services.serving.socket_address``), served
+by the harness process's service loop (``harness.services.lines``), the same shape as the
+failpoint channel (``harness.services.channel``). A request line over ``MAX_LINE`` bytes
+is refused, its connection closed, and recorded as tampering.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import socket
-import socketserver
 import sqlite3
 import threading
 import time
@@ -48,9 +47,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.services.channel import peer_credentials
+from harness.services.lines import Answer, LineConnection, LineServer
 from harness.services.saving import save_copy
-from harness.services.serving import Serving, open_socket, socket_address
+from harness.services.serving import open_socket, socket_address
 from shopops.approval_records import (
     ApprovalRequest,
     iso,
@@ -61,8 +60,8 @@ from shopops.approvals import ApprovalQueue
 from shopops.errors import ShopOpsError
 from shopops_contract.approvals import DEFAULT_GATE, GATES, RequestStatus
 
-__all__ = ["MAX_CONNECTIONS", "MAX_CONNECTIONS_PER_WORKER", "MAX_FIELD", "MAX_REQUESTS",
-           "MAX_REQUESTS_PER_WORKER", "WORKER_OPS", "ApprovalService"]
+__all__ = ["MAX_CONNECTIONS", "MAX_CONNECTIONS_PER_WORKER", "MAX_FIELD", "MAX_LINE",
+           "MAX_REQUESTS", "MAX_REQUESTS_PER_WORKER", "WORKER_OPS", "ApprovalService"]
 
 T = TypeVar("T")
 
@@ -70,12 +69,11 @@ T = TypeVar("T")
 WORKER_OPS = ("add_request", "requests", "tickets", "ticket", "mark_consumed")
 #: Longest text field accepted, in characters (ids, digests, keys, timestamps).
 MAX_FIELD = 1000
-#: Seconds ``ApprovalService.close`` waits for each connection's thread to end.
-HANDLER_WAIT_S = 10.0
-_MAX_LINE = 64 * 1024
+#: The longest request line read, in bytes: a longer one is refused and its connection closed.
+MAX_LINE = 64 * 1024
 #: Connections one worker process (the kernel's pid) may hold open at once: the client
-#: (``shopops.approval_client.RemoteStore``) holds one; every connection is a thread of the
-#: harness, so a flood is refused (closed at once) and recorded as tampering.
+#: (``shopops.approval_client.RemoteStore``) holds one; a flood is refused (closed at once)
+#: and recorded as tampering.
 MAX_CONNECTIONS_PER_WORKER = 4
 #: Connections open at once from all of an execution's processes (a fork spray: each child
 #: is a new pid).
@@ -159,85 +157,37 @@ def _dispatch(store: SqliteStore, op: str, args: dict[str, Any]) -> Any:
                    tampering=True)
 
 
-class _Handler(socketserver.StreamRequestHandler):
-    server: _Server
+class _Lines:
+    """The service's ``LineHandler`` (in the service loop's thread): admits a connection
+    unless its process already holds ``MAX_CONNECTIONS_PER_WORKER`` or the service
+    ``MAX_CONNECTIONS`` (a refused one is closed and recorded), and answers each line with
+    ``ApprovalService.serve``; a reply marked ``capped`` closes the connection."""
 
-    def handle(self) -> None:
-        with contextlib.suppress(ConnectionError):
-            self._serve_worker()
-
-    def _serve_worker(self) -> None:
-        pid, uid, _ = peer_credentials(self.request)
-        service = self.server.service
-        while line := self.rfile.readline(_MAX_LINE):
-            reply = service.serve(pid, uid, line)
-            self.wfile.write(json.dumps(reply).encode() + b"\n")
-            self.wfile.flush()
-            if reply.get("capped"):
-                return  # past the request cap: the connection is closed
-
-
-class _Server(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, address: str, service: ApprovalService) -> None:
+    def __init__(self, service: ApprovalService) -> None:
         self.service = service
-        self._active: dict[threading.Thread, socket.socket] = {}
         self._by_pid: dict[int, int] = {}  # open connections per worker pid
-        self._pid_of: dict[int, int] = {}  # id(connection) -> its pid
-        self._lock = threading.Lock()
-        super().__init__(address, _Handler)
 
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        """Admit a connection unless its process already holds
-        ``MAX_CONNECTIONS_PER_WORKER`` or the service ``MAX_CONNECTIONS`` (in the server's
-        own thread, before a handler thread exists); a refused one is closed and recorded."""
-        try:
-            pid, uid, _ = peer_credentials(request)
-        except OSError:
+    def admit(self, conn: LineConnection) -> bool:
+        mine = self._by_pid.get(conn.pid, 0)
+        if mine >= MAX_CONNECTIONS_PER_WORKER or sum(self._by_pid.values()) >= MAX_CONNECTIONS:
+            self.service.refuse_connection(conn.pid, conn.uid, mine)
             return False
-        with self._lock:
-            mine = self._by_pid.get(pid, 0)
-            full = (mine >= MAX_CONNECTIONS_PER_WORKER
-                    or sum(self._by_pid.values()) >= MAX_CONNECTIONS)
-            if not full:
-                self._by_pid[pid] = mine + 1
-                self._pid_of[id(request)] = pid
-        if full:
-            self.service.refuse_connection(pid, uid, mine)
-        return not full
+        self._by_pid[conn.pid] = mine + 1
+        return True
 
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        me = threading.current_thread()
-        with self._lock:
-            self._active[me] = request
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            with self._lock:
-                self._active.pop(me, None)
-                pid = self._pid_of.pop(id(request), None)
-                if pid is not None:
-                    self._by_pid[pid] -= 1
-                    if not self._by_pid[pid]:
-                        del self._by_pid[pid]
+    def line(self, conn: LineConnection, line: bytes) -> Answer:
+        reply = self.service.serve(conn.pid, conn.uid, line)
+        return Answer(json.dumps(reply).encode() + b"\n", close=bool(reply.get("capped")))
 
-    def finish_handlers(self, timeout_s: float) -> None:
-        """End every connection still served (a worker killed mid-call, a stray process of
-        a sealed execution) and wait up to ``timeout_s`` seconds for its thread, so that
-        no SQLite connection of the service is open once ``close`` returns: closing the last
-        one checkpoints the WAL and removes ``-wal``/``-shm``, which must not happen while
-        the harness moves the execution's files (``harness.sandbox.scratch.move_home``); the
-        service's own connections are closed after them, by ``ApprovalService.close``."""
-        with self._lock:
-            active = dict(self._active)
-        for sock in active.values():
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-        deadline = time.monotonic() + timeout_s
-        for thread in active:
-            thread.join(max(0.0, deadline - time.monotonic()))
+    def too_long(self, conn: LineConnection, size: int) -> None:
+        self.service.refuse_line(conn.pid, conn.uid, size)
+
+    def closed(self, conn: LineConnection) -> None:
+        left = self._by_pid.get(conn.pid, 0) - 1
+        if left > 0:
+            self._by_pid[conn.pid] = left
+        else:
+            self._by_pid.pop(conn.pid, None)
 
 
 class ApprovalService:
@@ -296,9 +246,9 @@ class ApprovalService:
         self._total = 0  # requests from all pids
         self._capped: set[int] = set()  # pids already recorded past a cap
         self.address, bind = socket_address("shopops-apr", folder)
-        server = _Server(bind, self)
-        open_socket(server, folder)
-        self._serving = Serving(server, "approval-service")
+        self._server = LineServer(bind, _Lines(self), name="approval-service",
+                                  max_line=MAX_LINE)
+        open_socket(bind, folder)
 
     def serve(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
         """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
@@ -322,9 +272,20 @@ class ApprovalService:
                            "refused")
         return {"ok": False, "error": why, "capped": True}
 
+    def refuse_line(self, pid: int, uid: int, size: int) -> None:
+        """A request line over ``MAX_LINE`` bytes (its connection is closed): logged, not
+        answered, recorded as tampering once per pid."""
+        why = f"a request line of pid {pid} over {MAX_LINE} bytes ({size} read): refused"
+        with self._calls:
+            _log(self._log, pid, uid, None, {}, False, why)
+            first = pid not in self._capped
+            self._capped.add(pid)
+        if first:
+            self.on_tamper(f"pid {pid} (uid {uid}) sent the approval service {why}")
+
     def refuse_connection(self, pid: int, uid: int, open_now: int) -> None:
-        """A connection refused at ``_Server.verify_request``: logged, recorded as
-        tampering once per pid."""
+        """A connection refused at admission: logged, recorded as tampering once per
+        pid."""
         why = (f"connection of pid {pid} refused: it holds {open_now} (at most "
                f"{MAX_CONNECTIONS_PER_WORKER} per worker, {MAX_CONNECTIONS} in all)")
         with self._calls:
@@ -408,14 +369,11 @@ class ApprovalService:
             save_copy(self._log, self.db_path)
 
     def close(self) -> None:
-        """Stop serving (at once) and end the connections still open, waiting (up to
-        ``HANDLER_WAIT_S``) for their threads, then close the service's SQLite connections
-        (records in memory stay readable, ``read``, and savable, ``save``, until the
-        object is freed). Idempotent."""
-        self._serving.stop()
-        server = self._serving.server
-        assert isinstance(server, _Server)
-        server.finish_handlers(HANDLER_WAIT_S)
+        """Stop serving (at once) and close the connections still open (no call of theirs
+        runs once it returns: calls run in the service loop), then close the service's
+        SQLite connections (records in memory stay readable, ``read``, and savable,
+        ``save``, until the object is freed). Idempotent."""
+        self._server.stop()
         with self._calls:
             self._closed = True
             if not self.memory:

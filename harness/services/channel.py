@@ -1,13 +1,16 @@
 """The harness end of the failpoint channel (``shopops.failpoints``, ``SHOPOPS_FAILPOINT_CHANNEL``).
 
-A Unix stream socket server (``socketserver.ThreadingUnixStreamServer``): each worker
-connects once and, at every labelled point, sends one JSON line and blocks for the reply.
-The ``on_hit`` callback decides: it returns a reply (the worker continues) or ``None``
-after it has SIGKILLed the worker, which then never reads a reply. The socket is in Linux's
-abstract namespace (``unix(7)``): no file exists, so nothing is left behind even when the
-harness itself is SIGKILLed. Its name travels in the environment as ``@name``. A sealed
-execution's is a socket file in a folder only its uid (and root) can enter instead: an
-abstract name is listed in ``/proc/net/unix`` and anyone may connect to it.
+A Unix stream socket served by the harness process's service loop
+(``harness.services.lines``): each worker connects once and, at every labelled point, sends
+one JSON line and blocks for the reply. The ``on_hit`` callback decides, in the loop's
+thread: it returns a reply (the worker continues), ``None`` after it has SIGKILLed the
+worker, which then never reads a reply, or a call that makes the reply and may wait (a
+worker held at the point; a story act there), which runs in a thread of its own. The
+socket is in Linux's abstract namespace (``unix(7)``): no file exists, so nothing is left
+behind even when the harness itself is SIGKILLed. Its name travels in the environment as
+``@name``. A sealed execution's is a socket file in a folder only its uid (and root) can
+enter instead: an abstract name is listed in ``/proc/net/unix`` and anyone may connect to
+it.
 
 Who sent a hit is the kernel's word, not the message's: the connection's peer credentials
 (``SO_PEERCRED``, ``unix(7)``: the pid and uid of the process that connected) are the hit's
@@ -18,14 +21,18 @@ controller can refuse a hit made in another process's name and record it as tamp
 from __future__ import annotations
 
 import json
-import socket
-import socketserver
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.services.serving import Serving, open_socket, socket_address
+from harness.services.lines import (
+    Answer,
+    Deferred,
+    LineConnection,
+    LineServer,
+    peer_credentials,
+)
+from harness.services.serving import open_socket, socket_address
 
 __all__ = ["MAX_LINE", "FailpointChannel", "Hit", "OnHit", "peer_credentials"]
 
@@ -55,64 +62,50 @@ class Hit:
         return self.claimed_pid is not None and self.claimed_pid != self.pid
 
 
-_CRED = struct.Struct("3i")  # struct ucred { pid_t pid; uid_t uid; gid_t gid; }
+OnHit = Callable[[Hit], "dict[str, object] | None | Callable[[], dict[str, object] | None]"]
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """``(pid, uid, gid)`` of the process at the other end of a connected Unix socket, as
-    the kernel recorded them when it connected (``SO_PEERCRED``, ``unix(7)``)."""
-    pid, uid, gid = _CRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                 _CRED.size))
-    return pid, uid, gid
+class _Channel:
+    """The channel's ``LineHandler``: a hit per line, answered by ``on_hit``."""
 
-
-OnHit = Callable[[Hit], "dict[str, object] | None"]
-
-
-class _Handler(socketserver.StreamRequestHandler):
-    server: _Server
-
-    def handle(self) -> None:
-        try:
-            self._serve_worker()
-        except ConnectionError:
-            pass  # a worker killed with unread data on its socket: a reset, like EOF
-
-    def _serve_worker(self) -> None:
-        pid, uid, _ = peer_credentials(self.request)
-        while line := self.rfile.readline(MAX_LINE):
-            if not line.endswith(b"\n"):  # dropped, never buffered whole
-                if len(line) >= MAX_LINE and self.server.on_tamper is not None:
-                    self.server.on_tamper(f"pid {pid} (uid {uid}) sent a failpoint-channel "
-                                          f"line over {MAX_LINE} bytes: dropped")
-                return
-            try:
-                data = json.loads(line)
-                claimed = int(data["pid"])
-                hit = Hit(str(data["label"]), pid, int(data["occurrence"]),
-                          str(data.get("action", "off")),
-                          claimed_pid=None if claimed == pid else claimed, uid=uid)
-            except (ValueError, KeyError, TypeError):
-                return  # a malformed line: drop the connection; the worker fails loudly
-            reply = self.server.on_hit(hit)
-            if reply is None:
-                return  # the worker was killed at this point
-            try:
-                self.wfile.write(json.dumps(reply).encode() + b"\n")
-                self.wfile.flush()
-            except OSError:
-                return
-
-
-class _Server(socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(self, path: str, on_hit: OnHit,
-                 on_tamper: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_hit: OnHit, on_tamper: Callable[[str], None] | None) -> None:
         self.on_hit = on_hit
         self.on_tamper = on_tamper
-        super().__init__(path, _Handler)
+
+    def admit(self, conn: LineConnection) -> bool:
+        return True
+
+    def line(self, conn: LineConnection, line: bytes) -> Answer | Deferred:
+        try:
+            data = json.loads(line)
+            claimed = int(data["pid"])
+            hit = Hit(str(data["label"]), conn.pid, int(data["occurrence"]),
+                      str(data.get("action", "off")),
+                      claimed_pid=None if claimed == conn.pid else claimed, uid=conn.uid)
+        except (ValueError, KeyError, TypeError):
+            return _DROP  # a malformed line: drop the connection; the worker fails loudly
+        reply = self.on_hit(hit)
+        if callable(reply):
+            wait = reply
+            return lambda: _answer(wait())
+        return _answer(reply)
+
+    def too_long(self, conn: LineConnection, size: int) -> None:
+        if self.on_tamper is not None:  # dropped, never buffered whole
+            self.on_tamper(f"pid {conn.pid} (uid {conn.uid}) sent a failpoint-channel line "
+                           f"over {MAX_LINE} bytes: dropped")
+
+    def closed(self, conn: LineConnection) -> None:
+        pass
+
+
+#: The answer that closes the connection unanswered.
+_DROP = Answer(close=True)
+
+
+def _answer(reply: dict[str, object] | None) -> Answer:
+    """``None``: the worker was killed at this point (no reply; the connection closes)."""
+    return _DROP if reply is None else Answer(json.dumps(reply).encode() + b"\n")
 
 
 class FailpointChannel:
@@ -120,8 +113,10 @@ class FailpointChannel:
     ``SHOPOPS_FAILPOINT_CHANNEL``.
 
     Args:
-        on_hit: called in a server thread for every hit; returns the reply dict
-            (``{"do": "continue"}``) or ``None`` if it killed the worker.
+        on_hit: called in the service loop's thread for every hit; returns the reply
+            dict (``{"do": "continue"}``), ``None`` if it killed the worker, or a call that
+            returns one of those and may wait (run in a thread of its own; the loop must
+            never wait).
         on_tamper: called with one line when a sender sends what no hit is (a line over
             ``MAX_LINE`` bytes): the harness records it as tampering.
         folder: a sealed execution's ``Sandbox.shared``: the socket is a file there, which
@@ -132,13 +127,13 @@ class FailpointChannel:
     def __init__(self, on_hit: OnHit, on_tamper: Callable[[str], None] | None = None,
                  folder: Path | None = None) -> None:
         self.path, bind = socket_address("shopops-ctl", folder)
-        self._server = _Server(bind, on_hit, on_tamper)
-        open_socket(self._server, folder)
-        self._serving = Serving(self._server, "failpoint-channel")
+        self._server = LineServer(bind, _Channel(on_hit, on_tamper), name="failpoint-channel",
+                                  max_line=MAX_LINE)
+        open_socket(bind, folder)
 
     def close(self) -> None:
-        """Stop serving (at once, not at a poll). Idempotent."""
-        self._serving.stop()
+        """Stop serving (at once, not at a poll): every connection is closed. Idempotent."""
+        self._server.stop()
 
     def __enter__(self) -> FailpointChannel:
         return self

@@ -1,8 +1,10 @@
-"""Serve ``socketserver`` servers from one acceptor thread that stops serving each at once.
+"""One service loop per harness process: it accepts the ``socketserver`` servers'
+connections, serves the line servers' (``harness.services.lines``), and stops serving each
+at once.
 
 ``serve_forever(poll_interval)`` only notices ``shutdown()`` at its next poll: every
 execution paid up to one interval when its gateway (50 ms) and its failpoint channel
-(10 ms) stopped. Here one loop per harness process waits on every server and on a pipe,
+(10 ms) stopped. Here one loop per harness process waits on every socket and on a pipe,
 and ``Serving.stop()`` asks it through the pipe to drop the server.
 """
 
@@ -16,9 +18,11 @@ import socketserver
 import threading
 import uuid
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-__all__ = ["MAX_SOCKET_PATH", "Serving", "open_socket", "socket_address"]
+__all__ = ["MAX_SOCKET_PATH", "Ready", "Serving", "open_socket", "socket_address", "the_loop"]
 
 
 _log = logging.getLogger(__name__)
@@ -47,76 +51,122 @@ def socket_address(prefix: str, folder: Path | None) -> tuple[str, str]:
     return path, path
 
 
-def open_socket(server: socketserver.UnixStreamServer, folder: Path | None) -> None:
+def open_socket(address: str, folder: Path | None) -> None:
     """A socket file of ``socket_address`` in ``folder`` connectable by whoever can enter
-    the folder (mode 0666: the folder is the guard); nothing for an abstract socket."""
-    address = server.server_address
-    if folder is not None and isinstance(address, str) and not address.startswith("\0"):
+    the folder (mode 0666: the folder is the guard); nothing for an abstract socket
+    (``address`` starting with NUL)."""
+    if folder is not None and not address.startswith("\0"):
         os.chmod(address, 0o666)
 
 
+#: What the loop calls when a watched file is ready: with the ``selectors`` event mask.
+Ready = Callable[[int], None]
+
+
 class _Acceptor:
-    """One daemon thread per harness process that accepts the connections of every
-    service server (gateway, approval service, failpoint channel, of every execution) from
-    one selector: a thread, a selector and a pipe per server and execution cost ~1 ms of
-    CPU an execution (issue 27). A server is added and removed by the loop itself, on a
-    request through a pipe, so that once ``remove`` returns nothing accepts for it."""
+    """One daemon thread per harness process that waits on every service socket in one
+    selector: the listening sockets of the ``socketserver`` servers (gateway; each
+    connection it accepts is then handled as the server handles it, a thread of its own
+    for a threading server) and of the line servers (``harness.services.lines``: failpoint
+    channel, approval service), and every line-server connection, served here, inline. A
+    thread, a selector and a pipe per server and execution cost ~1 ms of CPU an
+    execution, a thread per line connection ~2 ms (issue 27). Only the loop's own thread
+    changes the selector: others ask it through a queue and a pipe (``run``, ``post``)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ)
-        self._todo: deque[tuple[bool, socketserver.BaseServer, threading.Event]] = deque()
+        os.set_blocking(self._wake_w, False)  # full: a wake-up is pending anyway
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._todo: deque[Callable[[], object]] = deque()
         self._thread = threading.Thread(target=self._loop, name="service-acceptor",
                                         daemon=True)
         self._thread.start()
 
-    def change(self, add: bool, server: socketserver.BaseServer) -> None:
-        """Add (``add``) or remove ``server``; returns once the loop has done it (at once
-        when called from the loop itself: a handler that is not a thread of its own)."""
-        done = threading.Event()
-        self._todo.append((add, server, done))
-        if threading.current_thread() is self._thread:
-            self._changes()
+    @property
+    def in_loop(self) -> bool:
+        """Whether the caller is the loop's own thread."""
+        return threading.current_thread() is self._thread
+
+    def post(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` in the loop soon (FIFO); returns at once."""
+        self._todo.append(fn)
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"x")
+
+    def run(self, fn: Callable[[], object]) -> None:
+        """Run ``fn()`` in the loop and return once it has run (at once when called from
+        the loop itself). Returns without it when the loop is gone (the interpreter is
+        ending: nothing is served any more)."""
+        if self.in_loop:
+            fn()
             return
-        os.write(self._wake_w, b"x")
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+
+        self.post(call)
         while not done.wait(1.0):
-            if not self._thread.is_alive():  # the interpreter is ending: nothing accepts
+            if not self._thread.is_alive():
                 return
+
+    def watch(self, fileobj: Any, events: int, ready: Ready) -> None:
+        """Call ``ready(mask)`` whenever ``fileobj`` is ready for ``events`` (the loop's
+        thread only); ``events`` 0: stop watching it."""
+        try:
+            key = self._selector.get_key(fileobj)
+        except KeyError:
+            if events:
+                self._selector.register(fileobj, events, ready)
+            return
+        if not events:
+            self._selector.unregister(fileobj)
+        elif key.events != events or key.data is not ready:
+            self._selector.modify(fileobj, events, ready)
+
+    def change(self, add: bool, server: socketserver.BaseServer) -> None:
+        """Add (``add``) or remove a ``socketserver`` server; returns once the loop has
+        done it, so that once a removal returns nothing accepts for the server."""
+        def accept(mask: int) -> None:  # the selector said a connection waits: accept it
+            server._handle_request_noblock()  # type: ignore[attr-defined]  # noqa: SLF001
+
+        self.run(lambda: self.watch(server, selectors.EVENT_READ if add else 0, accept))
 
     def _loop(self) -> None:
         while True:
-            for key, _ in self._selector.select():
-                if key.fileobj == self._wake_r:
+            for key, mask in self._selector.select():
+                if key.data is None:
                     self._changes()
                     continue
-                try:  # the selector said a connection waits: accept it at once
-                    key.fileobj._handle_request_noblock()  # type: ignore[union-attr]  # noqa: SLF001
-                except Exception:  # noqa: BLE001 - one server's error must not stop the others
-                    _log.exception("service acceptor: accepting a connection failed")
+                try:
+                    key.data(mask)
+                except Exception:  # noqa: BLE001 - one service's error must not stop the others
+                    _log.exception("service loop: serving a socket failed")
 
     def _changes(self) -> None:
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_r, 4096):
                 pass
         while self._todo:
-            add, server, done = self._todo.popleft()
-            if add:
-                self._selector.register(server, selectors.EVENT_READ)  # type: ignore[arg-type]
-            else:
-                with contextlib.suppress(KeyError, ValueError):
-                    self._selector.unregister(server)  # type: ignore[arg-type]
-            done.set()
+            fn = self._todo.popleft()
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - as above
+                _log.exception("service loop: a queued call failed")
 
 
 _acceptor: _Acceptor | None = None
 _acceptor_lock = threading.Lock()
 
 
-def _the_acceptor() -> _Acceptor:
-    """This process's acceptor (a forked child starts its own: threads do not fork)."""
+def the_loop() -> _Acceptor:
+    """This process's service loop (a forked child starts its own: threads do not fork)."""
     global _acceptor
     with _acceptor_lock:
         if _acceptor is None or _acceptor.pid != os.getpid():
@@ -141,7 +191,7 @@ class Serving:
         # a connection reset before it is accepted leaves nothing to accept: the accept
         # must then fail (BlockingIOError, ignored), not wait (accepted sockets block)
         server.socket.setblocking(False)  # type: ignore[attr-defined]
-        self._acceptor = _the_acceptor()
+        self._acceptor = the_loop()
         self._stopped = False
         self._acceptor.change(True, server)
 

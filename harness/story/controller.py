@@ -75,6 +75,8 @@ class KillController:
         self.holds: dict[KillPoint, Hold] = {}
         self.current: Worker | None = None
         self.by_pid: dict[int, Worker] = {}
+        #: kills fired so far (a hit counted before the latest kill cannot fire one)
+        self.fired = 0
         self._lock = threading.Lock()
 
     def attach(self, worker: Worker) -> None:
@@ -96,9 +98,14 @@ class KillController:
         self.holds[point] = hold
         return hold
 
-    def on_hit(self, hit: Hit) -> dict[str, object] | None:
-        """Channel callback: ``None`` if it killed the worker, else the reply."""
-        hold: Hold | None = None
+    def on_hit(self, hit: Hit) -> dict[str, object] | None | Callable[[], dict[str, object] | None]:
+        """Channel callback, in the service loop's thread (``harness.services.channel``):
+        the hit is recorded and counted here; then ``None`` if it killed the worker, the
+        reply, or, when the story acts at this hit (a hook) or holds the worker here, a call
+        that does that and returns the reply or ``None``: a hook may wait (a database lock)
+        and a hold does, so they run outside the loop. The hit is counted for the kill
+        points before the hook runs, in the trace's order; the kill, if this hit is the
+        next one, fires after the hook, unless another kill fired meanwhile."""
         refused = self._refusal(hit)
         if refused is not None:  # another uid's call is not this implementation's doing
             foreign = self.allowed_uid is not None and hit.uid != self.allowed_uid
@@ -116,22 +123,37 @@ class KillController:
                                 "hit from an unknown pid")
                 return dict(_CONTINUE)
             point = self.totals.hit(hit.label)
-            hook = self.hooks.pop(point, None)  # the story's act at this hit comes first:
-            if hook is not None:  # a human who approves "when a worker gets there" has
-                hook(worker)  # approved even if the worker is killed there
-            if self._maybe_kill(hit.label, worker):
-                return None
+            due = self.since_kill.hit(hit.label)
+            hook = self.hooks.pop(point, None)
             hold = self.holds.get(point)
+            if hold is not None and hold.held.is_set():
+                hold = None
+            if hook is None and hold is None:
+                return None if self._fire(due, self.fired, worker) else dict(_CONTINUE)
+            fired = self.fired
+        return lambda: self._act(hit, worker, due, fired, hook, hold)
+
+    def _act(self, hit: Hit, worker: Worker, due: KillPoint, fired: int,
+             hook: Callable[[Worker], None] | None, hold: Hold | None
+             ) -> dict[str, object] | None:
+        """The rest of ``on_hit`` for a hit the story acts at or holds (a thread of its
+        own): the story's act comes first (a human who approves "when a worker gets there"
+        has approved even if the worker is killed there), then the kill, then the hold."""
+        if hook is not None:
+            hook(worker)
+        with self._lock:
+            if self._fire(due, fired, worker):
+                return None
             if hold is not None and not hold.held.is_set():
                 hold.worker = worker
-                self.events.add(EventKind.HOLD, hit.label, worker.pid, index, f"held at {point}",
-                                ref=str(point))
+                self.events.add(EventKind.HOLD, hit.label, worker.pid, worker.index,
+                                f"held at {hold.point}", ref=str(hold.point))
                 hold.held.set()
             else:
                 hold = None
         if hold is not None:  # outside the lock: other workers' hits go on meanwhile
             hold.release.wait(hold.limit_s)
-            self.events.add(EventKind.RELEASE, hit.label, hit.pid, index,
+            self.events.add(EventKind.RELEASE, hit.label, hit.pid, worker.index,
                             f"released at {hold.point}")
         return dict(_CONTINUE)
 
@@ -212,13 +234,19 @@ class KillController:
         return next((self.by_pid[p.pid] for p in parents if p.pid in self.by_pid), _FOREIGN)
 
     def _maybe_kill(self, label: str, worker: Worker) -> bool:
-        point = self.since_kill.hit(label)
-        if not self.pending or self.pending[0] != point:
+        return self._fire(self.since_kill.hit(label), self.fired, worker)
+
+    def _fire(self, point: KillPoint, fired: int, worker: Worker) -> bool:
+        """SIGKILL ``worker`` if ``point`` (counted since the last kill, when ``fired``
+        kills had fired) is the next kill of the schedule and no kill fired since it was
+        counted (the caller holds ``_lock``)."""
+        if fired != self.fired or not self.pending or self.pending[0] != point:
             return False
         self.pending.pop(0)
         self.since_kill.clear()
+        self.fired += 1
         self.killed_at[worker.index] = point
         worker.kill()
-        self.events.add(EventKind.KILL, label, worker.pid, worker.index, f"SIGKILL at {point}",
-                        ref=str(point))
+        self.events.add(EventKind.KILL, point.label, worker.pid, worker.index,
+                        f"SIGKILL at {point}", ref=str(point))
         return True
