@@ -23,12 +23,16 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shopops.approvals import ENV_SOCKET, ApprovalQueue
 from shopops.errors import ConfigError
-from shopops.gateway_client import EmailGatewayClient
 from shopops.policy import Policy, make_policy
 from shopops.records import Records
+
+if TYPE_CHECKING:  # imported where a client is made: requests costs ~50 ms to import, and
+    # the harness reads this module (offset_clock) without ever sending
+    from shopops.gateway_client import EmailGatewayClient
 
 TOOL_NAMES = ("get_customer", "get_order", "draft_email", "propose_send", "send_email")
 #: Hash of the tool names and their argument shapes: snapshot metadata (Chapter 8).
@@ -146,8 +150,12 @@ def services_from_env(env: dict[str, str] | None = None) -> Services:
         ) from None
     url = env.get("SHOPOPS_GATEWAY_URL")
     read_timeout = positive_seconds(env, "SHOPOPS_READ_TIMEOUT_S", 5.0)
-    gateway = EmailGatewayClient(url, use_idempotency_keys=keys == "on",
-                                 read_timeout_s=read_timeout) if url else None
+    gateway = None
+    if url:
+        from shopops.gateway_client import EmailGatewayClient
+
+        gateway = EmailGatewayClient(url, use_idempotency_keys=keys == "on",
+                                     read_timeout_s=read_timeout)
     return Services(
         approvals=ApprovalQueue(env.get("SHOPOPS_APPROVALS_DB", "shopops-approvals.db"),
                                 clock=clock_from_env(env),
