@@ -369,3 +369,55 @@ def test_an_executions_records_in_memory_are_no_file_until_saved(tmp_path: Path)
     db.write_bytes(b"a worker's file")
     svc.save()
     assert read_approvals(db, CASE)[:2] == (requests, tickets)
+
+
+def test_a_line_over_the_limit_is_refused_closed_and_reported_once(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    """A request line over ``MAX_LINE`` bytes is never buffered whole: the connection is
+    closed, the call logged as refused and the flood recorded as tampering (once)."""
+    from harness.services.approvals import MAX_LINE
+
+    svc, tampering = service
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect("\0" + svc.address[1:])
+        try:
+            sock.sendall(b"x" * (MAX_LINE + 10))
+            got = sock.makefile("rb").readline()
+        except (ConnectionResetError, BrokenPipeError):
+            got = b""
+    assert got == b""  # closed unanswered
+    assert len(tampering) == 1 and f"over {MAX_LINE} bytes" in tampering[0]
+    logged = svc.read(lambda c: c.execute(
+        "SELECT ok, detail FROM service_calls").fetchall())
+    assert logged and logged[-1][0] == 0 and "over" in logged[-1][1]
+
+
+def test_a_worker_that_reads_no_answers_does_not_stop_the_service(
+        service: tuple[ApprovalService, list[str]]) -> None:
+    """One loop serves every connection of the process: a sender that pipelines thousands
+    of requests and never reads an answer fills its own socket, and only its own
+    connection stops being read; another connection is answered meanwhile, and the
+    service closes at once."""
+    svc, _ = service
+    ask = json.dumps({"op": "requests", "case_id": CASE}).encode() + b"\n"
+    with socket.socket(socket.AF_UNIX) as flood:
+        flood.connect("\0" + svc.address[1:])
+        flood.setblocking(False)
+        sent = 0
+        try:
+            while sent < 50 * 1024 * 1024:
+                sent += flood.send(ask * 500)
+        except BlockingIOError:
+            pass  # the kernel's buffers are full both ways: the service stopped reading
+        assert sent < 50 * 1024 * 1024
+        with socket.socket(socket.AF_UNIX) as other:
+            other.settimeout(10.0)  # a loop stuck on the flood would never answer
+            other.connect("\0" + svc.address[1:])
+            other.sendall(ask)
+            assert json.loads(other.makefile("rb").readline())["ok"] is True
+        svc.close()  # returns with the flooding connection closed by the service
+        flood.setblocking(True)
+        flood.settimeout(10)
+        with pytest.raises((ConnectionResetError, BrokenPipeError)):
+            while True:
+                flood.sendall(ask * 500)

@@ -522,6 +522,41 @@ def test_the_failpoint_channel_drops_an_endless_line_instead_of_buffering_it() -
                         f"over {MAX_LINE} bytes: dropped"]
 
 
+def test_a_hit_that_waits_does_not_stop_the_channel_for_other_workers() -> None:
+    """The channel's lines are served by the process's one service loop: a hit whose
+    answer waits (a held worker, a story act taking a lock) is answered from a thread of
+    its own, and another connection's hit is answered meanwhile, pipelined lines in order."""
+    import threading
+
+    from harness.services.channel import FailpointChannel, Hit
+
+    release = threading.Event()
+
+    def on_hit(hit: Hit) -> object:
+        if hit.label == "t4.parked":  # held until the test lets it go
+            return lambda: {"do": "continue"} if release.wait(30) else None
+        return {"do": "continue", "label": hit.label}
+
+    def line(label: str) -> bytes:
+        return json.dumps({"label": label, "pid": os.getpid(), "occurrence": 1}).encode() + b"\n"
+
+    with FailpointChannel(on_hit) as channel:  # type: ignore[arg-type]
+        with socket.socket(socket.AF_UNIX) as held, socket.socket(socket.AF_UNIX) as other:
+            held.connect("\0" + channel.path[1:])
+            other.connect("\0" + channel.path[1:])
+            held.settimeout(30)
+            other.settimeout(10)  # a loop waiting on the held hit would never answer
+            held.sendall(line("t4.parked") + line("t6.request_leaving"))
+            other.sendall(line("t1.get_customer") + line("t1.get_order"))
+            answers = other.makefile("rb")
+            assert [json.loads(answers.readline())["label"] for _ in range(2)] == [
+                "t1.get_customer", "t1.get_order"]
+            release.set()
+            replies = held.makefile("rb")
+            assert json.loads(replies.readline()) == {"do": "continue"}
+            assert json.loads(replies.readline())["label"] == "t6.request_leaving"
+
+
 def test_a_deeply_nested_body_is_refused_as_json_not_a_500(gateway: MockGateway,
                                                            http: requests.Session) -> None:
     """~200 KB of ``[[[…]]]`` under the 1 MiB cap: ``json.loads`` raised ``RecursionError``
