@@ -188,7 +188,9 @@ _ASKS_AGAIN_ONCE_APPROVED = (
      "builder.add_edge(\"confirm\", \"send_email\")\n"))
 #: DBOS: silence is consent — no answer within half a second sends the draft (the resumes
 #: find the ``recv`` timed out and wait for the workflow to go on: ``dbos_app.parked_at``).
-_SILENCE_IS_CONSENT = (("timeout_seconds=7 * 24 * 3600", "timeout_seconds=0.5"),
+#: Waits for no answer at all (``timeout_seconds=0``: a 0.5 s wait made the send depend on a
+#: worker living past it, and the mutant passed on a busy machine) and takes none as yes.
+_SILENCE_IS_CONSENT = (("timeout_seconds=7 * 24 * 3600", "timeout_seconds=0"),
                        ("        if decision:\n", "        if decision or decision is None:\n"))
 
 
