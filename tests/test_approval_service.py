@@ -421,3 +421,60 @@ def test_a_worker_that_reads_no_answers_does_not_stop_the_service(
         with pytest.raises((ConnectionResetError, BrokenPipeError)):
             while True:
                 flood.sendall(ask * 500)
+
+
+def test_a_story_act_on_the_records_does_not_stop_the_other_services(tmp_path: Path) -> None:
+    """The human's act holds the records (``queue``; it may wait for a database lock): a
+    worker's call that comes meanwhile is answered once it is done, from a thread of its
+    own, and the process's other services (here a failpoint channel) are answered
+    meanwhile. Found by an attack: the service loop waited for the records, every service
+    of the process with it."""
+    import threading
+
+    from harness.services.channel import FailpointChannel
+
+    acting, done = threading.Event(), threading.Event()
+    with ApprovalService(tmp_path / "a.db", memory=True) as svc, \
+            FailpointChannel(lambda hit: {"do": "continue"}) as channel:
+        def act() -> None:
+            with svc.queue():
+                acting.set()
+                assert done.wait(30)
+
+        story = threading.Thread(target=act)
+        story.start()
+        assert acting.wait(30)
+        with socket.socket(socket.AF_UNIX) as worker, socket.socket(socket.AF_UNIX) as hit:
+            worker.connect("\0" + svc.address[1:])
+            worker.settimeout(30)
+            worker.sendall(json.dumps({"op": "requests", "case_id": CASE}).encode() + b"\n")
+            hit.connect("\0" + channel.path[1:])
+            hit.settimeout(10)  # a loop waiting for the records would never answer
+            hit.sendall(json.dumps({"label": "t1.get_order", "pid": os.getpid(),
+                                    "occurrence": 1}).encode() + b"\n")
+            assert json.loads(hit.makefile("rb").readline()) == {"do": "continue"}
+            done.set()
+            story.join(30)
+            assert json.loads(worker.makefile("rb").readline())["ok"] is True
+
+
+def test_a_line_nested_past_the_parser_is_refused_not_a_traceback(
+        service: tuple[ApprovalService, list[str]], caplog: pytest.LogCaptureFixture) -> None:
+    svc, _ = service
+    (reply,) = _raw(svc.address, b"[" * 30_000 + b"]" * 30_000)
+    assert reply == {"ok": False, "error": "a JSON line nested too deeply"}
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+def test_a_hit_with_an_absurd_number_drops_the_connection_quietly(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from harness.services.channel import FailpointChannel
+
+    hits: list[object] = []
+    with FailpointChannel(lambda hit: hits.append(hit) or {"do": "continue"}) as channel, \
+            socket.socket(socket.AF_UNIX) as sock:
+        sock.connect("\0" + channel.path[1:])
+        sock.settimeout(30)
+        sock.sendall(b'{"label": "t1.get_order", "pid": 1, "occurrence": 1e999}\n')
+        assert sock.recv(1) == b""  # dropped unanswered, as any malformed hit
+    assert hits == [] and not [r for r in caplog.records if r.levelname == "ERROR"]

@@ -277,23 +277,45 @@ def test_a_story_hook_and_a_kill_at_one_hit_run_hook_first() -> None:
     assert acted == [100] and worker.kills == [100] and not ctl.hooks
 
 
-def test_a_kill_that_fired_while_a_hook_ran_is_not_fired_again() -> None:
-    """A hit counted before another kill fired cannot fire one: the counts start afresh
-    at each kill. Here worker 0's hook runs while worker 1's hit fires the kill the
-    schedule names next; worker 0's hit, counted before, must not fire the one after."""
+def test_hits_that_come_while_a_hook_runs_are_counted_after_its_kill() -> None:
+    """While the story acts at a hit (a hook, run off the service loop), other workers' hits
+    wait for it, as they waited for the controller's lock when each hit had a thread: the
+    kill the hook's hit fires comes first, then they are counted afresh. Found by an
+    attack: counted meanwhile, they were wiped by that kill, and the schedule's next kill
+    (here worker 1's first ``t6.request_leaving`` after the first kill) never fired."""
+    import threading
+
     log = EventLog()
     w0, w1 = FakeWorker(100, 0), FakeWorker(101, 1)
-    ctl = KillController((KillPoint("t6.checkpoint_loaded", 2),
-                          KillPoint("t6.checkpoint_loaded", 1)), log)
+    ctl = KillController((KillPoint("t6.checkpoint_loaded"),
+                          KillPoint("t6.request_leaving")), log)
     ctl.attach(w0)
     ctl.attach(w1)
-    ctl.add_hook(KillPoint("t6.checkpoint_loaded", 1), lambda w: None)
-    rest = ctl.on_hit(Hit("t6.checkpoint_loaded", 100, 1, "off"))  # #1 since the start
-    assert callable(rest)
-    assert ctl.on_hit(Hit("t6.checkpoint_loaded", 101, 1, "off")) is None  # #2: killed
-    assert rest() == {"do": "continue"}  # counted as #1 before that kill: not the next
-    assert w0.kills == [] and w1.kills == [101]
-    assert ctl.pending == [KillPoint("t6.checkpoint_loaded", 1)]
+    in_hook, go_on = threading.Event(), threading.Event()
+
+    def hook(worker: object) -> None:
+        in_hook.set()
+        assert go_on.wait(30)
+
+    ctl.add_hook(KillPoint("t6.checkpoint_loaded"), hook)
+    act = ctl.on_hit(Hit("t6.checkpoint_loaded", 100, 1, "off"))
+    assert callable(act)
+    acting = threading.Thread(target=lambda: results.append(act()))
+    results: list[object] = []
+    acting.start()
+    assert in_hook.wait(30)
+    waits = ctl.on_hit(Hit("t6.request_leaving", 101, 1, "off"))  # during the hook
+    assert callable(waits) and w1.kills == []  # not counted yet
+    later = threading.Thread(target=lambda: results.append(waits()))
+    later.start()
+    go_on.set()
+    acting.join(30)
+    later.join(30)
+    assert sorted(results, key=str) == [None, None]  # both killed, in the schedule's order
+    assert w0.kills == [100] and w1.kills == [101] and ctl.pending == []
+    kinds = [(e.kind, e.label) for e in log.snapshot() if e.kind in ("hit", "kill")]
+    assert kinds == [("hit", "t6.checkpoint_loaded"), ("kill", "t6.checkpoint_loaded"),
+                     ("hit", "t6.request_leaving"), ("kill", "t6.request_leaving")]
 
 
 @pytest.mark.processes  # a real child process stands for a worker's

@@ -557,6 +557,45 @@ def test_a_hit_that_waits_does_not_stop_the_channel_for_other_workers() -> None:
             assert json.loads(replies.readline())["label"] == "t6.request_leaving"
 
 
+def test_a_worker_that_floods_the_channel_waits_its_turn() -> None:
+    """A flood of pipelined hits is answered a few lines at a time, everyone else's first
+    in between: another worker's hit, sent in the middle of it, is answered after a few of
+    the flood's, not after the rest of its 64 KiB chunk (~1,000 hits; found by an attack,
+    another execution's hits waited up to 4 s and its workers passed their deadline)."""
+    from harness.services.channel import FailpointChannel, Hit
+
+    seen: list[str] = []
+
+    def on_hit(hit: Hit) -> dict[str, object]:
+        seen.append(hit.label)
+        return {"do": "continue"}
+
+    def line(label: str) -> bytes:
+        return json.dumps({"label": label, "pid": os.getpid(), "occurrence": 1}).encode() + b"\n"
+
+    with FailpointChannel(on_hit) as channel, socket.socket(socket.AF_UNIX) as flood, \
+            socket.socket(socket.AF_UNIX) as other:
+        flood.connect("\0" + channel.path[1:])
+        other.connect("\0" + channel.path[1:])
+        flood.settimeout(60)
+        other.settimeout(60)
+        answers = flood.makefile("rb")
+        drain = threading.Thread(target=lambda: [answers.readline() for _ in range(20_000)])
+        drain.start()
+        sender = threading.Thread(target=flood.sendall, args=(line("t1.get_order") * 20_000,))
+        sender.start()
+        while len(seen) < 50:  # the flood is being answered
+            time.sleep(0.001)
+        other.sendall(line("t4.parked"))
+        before = len(seen)  # read after the send: a late read only makes the count smaller
+        assert json.loads(other.makefile("rb").readline()) == {"do": "continue"}
+        after = seen.index("t4.parked")
+        sender.join(60)
+        drain.join(60)
+    assert after - before < 100, (before, after)  # a loop without turns: ~300-2,300
+    assert seen.count("t1.get_order") == 20_000
+
+
 def test_a_deeply_nested_body_is_refused_as_json_not_a_500(gateway: MockGateway,
                                                            http: requests.Session) -> None:
     """~200 KB of ``[[[…]]]`` under the 1 MiB cap: ``json.loads`` raised ``RecursionError``

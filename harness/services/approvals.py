@@ -43,11 +43,12 @@ import json
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness.services.lines import Answer, LineConnection, LineServer
+from harness.services.lines import Answer, Deferred, LineConnection, LineServer
 from harness.services.saving import save_copy
 from harness.services.serving import open_socket, socket_address
 from shopops.approval_records import (
@@ -157,6 +158,12 @@ def _dispatch(store: SqliteStore, op: str, args: dict[str, Any]) -> Any:
                    tampering=True)
 
 
+def _answer(reply: dict[str, Any] | None) -> Answer:
+    """A reply on the wire; one marked ``capped`` closes the connection."""
+    assert reply is not None  # serve(wait=True) always answers
+    return Answer(json.dumps(reply).encode() + b"\n", close=bool(reply.get("capped")))
+
+
 class _Lines:
     """The service's ``LineHandler`` (in the service loop's thread): admits a connection
     unless its process already holds ``MAX_CONNECTIONS_PER_WORKER`` or the service
@@ -175,9 +182,12 @@ class _Lines:
         self._by_pid[conn.pid] = mine + 1
         return True
 
-    def line(self, conn: LineConnection, line: bytes) -> Answer:
-        reply = self.service.serve(conn.pid, conn.uid, line)
-        return Answer(json.dumps(reply).encode() + b"\n", close=bool(reply.get("capped")))
+    def line(self, conn: LineConnection, line: bytes) -> Answer | Deferred:
+        service, pid, uid = self.service, conn.pid, conn.uid
+        reply = service.serve(pid, uid, line, wait=False)
+        if reply is None:  # the records are busy (the story acts): answered once free
+            return lambda: _answer(service.serve(pid, uid, line))
+        return _answer(reply)
 
     def too_long(self, conn: LineConnection, size: int) -> None:
         self.service.refuse_line(conn.pid, conn.uid, size)
@@ -245,20 +255,65 @@ class ApprovalService:
         self._requests: dict[int, int] = {}  # requests per worker pid
         self._total = 0  # requests from all pids
         self._capped: set[int] = set()  # pids already recorded past a cap
+        self._capped_lock = threading.Lock()  # for _capped alone: held for no wait
+        #: refusals the service loop could not log at once (``_calls`` was held): logged
+        #: at the next call, before anything reads the log
+        self._unlogged: deque[tuple[int, int, str, str]] = deque()
         self.address, bind = socket_address("shopops-apr", folder)
         self._server = LineServer(bind, _Lines(self), name="approval-service",
                                   max_line=MAX_LINE)
         open_socket(bind, folder)
 
-    def serve(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
-        """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
-        (calls from all connections run one at a time)."""
+    @contextlib.contextmanager
+    def _calling(self) -> Iterator[None]:
+        """Hold ``_calls`` (one call at a time on the records), the refusals noted
+        meanwhile logged first."""
         with self._calls:
+            self._log_refusals()
+            yield
+
+    def _log_refusals(self) -> None:
+        """Log the refusals noted while ``_calls`` was held (the caller holds it)."""
+        while self._unlogged:
+            pid, uid, why, at = self._unlogged.popleft()
+            _log(self._log, pid, uid, None, {}, False, why, at=at)
+
+    def serve(self, pid: int, uid: int, line: bytes, *, wait: bool = True
+              ) -> dict[str, Any] | None:
+        """The reply to one request ``line`` from ``pid``/``uid``, on the service's own store
+        (calls from all connections run one at a time); ``None`` when ``wait`` is false and
+        another call, or the story's act (``queue``), holds the records: the service loop
+        never waits for them (an act may wait for a database lock; found by an attack)."""
+        if not self._calls.acquire(blocking=wait):
+            return None
+        try:
+            self._log_refusals()
+            if self._closed:
+                return {"ok": False, "error": "the approval service is closed"}
             count = self._requests[pid] = self._requests.get(pid, 0) + 1
             self._total += 1
             if count > MAX_REQUESTS_PER_WORKER or self._total > MAX_REQUESTS:
                 return self._over_cap(pid, uid, count)
             return self._answer(pid, uid, line)
+        finally:
+            self._calls.release()
+
+    def _first_refusal(self, pid: int) -> bool:
+        """Whether ``pid`` is refused for the first time (recorded as tampering once)."""
+        with self._capped_lock:
+            first = pid not in self._capped
+            self._capped.add(pid)
+        return first
+
+    def _refused(self, pid: int, uid: int, why: str) -> None:
+        """Log a refusal now, or at the next call if ``_calls`` is held (never waits: the
+        service loop calls it)."""
+        self._unlogged.append((pid, uid, why, iso(time.time())))
+        if self._calls.acquire(blocking=False):
+            try:
+                self._log_refusals()
+            finally:
+                self._calls.release()
 
     def _over_cap(self, pid: int, uid: int, count: int) -> dict[str, Any]:
         """Refuse a request past ``MAX_REQUESTS_PER_WORKER``/``MAX_REQUESTS`` (the caller
@@ -266,8 +321,7 @@ class ApprovalService:
         why = (f"request {count} of pid {pid}: over the cap of {MAX_REQUESTS_PER_WORKER} "
                f"per worker and {MAX_REQUESTS} per execution")
         _log(self._log, pid, uid, None, {}, False, why)
-        if pid not in self._capped:
-            self._capped.add(pid)
+        if self._first_refusal(pid):
             self.on_tamper(f"pid {pid} (uid {uid}) flooded the approval service: {why}; "
                            "refused")
         return {"ok": False, "error": why, "capped": True}
@@ -276,11 +330,8 @@ class ApprovalService:
         """A request line over ``MAX_LINE`` bytes (its connection is closed): logged, not
         answered, recorded as tampering once per pid."""
         why = f"a request line of pid {pid} over {MAX_LINE} bytes ({size} read): refused"
-        with self._calls:
-            _log(self._log, pid, uid, None, {}, False, why)
-            first = pid not in self._capped
-            self._capped.add(pid)
-        if first:
+        self._refused(pid, uid, why)
+        if self._first_refusal(pid):
             self.on_tamper(f"pid {pid} (uid {uid}) sent the approval service {why}")
 
     def refuse_connection(self, pid: int, uid: int, open_now: int) -> None:
@@ -288,11 +339,8 @@ class ApprovalService:
         pid."""
         why = (f"connection of pid {pid} refused: it holds {open_now} (at most "
                f"{MAX_CONNECTIONS_PER_WORKER} per worker, {MAX_CONNECTIONS} in all)")
-        with self._calls:
-            _log(self._log, pid, uid, None, {}, False, why)
-            first = pid not in self._capped
-            self._capped.add(pid)
-        if first:
+        self._refused(pid, uid, why)
+        if self._first_refusal(pid):
             self.on_tamper(f"pid {pid} (uid {uid}) flooded the approval service: {why}")
 
     def _answer(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
@@ -306,6 +354,8 @@ class ApprovalService:
                 data = json.loads(line)
             except ValueError:
                 raise _Refused("not a JSON line") from None
+            except RecursionError:  # a worker's line nested past the parser's depth
+                raise _Refused("a JSON line nested too deeply") from None
             if not isinstance(data, dict) or not isinstance(data.get("op"), str):
                 raise _Refused("expected a JSON object with a string op")
             op, args = data["op"][:100], data
@@ -337,7 +387,7 @@ class ApprovalService:
         Raises:
             RuntimeError: the service is closed.
         """
-        with self._calls:
+        with self._calling():
             if self._closed:
                 raise RuntimeError("the approval service is closed")
             yield ApprovalQueue(self.db_path, clock=clock, store=self._store)
@@ -350,7 +400,7 @@ class ApprovalService:
             sqlite3.Error: as ``read`` raises it; ``sqlite3.ProgrammingError`` on a file's
                 service once closed.
         """
-        with self._calls:
+        with self._calling():
             return read(self._log)
 
     def save(self) -> None:
@@ -365,7 +415,7 @@ class ApprovalService:
         """
         if not self.memory:
             return
-        with self._calls:
+        with self._calling():
             save_copy(self._log, self.db_path)
 
     def close(self) -> None:
@@ -374,7 +424,7 @@ class ApprovalService:
         SQLite connections (records in memory stay readable, ``read``, and savable,
         ``save``, until the object is freed). Idempotent."""
         self._server.stop()
-        with self._calls:
+        with self._calling():
             self._closed = True
             if not self.memory:
                 self._store.close()
@@ -396,7 +446,7 @@ def _unconsumed(store: SqliteStore, args: dict[str, Any]) -> bool:
 
 
 def _log(conn: sqlite3.Connection, pid: int, uid: int, op: str | None, args: dict[str, Any],
-         ok: bool, detail: str | None) -> None:
+         ok: bool, detail: str | None, *, at: str | None = None) -> None:
     """One row of ``service_calls``: who asked (the kernel's pid/uid), what, the answer;
     a worker's texts at most ``MAX_FIELD`` characters each (found by an attack: a refused
     call's 60 KB ``case_id`` was logged whole, ~600 MB of harness memory from ten workers)."""
@@ -409,5 +459,5 @@ def _log(conn: sqlite3.Connection, pid: int, uid: int, op: str | None, args: dic
     conn.execute(
         "INSERT INTO service_calls(at, worker_pid, worker_uid, op, case_id, ticket_id, ok,"
         " detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (iso(time.time()), pid, uid, cut(op), cut(case), cut(ticket), int(ok),
+        (at or iso(time.time()), pid, uid, cut(op), cut(case), cut(ticket), int(ok),
          cut(detail, 4 * MAX_FIELD)))

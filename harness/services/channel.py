@@ -82,8 +82,10 @@ class _Channel:
             hit = Hit(str(data["label"]), conn.pid, int(data["occurrence"]),
                       str(data.get("action", "off")),
                       claimed_pid=None if claimed == conn.pid else claimed, uid=conn.uid)
-        except (ValueError, KeyError, TypeError):
-            return _DROP  # a malformed line: drop the connection; the worker fails loudly
+        except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+            # a malformed line (an occurrence of 1e999, JSON nested past the parser's
+            # depth): drop the connection; the worker fails loudly
+            return _DROP
         reply = self.on_hit(hit)
         if callable(reply):
             wait = reply

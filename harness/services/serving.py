@@ -153,8 +153,8 @@ class _Acceptor:
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_r, 4096):
                 pass
-        while self._todo:
-            fn = self._todo.popleft()
+        for _ in range(len(self._todo)):  # what was asked so far: a call that asks again
+            fn = self._todo.popleft()  # (a connection's next lines) waits for the next turn
             try:
                 fn()
             except Exception:  # noqa: BLE001 - as above

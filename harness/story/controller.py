@@ -75,9 +75,10 @@ class KillController:
         self.holds: dict[KillPoint, Hold] = {}
         self.current: Worker | None = None
         self.by_pid: dict[int, Worker] = {}
-        #: kills fired so far (a hit counted before the latest kill cannot fire one)
-        self.fired = 0
         self._lock = threading.Lock()
+        #: a hook runs (``_act``): hits wait for it (``_after_act``)
+        self._acting = False
+        self._acted = threading.Condition(self._lock)
 
     def attach(self, worker: Worker) -> None:
         """Register ``worker``; it becomes the current one (the sender, for gateway points)."""
@@ -100,12 +101,13 @@ class KillController:
 
     def on_hit(self, hit: Hit) -> dict[str, object] | None | Callable[[], dict[str, object] | None]:
         """Channel callback, in the service loop's thread (``harness.services.channel``):
-        the hit is recorded and counted here; then ``None`` if it killed the worker, the
-        reply, or, when the story acts at this hit (a hook) or holds the worker here, a call
-        that does that and returns the reply or ``None``: a hook may wait (a database lock)
-        and a hold does, so they run outside the loop. The hit is counted for the kill
-        points before the hook runs, in the trace's order; the kill, if this hit is the
-        next one, fires after the hook, unless another kill fired meanwhile."""
+        ``None`` if it killed the worker, the reply, or a call that returns one of those
+        and may wait, which the channel runs in a thread of its own (the loop never waits):
+        when the story acts at this hit (a hook: the human approves, a lock is taken, which
+        may wait), or holds the worker here. While a hook runs no other hit is counted:
+        each waits for it, as it waited for the controller's lock when every hit had a
+        thread (a hit counted meanwhile was wiped when the hook's kill fired; found by an
+        attack), so the numbering is the trace's."""
         refused = self._refusal(hit)
         if refused is not None:  # another uid's call is not this implementation's doing
             foreign = self.allowed_uid is not None and hit.uid != self.allowed_uid
@@ -113,48 +115,69 @@ class KillController:
                             hit.pid, None, refused)
             return dict(_CONTINUE)
         with self._lock:
-            worker = self.by_pid.get(hit.pid)
-            index = worker.index if worker else None
-            self.events.add(EventKind.HIT, hit.label, hit.pid, index,
-                            f"occurrence {hit.occurrence}")
-            if worker is None:  # counted like the trace counts it, but never killed
-                self.since_kill.hit(hit.label)
-                self.events.add(EventKind.ERROR, hit.label, hit.pid, None,
-                                "hit from an unknown pid")
-                return dict(_CONTINUE)
-            point = self.totals.hit(hit.label)
-            due = self.since_kill.hit(hit.label)
-            hook = self.hooks.pop(point, None)
-            hold = self.holds.get(point)
-            if hold is not None and hold.held.is_set():
-                hold = None
-            if hook is None and hold is None:
-                return None if self._fire(due, self.fired, worker) else dict(_CONTINUE)
-            fired = self.fired
-        return lambda: self._act(hit, worker, due, fired, hook, hold)
+            if self._acting:
+                return lambda: self._after_act(hit)
+            return self._count(hit)
 
-    def _act(self, hit: Hit, worker: Worker, due: KillPoint, fired: int,
-             hook: Callable[[Worker], None] | None, hold: Hold | None
-             ) -> dict[str, object] | None:
-        """The rest of ``on_hit`` for a hit the story acts at or holds (a thread of its
-        own): the story's act comes first (a human who approves "when a worker gets there"
-        has approved even if the worker is killed there), then the kill, then the hold."""
-        if hook is not None:
+    def _count(self, hit: Hit) -> dict[str, object] | None | Callable[[], dict[str, object] | None]:
+        """Record and count ``hit``; the caller holds ``_lock`` and no hook runs."""
+        worker = self.by_pid.get(hit.pid)
+        index = worker.index if worker else None
+        self.events.add(EventKind.HIT, hit.label, hit.pid, index,
+                        f"occurrence {hit.occurrence}")
+        if worker is None:  # counted like the trace counts it, but never killed
+            self.since_kill.hit(hit.label)
+            self.events.add(EventKind.ERROR, hit.label, hit.pid, None,
+                            "hit from an unknown pid")
+            return dict(_CONTINUE)
+        point = self.totals.hit(hit.label)
+        hook = self.hooks.pop(point, None)  # the story's act at this hit comes first:
+        if hook is not None:  # a human who approves "when a worker gets there" has
+            self._acting = True  # approved even if the worker is killed there
+            return lambda: self._act(hit, worker, point, hook)
+        return self._kill_or_hold(hit, worker, point)
+
+    def _act(self, hit: Hit, worker: Worker, point: KillPoint,
+             hook: Callable[[Worker], None]) -> dict[str, object] | None:
+        """The story's act at ``hit`` (a thread of its own), then its kill or hold."""
+        try:
             hook(worker)
+        finally:
+            with self._lock:
+                self._acting = False
+                self._acted.notify_all()  # the hits that waited go on once this is done
+                reply = self._kill_or_hold(hit, worker, point)
+        return reply() if callable(reply) else reply
+
+    def _after_act(self, hit: Hit) -> dict[str, object] | None:
+        """``hit``, which came while a hook ran, once it is done (a thread of its own)."""
         with self._lock:
-            if self._fire(due, fired, worker):
-                return None
-            if hold is not None and not hold.held.is_set():
-                hold.worker = worker
-                self.events.add(EventKind.HOLD, hit.label, worker.pid, worker.index,
-                                f"held at {hold.point}", ref=str(hold.point))
-                hold.held.set()
-            else:
-                hold = None
-        if hold is not None:  # outside the lock: other workers' hits go on meanwhile
-            hold.release.wait(hold.limit_s)
-            self.events.add(EventKind.RELEASE, hit.label, hit.pid, worker.index,
-                            f"released at {hold.point}")
+            while self._acting:
+                self._acted.wait()
+            reply = self._count(hit)
+        return reply() if callable(reply) else reply
+
+    def _kill_or_hold(self, hit: Hit, worker: Worker, point: KillPoint
+                      ) -> dict[str, object] | None | Callable[[], dict[str, object] | None]:
+        """The caller holds ``_lock``: SIGKILL the worker if ``hit`` is the next kill
+        (``None``), else hold it if the story holds a worker at ``point`` (a call that
+        waits for the release), else the reply."""
+        if self._maybe_kill(hit.label, worker):
+            return None
+        hold = self.holds.get(point)
+        if hold is None or hold.held.is_set():
+            return dict(_CONTINUE)
+        hold.worker = worker
+        self.events.add(EventKind.HOLD, hit.label, worker.pid, worker.index, f"held at {point}",
+                        ref=str(point))
+        hold.held.set()
+        return lambda: self._held(hit, worker, hold)
+
+    def _held(self, hit: Hit, worker: Worker, hold: Hold) -> dict[str, object]:
+        """Wait (outside the lock: other workers' hits go on) until the hold is released."""
+        hold.release.wait(hold.limit_s)
+        self.events.add(EventKind.RELEASE, hit.label, hit.pid, worker.index,
+                        f"released at {hold.point}")
         return dict(_CONTINUE)
 
     def _refusal(self, hit: Hit) -> str | None:
@@ -191,6 +214,8 @@ class KillController:
                 ``t6.note_accepted`` (``labels.NOTE_ACCEPTED``) for an order note.
         """
         with self._lock:
+            while self._acting:  # counted after a story act under way, as a worker's hit
+                self._acted.wait()
             worker = self.by_pid.get(sender_pid) if sender_pid is not None else None
             if worker is None and sender_pid is not None:
                 above = self._worker_above(sender_pid)
@@ -234,19 +259,13 @@ class KillController:
         return next((self.by_pid[p.pid] for p in parents if p.pid in self.by_pid), _FOREIGN)
 
     def _maybe_kill(self, label: str, worker: Worker) -> bool:
-        return self._fire(self.since_kill.hit(label), self.fired, worker)
-
-    def _fire(self, point: KillPoint, fired: int, worker: Worker) -> bool:
-        """SIGKILL ``worker`` if ``point`` (counted since the last kill, when ``fired``
-        kills had fired) is the next kill of the schedule and no kill fired since it was
-        counted (the caller holds ``_lock``)."""
-        if fired != self.fired or not self.pending or self.pending[0] != point:
+        point = self.since_kill.hit(label)
+        if not self.pending or self.pending[0] != point:
             return False
         self.pending.pop(0)
         self.since_kill.clear()
-        self.fired += 1
         self.killed_at[worker.index] = point
         worker.kill()
-        self.events.add(EventKind.KILL, point.label, worker.pid, worker.index,
-                        f"SIGKILL at {point}", ref=str(point))
+        self.events.add(EventKind.KILL, label, worker.pid, worker.index, f"SIGKILL at {point}",
+                        ref=str(point))
         return True
