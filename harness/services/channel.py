@@ -34,7 +34,8 @@ from harness.services.lines import (
 )
 from harness.services.serving import open_socket, socket_address
 
-__all__ = ["MAX_LINE", "FailpointChannel", "Hit", "OnHit", "peer_credentials"]
+__all__ = ["MAX_LINE", "FailpointChannel", "Hit", "HitAnswer", "HitReply", "OnHit",
+           "peer_credentials"]
 
 #: The longest hit line the channel reads, in bytes (a hit is ~100): a worker that sends a
 #: longer one without a newline is dropped instead of buffered in the harness's memory.
@@ -62,7 +63,11 @@ class Hit:
         return self.claimed_pid is not None and self.claimed_pid != self.pid
 
 
-OnHit = Callable[[Hit], "dict[str, object] | None | Callable[[], dict[str, object] | None]"]
+#: A hit's reply: ``{"do": "continue"}``-like, or ``None`` when the worker was killed there.
+HitReply = dict[str, object] | None
+#: What ``on_hit`` gives: the reply, or a call that makes it and may wait (run off the loop).
+HitAnswer = HitReply | Callable[[], HitReply]
+OnHit = Callable[[Hit], HitAnswer]
 
 
 class _Channel:
@@ -105,7 +110,7 @@ class _Channel:
 _DROP = Answer(close=True)
 
 
-def _answer(reply: dict[str, object] | None) -> Answer:
+def _answer(reply: HitReply) -> Answer:
     """``None``: the worker was killed at this point (no reply; the connection closes)."""
     return _DROP if reply is None else Answer(json.dumps(reply).encode() + b"\n")
 

@@ -293,10 +293,6 @@ class LineServer:
         """Drop a closed connection (the loop's thread)."""
         self._served.discard(served)
 
-    def open_connections(self) -> int:
-        """How many connections are open now (read in any thread: a snapshot)."""
-        return len(self._served)
-
     def stop(self) -> None:
         """Stop accepting, close every open connection (``LineHandler.closed`` is called for
         each) and the listening socket; returns once done, so that no line of this server

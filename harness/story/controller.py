@@ -31,7 +31,7 @@ import psutil
 from harness.judge.evidence import EventLog
 from harness.launch.processes import Worker
 from harness.model import Delivery, EventKind, HitCounter, KillPoint, NoteDelivery
-from harness.services.channel import Hit
+from harness.services.channel import Hit, HitAnswer, HitReply
 from shopops_contract import labels
 
 __all__ = ["HOLD_LIMIT_S", "Hold", "KillController"]
@@ -99,7 +99,7 @@ class KillController:
         self.holds[point] = hold
         return hold
 
-    def on_hit(self, hit: Hit) -> dict[str, object] | None | Callable[[], dict[str, object] | None]:
+    def on_hit(self, hit: Hit) -> HitAnswer:
         """Channel callback, in the service loop's thread (``harness.services.channel``):
         ``None`` if it killed the worker, the reply, or a call that returns one of those
         and may wait, which the channel runs in a thread of its own (the loop never waits):
@@ -119,7 +119,7 @@ class KillController:
                 return lambda: self._after_act(hit)
             return self._count(hit)
 
-    def _count(self, hit: Hit) -> dict[str, object] | None | Callable[[], dict[str, object] | None]:
+    def _count(self, hit: Hit) -> HitAnswer:
         """Record and count ``hit``; the caller holds ``_lock`` and no hook runs."""
         worker = self.by_pid.get(hit.pid)
         index = worker.index if worker else None
@@ -138,7 +138,7 @@ class KillController:
         return self._kill_or_hold(hit, worker, point)
 
     def _act(self, hit: Hit, worker: Worker, point: KillPoint,
-             hook: Callable[[Worker], None]) -> dict[str, object] | None:
+             hook: Callable[[Worker], None]) -> HitReply:
         """The story's act at ``hit`` (a thread of its own), then its kill or hold."""
         try:
             hook(worker)
@@ -149,7 +149,7 @@ class KillController:
                 reply = self._kill_or_hold(hit, worker, point)
         return reply() if callable(reply) else reply
 
-    def _after_act(self, hit: Hit) -> dict[str, object] | None:
+    def _after_act(self, hit: Hit) -> HitReply:
         """``hit``, which came while a hook ran, once it is done (a thread of its own)."""
         with self._lock:
             while self._acting:
@@ -158,7 +158,7 @@ class KillController:
         return reply() if callable(reply) else reply
 
     def _kill_or_hold(self, hit: Hit, worker: Worker, point: KillPoint
-                      ) -> dict[str, object] | None | Callable[[], dict[str, object] | None]:
+                      ) -> HitAnswer:
         """The caller holds ``_lock``: SIGKILL the worker if ``hit`` is the next kill
         (``None``), else hold it if the story holds a worker at ``point`` (a call that
         waits for the release), else the reply."""
