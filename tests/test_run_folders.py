@@ -213,10 +213,15 @@ def test_runs_drop_passing_databases_prune_and_move_latest(tmp_path: Path) -> No
     failed = Path(by_id["keys-off[t6.gateway_accepted]"]["workdir"])
     assert (by_id["parked[t4.parked]"]["verdict"],
             by_id["keys-off[t6.gateway_accepted]"]["verdict"]) == ("pass", "fail")
-    # a passing execution keeps no folder (its output tails are in the summary)
+    # a passing execution keeps no folder: its workers' last lines are in the summary and
+    # on the page (found by a new user: only stderr's were, on the page only)
     assert by_id["parked[t4.parked]"]["workdir"] is None
-    folders = {p.name for p in (latest / "executions").iterdir()}
-    assert failed.name in folders and not [f for f in folders if f.startswith("parked")]
+    tails = [w["stdout_tail"] for w in by_id["parked[t4.parked]"]["workers"]]
+    assert any('"stopped": "parked"' in t for t in tails), tails
+    assert "&#34;stopped&#34;: &#34;parked&#34;" in (latest / "report.html").read_text()
+    # and no trace run that no report shows keeps one either (keys-off's no-kill run,
+    # baseline = false, did not pass; found by a new user)
+    assert sorted(p.name for p in (latest / "executions").iterdir()) == [failed.name]
     assert (failed / "gateway.db").is_file() and (failed / "worker-0.out").is_file()
     assert "not kept (a passing execution; --keep-all keeps its files)" in " ".join(
         (latest / "report.html").read_text().split())

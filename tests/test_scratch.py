@@ -125,14 +125,34 @@ def test_discard_removes_the_scratch_folder_and_an_empty_home_only(fresh_area: P
     home.mkdir()
     work = scratch.in_scratch(home)
     (work / "c.db").write_text("c")
-    assert scratch.discard(work, home) is True
+    assert scratch.discard(work, home, made=False) is True
     assert not home.exists() and list(fresh_area.glob("*/*")) == []
     home.mkdir()  # a file of someone else's arrives at home meanwhile: home stays
     work = scratch.in_scratch(home)
     (home / "notes").write_text("mine")
-    assert scratch.discard(work, home) is False
+    assert scratch.discard(work, home, made=False) is False
     assert (home / "notes").read_text() == "mine" and list(fresh_area.glob("*/*")) == []
-    assert scratch.discard(home, home) is False and (home / "notes").exists()
+    # no scratch area: home is removed only when the execution made it
+    assert scratch.discard(home, home, made=False) is False and (home / "notes").exists()
+    assert scratch.discard(home, home, made=True) is True and not home.exists()
+
+
+def test_without_a_scratch_area_a_passing_execution_keeps_no_folder_either(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by a new user: with ``SHOPOPS_SCRATCH=off`` (or no tmpfs with room, as in a
+    container with a small ``/dev/shm``) every passing execution kept its folder and
+    worker output, unlike what ``run --help`` and the docs say."""
+    monkeypatch.setenv(scratch.ENV, "off")
+    monkeypatch.setattr(scratch, "_area", None)
+    plan = ExecutionPlan(load_scenario(ROOT / "scenarios" / "o1001.toml"),
+                         CrashSchedule.parse("t4.parked"))
+    lean = execute(plan, tmp_path / "run" / "e1", keep_databases=False)
+    assert lean.verdict == "pass" and lean.evidence.workdir == ""
+    assert not (tmp_path / "run" / "e1").exists()
+    kept = execute(plan, tmp_path / "run" / "e2")  # --keep-all
+    assert kept.evidence.workdir == str((tmp_path / "run" / "e2").resolve())
+    assert {"checkpoints.db", "worker-0.out"} <= {p.name for p in (tmp_path / "run" / "e2")
+                                                  .iterdir()}
 
 
 def test_the_story_errors_and_gaps_name_the_run_folder_not_the_scratch_area(

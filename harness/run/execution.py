@@ -105,11 +105,11 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
         worker_timeout_s: seconds each worker may run before the harness kills it (the
             story is then cut short).
         keep_databases: with ``False``, a passing execution keeps no files: its folder
-            in the scratch area is removed, ``workdir`` too (when it is then empty), and
-            its evidence's ``workdir`` is ``""`` (``run`` without ``--keep-all``; its
+            in the scratch area is removed, and ``workdir`` too when this call made it
+            (``scratch.discard``: a folder that held files first is left as it was); its
+            evidence's ``workdir`` is then ``""`` (``run`` without ``--keep-all``; its
             workers' output tails are in its evidence). Any other verdict keeps every
-            file. Without a scratch area (``SHOPOPS_SCRATCH=off``) the files stay in
-            ``workdir`` (a run drops the databases: ``reports.drop_passing_databases``).
+            file.
 
     Returns:
         ``ExecutionResult``. Never leaves a process running: every worker is reaped before
@@ -117,6 +117,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
     """
     started = time.monotonic()
     final = workdir.resolve()
+    made = not os.path.lexists(final)  # ours to remove if nobody keeps its files
     workdir = in_scratch(final)  # final is made when files go there, or now without scratch
     events = EventLog()
     keep = True  # the databases go home unless a passing verdict says otherwise
@@ -170,7 +171,7 @@ def execute(plan: ExecutionPlan, workdir: Path, *, launcher: Launcher | None = N
             sandbox.close()
         if keep:
             move_home(workdir, final)
-        elif discard(workdir, final):  # a passing execution nobody keeps: no folder
+        elif discard(workdir, final, made=made):  # a passing execution nobody keeps
             evidence = replace(evidence, workdir="")
     return ExecutionResult(plan, evidence, checks, verdict, reasons,
                            round(time.monotonic() - started, 4))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -274,6 +275,15 @@ def run(
             nonlocal total
             order.remove((rep, res.plan.id))
             total -= 1
+            unreported(res)
+
+        def unreported(res: ExecutionResult) -> None:
+            """Remove the files of an execution no report shows (a trace run or a scout),
+            whatever its verdict, unless every execution's files are kept: a run of passing
+            executions kept the folders of its ``baseline = false`` scenarios' trace runs,
+            which no report named (found by a new user)."""
+            if not keep_databases and res.evidence.workdir:
+                shutil.rmtree(res.evidence.workdir, ignore_errors=True)
 
         def report(res: ExecutionResult) -> None:
             nonlocal done_here, stop, total
@@ -360,6 +370,7 @@ def run(
             res = fut.result()
             if fut in scouts:
                 scenario = scouts.pop(fut)
+                unreported(res)
                 assert schedule is not None
                 reached = points_from_trace(res.evidence)
                 if _in_matrix(scenario, schedule, reached):

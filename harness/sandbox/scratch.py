@@ -160,17 +160,20 @@ def move_home(work: Path, home: Path) -> None:
         shutil.rmtree(work.parent, ignore_errors=True)
 
 
-def discard(work: Path, home: Path) -> bool:
+def discard(work: Path, home: Path, *, made: bool) -> bool:
     """Remove ``work`` (from ``in_scratch(home)``) and its parent, and ``home`` when it is
     an empty folder: an execution whose files nobody keeps (a passing one in a run
     without ``--keep-all``: its workers' output tails are in its evidence). Creating the
     folder and files at home cost ~0.3 ms of CPU each on this machine's ext4 (a new
-    folder's inodes), ~2.4 ms an execution (issue 27). Returns whether no ``home`` is left;
-    nothing is removed when ``work`` is ``home`` (no scratch area: the files stay where the
-    caller put them).
+    folder's inodes), ~2.4 ms an execution (issue 27). With no scratch area (``work`` is
+    ``home``: ``SHOPOPS_SCRATCH=off``, or no tmpfs with room) ``home`` is removed whole
+    when ``in_scratch`` ``made`` it, and left as it is otherwise (it held someone's files
+    first). Returns whether no ``home`` is left.
     """
     if work == home:
-        return False
+        if made:
+            shutil.rmtree(home, ignore_errors=True)
+        return made
     shutil.rmtree(work.parent, ignore_errors=True)
     try:
         home.rmdir()
