@@ -464,7 +464,7 @@ def _summary(result: object, paths: dict[str, Path]) -> None:
 
         odd = [r for r in dupes if delivery_outcome(r) is not DeliveryOutcome.NONE_EXPECTED]
         if odd:
-            say(f"  deliveries other than expected in {len(odd)} execution(s) "
+            say(f"  deliveries other than one in {len(odd)} execution(s) "
                 "(see duplicates.json):")
         for res in odd:
             note = " (as the scenario expects)" if res.verdict is Verdict.PASS else ""

@@ -122,7 +122,10 @@ def execution_dict(result: ExecutionResult) -> dict[str, Any]:
         "idempotency_keys": case_keys(result),
         "workers": [{"index": w.index, "role": w.role, "pid": w.pid,
                      "returncode": w.returncode, "killed_by_harness": w.killed_by_harness,
-                     "timed_out": w.timed_out, "elapsed_s": w.elapsed_s}
+                     "timed_out": w.timed_out, "elapsed_s": w.elapsed_s,
+                     # the last lines it printed: all that is left of a passing
+                     # execution's output when its folder is not kept
+                     "stdout_tail": w.stdout_tail, "stderr_tail": w.stderr_tail}
                     for w in ev.workers],
         "elapsed_s": result.elapsed_s,
         "equivalent_to": result.equivalent_to,  # not run: its twin's evidence and verdict

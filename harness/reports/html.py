@@ -11,7 +11,7 @@ The page works from ``file://`` and as a CI artefact.
 Layout: the verdict first; per-scenario summary; a grid of scenarios × kill points
 coloured by verdict (and one first × second kill grid per double-crash scenario); every
 execution, failures and unknowns first, with reasons, failing checks with their evidence,
-the replay command and the trace drawn as worker lanes; deliveries other than expected.
+the replay command and the trace drawn as worker lanes; deliveries other than one.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ def _deliveries(run: RunResult) -> list[str]:
 def render(run: RunResult) -> str:
     """The whole report as Markdown text: verdict, per-scenario summary, the executions to
     look at (failures, then unknowns, then demos whose expected failures happened), the
-    checks of every execution, then the deliveries other than expected."""
+    checks of every execution, then the deliveries other than one."""
     verdict = run.verdict
     state = " (INTERRUPTED)" if run.interrupted else ""
     out = [f"# shopops-chaos run {run.run_id}: {verdict.upper()}{state}", "",
