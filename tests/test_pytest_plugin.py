@@ -79,7 +79,9 @@ def test_k_accepts_the_id_characters_and_a_node_id_selects_one_item(
     by_id.assert_outcomes(failed=1)
     # the failure text keeps the schedule as the harness writes it, with its replay
     by_id.stdout.fnmatch_lines(["*k[[]t4.parked>t6.gateway_accepted[]]: verdict FAIL*",
-                                "*replay:*--schedule 't4.parked>t6.gateway_accepted'*"])
+                                "*replay:*--schedule 't4.parked>t6.gateway_accepted'*",
+                                "*evidence folder is removed when the session ends; "
+                                "--crash-keep DIR keeps it*"])
 
 
 def test_scenario_folders_from_the_ini_option_and_the_command_line(

@@ -260,7 +260,11 @@ class ExecutionItem(pytest.Item):
                      style: Any = None) -> str:
         """The verdict, reasons, failing checks with evidence, timeline and replay."""
         if isinstance(excinfo.value, (VerdictUnknown, AssertionError)) and self.result:
-            return explain(self.result)
+            text = explain(self.result)
+            if not self.config.getoption("--crash-keep", None):  # found by a new user
+                text += ("\n  (the evidence folder is removed when the session ends; "
+                         "--crash-keep DIR keeps it)")
+            return text
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
