@@ -24,7 +24,8 @@ figures of one run with each other, not with another run's.
   of ``WorkerRun.elapsed_s``), with fresh interpreters / with the fork server, in the same
   two runs of that matrix; ``worker_lifetime_ms``: those two means (``fork``, ``spawn``);
 - ``single_matrix_s`` / ``double_matrix_s``: wall seconds of the full single-crash and
-  double-crash matrices with the fork launcher and ``--jobs`` (default 2);
+  double-crash matrices with the fork launcher and ``--jobs`` (default: ``run``'s own,
+  ``harness.run.runner.default_jobs``, one more than the processors: 3 on 2 cores);
 - ``per_execution_ms_100`` / ``per_execution_ms_5000``: mean wall milliseconds per
   execution over the first 100 and the last 100 of a long run of ``--long`` executions
   (default 5000) of one schedule: flat means no growth with run length;
@@ -37,7 +38,7 @@ figures of one run with each other, not with another run's.
   does nothing sets (``benchmarks/cpu_bench.py``, 40 executions of
   ``o1001[t6.gateway_accepted]``).
 
-Run: ``python benchmarks/speed_bench.py [--jobs 2] [--long 5000]`` (minutes, not a test).
+Run: ``python benchmarks/speed_bench.py [--jobs N] [--long 5000]`` (minutes, not a test).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from harness.launch.launcher import make_launcher  # noqa: E402
 from harness.model import CrashSchedule  # noqa: E402
 from harness.plan.scenario import load_scenario  # noqa: E402
 from harness.run.execution import ExecutionPlan, execute  # noqa: E402
-from harness.run.runner import run  # noqa: E402
+from harness.run.runner import default_jobs, run  # noqa: E402
 
 
 def long_run(n: int, jobs: int) -> tuple[float, float, dict[str, int]]:
@@ -104,8 +105,9 @@ def long_run(n: int, jobs: int) -> tuple[float, float, dict[str, int]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--jobs", type=count(1, 64), default=2,
-                        help="parallel executions, 1 to 64 (default 2)")
+    parser.add_argument("--jobs", type=count(1, 64), default=default_jobs(),
+                        help="parallel executions, 1 to 64 (default: run's own, "
+                             f"{default_jobs()} here)")
     parser.add_argument("--long", type=count(200, 100_000), default=5000,
                         help="executions of the long run, 200 to 100000 (default 5000)")
     args = parser.parse_args()

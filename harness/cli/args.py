@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-dir", default="reports", type=_FOLDER,
                    help="where reports/<run-id>/ goes")
     p.add_argument("--jobs", "-j", type=_JOBS, default=None,
-                   help="executions in parallel (default: number of CPUs; at most 4 per core)")
+                   help="executions in parallel (default: the CPUs this process may use, plus "
+                        "one; at most 4 per core)")
     p.add_argument("--timeout", type=v.WORKER_TIMEOUT_S, default=30.0,
                    help="seconds one worker may run before it is killed (verdict unknown; "
                         "0.001 to 86400)")
