@@ -200,7 +200,7 @@ def test_progress_estimate_once_the_total_is_known() -> None:
     assert line.prefix(40, 40, True, now=140.0) == "[ 40/40]"
 
 
-def test_runs_drop_passing_databases_prune_and_move_latest(tmp_path: Path) -> None:
+def test_runs_keep_nothing_of_passing_executions_prune_and_move_latest(tmp_path: Path) -> None:
     scen = tmp_path / "scen"
     scen.mkdir()
     (scen / "keys-off.toml").write_text(KEYS_OFF)

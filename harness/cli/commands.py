@@ -200,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
     from harness.reports.write import finish_run
 
     at = Progress()
-    keep = {"keep_runs": args.keep_runs, "keep_all": args.keep_all}
+    keep = {"keep_runs": args.keep_runs}
     try:
         with reaping_on_signals():
             return _run_command(args, at)
@@ -277,7 +277,7 @@ def _run_command(args: argparse.Namespace, at: Progress) -> int:
             say(f"-- repeat {rep}/{args.repeat}")
 
     sut = Sut(path=Path(args.sut), module=args.module) if args.sut and not target else REFERENCE
-    keep = {"keep_runs": args.keep_runs, "keep_all": args.keep_all}
+    keep = {"keep_runs": args.keep_runs}
     try:
         with reaping_on_signals():
             result = run(scenarios, out_dir, jobs=args.jobs,

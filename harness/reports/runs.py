@@ -9,13 +9,14 @@ The life of ``reports/<run-id>/``:
    reader sees the old run or the new one, never none). A harness SIGKILLed at any moment
    leaves ``latest`` on the previous complete run;
 4. ``prune_runs`` keeps the newest ``keep`` complete runs (and removes the incomplete
-   folders of harness processes that are gone); ``drop_passing_databases`` removes the
-   SQLite files of executions that passed, so a run costs kilobytes, not ~84 MB — the
-   failures' and unknowns' databases stay as evidence (``--keep-all`` keeps every one).
-   Before it, ``keep_killed`` keeps the newest of those incomplete folders — a harness
-   SIGKILLed mid-run, a second signal while reports were written — as
-   ``incomplete-<run-id>`` (the executions that finished, their output and databases are
-   evidence of what happened before the kill); ``prune_runs`` keeps only the newest such.
+   folders of harness processes that are gone). A passing execution left no files behind
+   in the first place (``harness.run.execution.execute``, ``keep_databases=False``), so a
+   run costs kilobytes, not ~84 MB — the failures' and unknowns' files stay as evidence
+   (``--keep-all`` keeps every one). Before it, ``keep_killed`` keeps the newest of those
+   incomplete folders — a harness SIGKILLed mid-run, a second signal while reports were
+   written — as ``incomplete-<run-id>`` (the executions that failed or were unknown, and
+   those cut off, are evidence of what happened before the kill); ``prune_runs`` keeps
+   only the newest such.
 """
 
 from __future__ import annotations
@@ -23,20 +24,13 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from harness.model import Verdict
 from harness.sandbox.code_copy import KILLED as _KILLED
 from harness.sandbox.code_copy import RUN_ID as _RUN_ID
-from harness.sandbox.scratch import DATABASE_SUFFIXES as _DB_SUFFIXES
 
-if TYPE_CHECKING:
-    from harness.model import ExecutionResult
-
-__all__ = ["COMPLETE_MARKS", "DEFAULT_KEEP_RUNS", "KILLED", "RUN_ID", "drop_passing_databases",
-           "drop_older_killed", "is_complete", "keep_killed", "point_latest", "prune_runs"]
+__all__ = ["COMPLETE_MARKS", "DEFAULT_KEEP_RUNS", "KILLED", "RUN_ID", "drop_older_killed",
+           "is_complete", "keep_killed", "point_latest", "prune_runs"]
 
 #: Run folders kept by default (``--keep-runs``).
 DEFAULT_KEEP_RUNS = 10
@@ -206,22 +200,3 @@ def prune_runs(report_dir: Path, keep: int, *, current: Path | None = None) -> l
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     return removed
-
-
-def drop_passing_databases(results: Iterable[ExecutionResult]) -> int:
-    """Delete the SQLite files (``*.db`` and their ``-wal``/``-shm``/``-journal``) in the
-    workdir of every execution whose verdict is ``pass``; worker output stays.
-
-    Returns:
-        bytes freed.
-    """
-    freed = 0
-    for r in results:
-        if r.verdict is not Verdict.PASS or not r.evidence.workdir:
-            continue
-        workdir = Path(r.evidence.workdir)
-        for path in workdir.rglob("*") if workdir.is_dir() else ():
-            if path.name.endswith(_DB_SUFFIXES) and path.is_file() and not path.is_symlink():
-                freed += path.stat().st_size
-                path.unlink(missing_ok=True)
-    return freed

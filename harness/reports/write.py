@@ -17,7 +17,6 @@ from harness.reports.junit_xml import JunitXml
 from harness.reports.markdown import Markdown
 from harness.reports.runs import (
     DEFAULT_KEEP_RUNS,
-    drop_passing_databases,
     is_complete,
     keep_killed,
     point_latest,
@@ -29,8 +28,8 @@ from harness.reports.summary_json import SummaryJson
 if TYPE_CHECKING:
     from harness.model import RunResult
 
-__all__ = ["DEFAULT_KEEP_RUNS", "WRITERS", "ReportWriter", "drop_passing_databases",
-           "finish_run", "is_complete", "point_latest", "prune_runs", "write_reports"]
+__all__ = ["DEFAULT_KEEP_RUNS", "WRITERS", "ReportWriter", "finish_run", "is_complete",
+           "point_latest", "prune_runs", "write_reports"]
 
 #: In writing order: ``summary.json`` last, so its presence means the folder is complete.
 WRITERS: tuple[ReportWriter, ...] = (DuplicatesJson(), JunitXml(), Markdown(), Html(),
@@ -56,19 +55,17 @@ def write_reports(run: RunResult, out_dir: Path, *, latest: bool = True) -> dict
     return paths
 
 
-def finish_run(run: RunResult, out_dir: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS,
-               keep_all: bool = False) -> dict[str, Path]:
-    """What a finished (or interrupted) ``run`` does with its folder: drop the passing
-    executions' databases (unless ``keep_all``), write the reports, move ``latest``, prune
-    old runs to ``keep_runs``, and append the CI step summary when ``$GITHUB_STEP_SUMMARY``
-    is set.
+def finish_run(run: RunResult, out_dir: Path, *, keep_runs: int = DEFAULT_KEEP_RUNS
+               ) -> dict[str, Path]:
+    """What a finished (or interrupted) ``run`` does with its folder: write the reports,
+    move ``latest``, prune old runs to ``keep_runs``, and append the CI step summary when
+    ``$GITHUB_STEP_SUMMARY`` is set (what it keeps of each execution was settled when the
+    execution ended: ``execute(keep_databases=...)``).
 
     Returns:
         ``write_reports``'s answer, and ``incomplete``: the partial folder of a killed run
         this one kept as evidence (``keep_killed``), if it kept one.
     """
-    if not keep_all:
-        drop_passing_databases(run.results)
     paths = write_reports(run, out_dir)
     killed = keep_killed(out_dir.parent, current=out_dir)
     if killed is not None:  # a killed run's partial folder, kept as evidence
