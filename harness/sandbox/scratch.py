@@ -35,14 +35,12 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["DATABASE_SUFFIXES", "ENV", "MIN_FREE_BYTES", "area", "default_root", "discard",
-           "in_scratch", "move_home"]
+__all__ = ["ENV", "MIN_FREE_BYTES", "area", "default_root", "discard", "in_scratch",
+           "move_home"]
 
 ENV = "SHOPOPS_SCRATCH"
 MIN_FREE_BYTES = 256 * 1024 * 1024  # a tmpfs with less room is not worth the risk
 _TRANSIENT = ("-shm", "-journal")  # SQLite removes them when its last connection closes
-#: An execution's SQLite files and their side files (what a run drops for a passing one).
-DATABASE_SUFFIXES = (".db", ".db-wal", ".db-shm", ".db-journal")
 _AREA = re.compile(r"shopops-scratch-(?P<pid>\d+)-\w+")
 _lock = threading.Lock()
 _area: Path | None = None
