@@ -111,10 +111,9 @@ class LineHandler(Protocol):
 class _Served:
     """The loop's state of one connection (touched only in the loop's thread)."""
 
-    def __init__(self, conn: LineConnection, handler: LineHandler, max_line: int) -> None:
+    def __init__(self, conn: LineConnection) -> None:
         self.conn = conn
-        self.handler = handler
-        self.max_line = max_line
+        self.server = conn.server  # its handler, max_line and loop
         self.buf = bytearray()
         self.out = b""
         self.close_after = False
@@ -148,10 +147,10 @@ class _Served:
         for _ in range(_LINES_PER_TURN):
             if self.conn.closed or self.waiting:
                 return
-            end = self.buf.find(b"\n", 0, self.max_line)
+            end = self.buf.find(b"\n", 0, self.server.max_line)
             if end < 0:
-                if len(self.buf) >= self.max_line:
-                    self.handler.too_long(self.conn, len(self.buf))
+                if len(self.buf) >= self.server.max_line:
+                    self.server.handler.too_long(self.conn, len(self.buf))
                     self.close()
                 else:
                     self._want(_READ)
@@ -159,47 +158,45 @@ class _Served:
             line = bytes(self.buf[:end + 1])
             del self.buf[:end + 1]
             try:
-                answer = self.handler.line(self.conn, line)
+                answer = self.server.handler.line(self.conn, line)
             except Exception:  # noqa: BLE001 - as a handler thread dying: this connection ends
-                _log.exception("%s: serving a line failed", self.conn.server.name)
+                _log.exception("%s: serving a line failed", self.server.name)
                 self.close()
                 return
             if not isinstance(answer, Answer):
                 self._defer(answer)
                 return
-            self.out, self.close_after = answer.data, answer.close
-            if not self._send():
+            if not self._send(answer):
                 return
         self._want(0)  # more lines are buffered: after everyone else's turn
-        the_loop().post(self._lines)
+        self.server.loop.post(self._lines)
 
     def _defer(self, deferred: Deferred) -> None:
         self.waiting = True
         self._want(0)  # nothing is read while the answer is made
-        loop = the_loop()
+        loop = self.server.loop
 
         def run() -> None:
             try:
                 answer = deferred()
             except Exception:  # noqa: BLE001
-                _log.exception("%s: a deferred answer failed", self.conn.server.name)
+                _log.exception("%s: a deferred answer failed", self.server.name)
                 answer = Answer(close=True)
             loop.post(lambda: self._resume(answer))
 
-        threading.Thread(target=run, name=f"{self.conn.server.name}-deferred",
+        threading.Thread(target=run, name=f"{self.server.name}-deferred",
                          daemon=True).start()
 
     def _resume(self, answer: Answer) -> None:
         self.waiting = False
-        if self.conn.closed:
-            return
-        self.out, self.close_after = answer.data, answer.close
-        if self._send():
+        if not self.conn.closed and self._send(answer):
             self._lines()
 
-    def _send(self) -> bool:
-        """Write the unsent answer; ``True`` once all of it is sent and the connection
-        stays open (else it waits to be writable, or is closed)."""
+    def _send(self, answer: Answer | None = None) -> bool:
+        """Write ``answer`` (``None``: the rest of the last one); ``True`` once all of it is
+        sent and the connection stays open (else it waits to be writable, or is closed)."""
+        if answer is not None:
+            self.out, self.close_after = answer.data, answer.close
         while self.out:
             try:
                 sent = self.conn.sock.send(self.out)
@@ -217,7 +214,7 @@ class _Served:
 
     def _want(self, events: int) -> None:
         if events != self.events and not self.conn.closed:
-            the_loop().watch(self.conn.sock, events, self.ready)
+            self.server.loop.watch(self.conn.sock, events, self.ready)
             self.events = events
 
     def close(self) -> None:
@@ -227,11 +224,11 @@ class _Served:
         self.conn.closed = True
         with contextlib.suppress(OSError):
             self.conn.sock.close()
-        self.conn.server.forget(self)
+        self.server.forget(self)
         try:
-            self.handler.closed(self.conn)
+            self.server.handler.closed(self.conn)
         except Exception:  # noqa: BLE001
-            _log.exception("%s: closing a connection failed", self.conn.server.name)
+            _log.exception("%s: closing a connection failed", self.server.name)
 
 
 class LineServer:
@@ -264,8 +261,8 @@ class LineServer:
         self.sock.setblocking(False)
         self._served: set[_Served] = set()
         self._stopped = False
-        self._loop = the_loop()
-        self._loop.run(lambda: self._loop.watch(self.sock, _READ, self._accept))
+        self.loop = the_loop()
+        self.loop.run(lambda: self.loop.watch(self.sock, _READ, self._accept))
 
     def _accept(self, mask: int) -> None:
         for _ in range(_ACCEPTS_PER_TURN):
@@ -285,7 +282,7 @@ class LineServer:
             if not self.handler.admit(conn):
                 sock.close()
                 continue
-            served = _Served(conn, self.handler, self.max_line)
+            served = _Served(conn)
             self._served.add(served)
             served._want(_READ)  # noqa: SLF001
 
@@ -303,9 +300,9 @@ class LineServer:
         self._stopped = True
 
         def stop_in_loop() -> None:
-            self._loop.watch(self.sock, 0, self._accept)
+            self.loop.watch(self.sock, 0, self._accept)
             for served in list(self._served):
                 served.close()
             self.sock.close()
 
-        self._loop.run(stop_in_loop)
+        self.loop.run(stop_in_loop)

@@ -22,7 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_SOCKET_PATH", "Ready", "Serving", "open_socket", "socket_address", "the_loop"]
+__all__ = ["MAX_SOCKET_PATH", "Ready", "ServiceLoop", "Serving", "open_socket", "socket_address",
+           "the_loop"]
 
 
 _log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def open_socket(address: str, folder: Path | None) -> None:
 Ready = Callable[[int], None]
 
 
-class _Acceptor:
+class ServiceLoop:
     """One daemon thread per harness process that waits on every service socket in one
     selector: the listening sockets of the ``socketserver`` servers (gateway; each
     connection it accepts is then handled as the server handles it, a thread of its own
@@ -81,7 +82,7 @@ class _Acceptor:
         os.set_blocking(self._wake_w, False)  # full: a wake-up is pending anyway
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._todo: deque[Callable[[], object]] = deque()
-        self._thread = threading.Thread(target=self._loop, name="service-acceptor",
+        self._thread = threading.Thread(target=self._loop, name="service-loop",
                                         daemon=True)
         self._thread.start()
 
@@ -161,22 +162,22 @@ class _Acceptor:
                 _log.exception("service loop: a queued call failed")
 
 
-_acceptor: _Acceptor | None = None
-_acceptor_lock = threading.Lock()
+_loop: ServiceLoop | None = None
+_loop_lock = threading.Lock()
 
 
-def the_loop() -> _Acceptor:
+def the_loop() -> ServiceLoop:
     """This process's service loop (a forked child starts its own: threads do not fork)."""
-    global _acceptor
-    with _acceptor_lock:
-        if _acceptor is None or _acceptor.pid != os.getpid():
-            _acceptor = _Acceptor()
-        return _acceptor
+    global _loop
+    with _loop_lock:
+        if _loop is None or _loop.pid != os.getpid():
+            _loop = ServiceLoop()
+        return _loop
 
 
 class Serving:
     """Serve ``server`` (any ``socketserver.BaseServer``) until ``stop``: its connections
-    are accepted by this process's one acceptor thread (``_Acceptor``) with
+    are accepted by this process's service loop (``ServiceLoop``) with
     ``socketserver``'s ``_handle_request_noblock`` (what ``handle_request`` calls once its
     own, per-call selector reports a connection; that selector cost an ``epoll`` file a
     request); each connection is then handled as the server handles it (a thread of its
@@ -191,13 +192,13 @@ class Serving:
         # a connection reset before it is accepted leaves nothing to accept: the accept
         # must then fail (BlockingIOError, ignored), not wait (accepted sockets block)
         server.socket.setblocking(False)  # type: ignore[attr-defined]
-        self._acceptor = the_loop()
+        self._loop = the_loop()
         self._stopped = False
-        self._acceptor.change(True, server)
+        self._loop.change(True, server)
 
     def stop(self) -> None:
         """Stop accepting now, close the server's socket."""
         if not self._stopped:
             self._stopped = True
-            self._acceptor.change(False, self.server)
+            self._loop.change(False, self.server)
             self.server.server_close()
