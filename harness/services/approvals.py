@@ -298,50 +298,44 @@ class ApprovalService:
         finally:
             self._calls.release()
 
-    def _first_refusal(self, pid: int) -> bool:
-        """Whether ``pid`` is refused for the first time (recorded as tampering once)."""
-        with self._capped_lock:
-            first = pid not in self._capped
-            self._capped.add(pid)
-        return first
-
-    def _refused(self, pid: int, uid: int, why: str) -> None:
-        """Log a refusal now, or at the next call if ``_calls`` is held (never waits: the
-        service loop calls it)."""
+    def _refuse(self, pid: int, uid: int, why: str, said: str) -> None:
+        """A refusal of ``pid``: logged (now, or before the next call or read when
+        ``_calls`` is held: the service loop never waits for it), and the first of each
+        pid handed to ``on_tamper`` as ``said``."""
         self._unlogged.append((pid, uid, why, iso(time.time())))
         if self._calls.acquire(blocking=False):
             try:
                 self._log_refusals()
             finally:
                 self._calls.release()
+        with self._capped_lock:
+            first = pid not in self._capped
+            self._capped.add(pid)
+        if first:
+            self.on_tamper(said)
 
     def _over_cap(self, pid: int, uid: int, count: int) -> dict[str, Any]:
         """Refuse a request past ``MAX_REQUESTS_PER_WORKER``/``MAX_REQUESTS`` (the caller
         holds ``_calls``): logged, recorded as tampering once per pid, connection closed."""
         why = (f"request {count} of pid {pid}: over the cap of {MAX_REQUESTS_PER_WORKER} "
                f"per worker and {MAX_REQUESTS} per execution")
-        _log(self._log, pid, uid, None, {}, False, why)
-        if self._first_refusal(pid):
-            self.on_tamper(f"pid {pid} (uid {uid}) flooded the approval service: {why}; "
-                           "refused")
+        self._refuse(pid, uid, why, f"pid {pid} (uid {uid}) flooded the approval service: "
+                                    f"{why}; refused")
         return {"ok": False, "error": why, "capped": True}
 
     def refuse_line(self, pid: int, uid: int, size: int) -> None:
         """A request line over ``MAX_LINE`` bytes (its connection is closed): logged, not
         answered, recorded as tampering once per pid."""
         why = f"a request line of pid {pid} over {MAX_LINE} bytes ({size} read): refused"
-        self._refused(pid, uid, why)
-        if self._first_refusal(pid):
-            self.on_tamper(f"pid {pid} (uid {uid}) sent the approval service {why}")
+        self._refuse(pid, uid, why, f"pid {pid} (uid {uid}) sent the approval service {why}")
 
     def refuse_connection(self, pid: int, uid: int, open_now: int) -> None:
         """A connection refused at admission: logged, recorded as tampering once per
         pid."""
         why = (f"connection of pid {pid} refused: it holds {open_now} (at most "
                f"{MAX_CONNECTIONS_PER_WORKER} per worker, {MAX_CONNECTIONS} in all)")
-        self._refused(pid, uid, why)
-        if self._first_refusal(pid):
-            self.on_tamper(f"pid {pid} (uid {uid}) flooded the approval service: {why}")
+        self._refuse(pid, uid, why, f"pid {pid} (uid {uid}) flooded the approval service: "
+                                    f"{why}")
 
     def _answer(self, pid: int, uid: int, line: bytes) -> dict[str, Any]:
         """The reply to one request ``line`` from ``pid``/``uid`` (the kernel's), run on the
