@@ -565,9 +565,12 @@ def test_a_worker_that_floods_the_channel_waits_its_turn() -> None:
     from harness.services.channel import FailpointChannel, Hit
 
     seen: list[str] = []
+    flooding = threading.Event()
 
     def on_hit(hit: Hit) -> dict[str, object]:
         seen.append(hit.label)
+        if len(seen) >= 50:
+            flooding.set()
         return {"do": "continue"}
 
     def line(label: str) -> bytes:
@@ -584,8 +587,7 @@ def test_a_worker_that_floods_the_channel_waits_its_turn() -> None:
         drain.start()
         sender = threading.Thread(target=flood.sendall, args=(line("t1.get_order") * 20_000,))
         sender.start()
-        while len(seen) < 50:  # the flood is being answered
-            time.sleep(0.001)
+        assert flooding.wait(60)  # the flood is being answered
         other.sendall(line("t4.parked"))
         before = len(seen)  # read after the send: a late read only makes the count smaller
         assert json.loads(other.makefile("rb").readline()) == {"do": "continue"}
