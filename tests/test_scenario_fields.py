@@ -575,3 +575,16 @@ def test_shipped_file_sets_the_newer_fields_it_describes(name: str) -> None:
 def test_every_shipped_file_is_described_above() -> None:
     assert {p.stem for p in SHIPPED} - set(SHIPPED_STORIES) <= {"o1001", "demo-keys-off",
                                                                  "o1001-double"}
+
+
+def test_a_scenario_that_runs_nothing_is_refused(tmp_path: Path) -> None:
+    """Found by a new user: ``points = []`` with ``baseline = false`` and no schedules ran
+    no execution, reported UNKNOWN with no reason and moved ``latest`` to the empty run."""
+    path = write(tmp_path, '[crash]\npoints = []\nbaseline = false\n')
+    err = refused(path)
+    assert_names(err, path, "crash.points", 3)
+    assert "runs nothing" in str(err) and '"all"' in str(err)
+    # each source of an execution alone is enough
+    for crash in ('points = []\n', 'points = []\nbaseline = false\nschedules = ["t4.parked"]\n',
+                  'points = ["t4.parked"]\nbaseline = false\n'):
+        load_scenario(write(tmp_path, "[crash]\n" + crash, name="ok.toml"))

@@ -258,6 +258,10 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         raise fail("crash.schedules", str(exc)) from None
     if any(not s.kills for s in schedules):
         raise fail("crash.schedules", "'no-kill' is the baseline: set crash.baseline = true")
+    if points == () and not schedules and not crash.get("baseline", True):
+        # found by a new user: it ran nothing, said UNKNOWN with no reason, moved latest
+        raise fail("crash.points", "[] with no crash.schedules and crash.baseline = false "
+                   "runs nothing; allowed: \"all\", a list of labels, or crash.baseline = true")
     crash_mode, power_points = _crash_mode(crash, fail)
     failing = expect.get("failing_checks", [])
     for check in failing:
