@@ -3,10 +3,12 @@
 ``harness.launch.fork.ForkLauncher`` starts it as ``python -m harness.forkserver.server --fd N
 SOCKET_PATH`` in its own session, handing it the already listening Unix socket (fd ``N``,
 bound at ``SOCKET_PATH``). It imports everything a worker needs (``PRELOAD``) before it
-accepts a connection, never starts a thread, and then forks one child per request: the
-interpreter start-up and the imports are paid once, a worker start costs a ``fork()``
-(``docs/design.md``, "Speed"). The worker is still a real OS process in its own session, SIGKILLed
-from outside by the harness.
+accepts a connection, never starts a thread, and then gives each request a child of its
+own: the interpreter start-up and the imports are paid once, a worker start costs a
+``fork()`` (``docs/design.md``, "Speed") — made ahead of the request: the *spare* child,
+forked while the last worker runs, waits on a socket pair for its request and output files
+(``docs/design.md``, "The fork server's spare child"). The worker is still a real OS
+process in its own session, SIGKILLed from outside by the harness.
 
 Protocol: JSON lines over the socket.
 
@@ -15,26 +17,27 @@ Protocol: JSON lines over the socket.
   ``shopops`` from). Its end of file (the launcher closed, or the harness
   died, even by SIGKILL) makes the server SIGKILL every child's process group, reap them
   and exit; so do SIGTERM and SIGINT.
-- Every worker gets a connection of its own: ``{"op": "start", "module": "shopops",
-  "args": [...], "env": {...}, "cwd": ..., "stdout": PATH, "stderr": PATH}`` →
-  ``{"op": "started", "pid": ...}`` right after the fork (until the child's ``setsid``
-  there is no group ``pid``: ``kill_worker`` then signals the pid) or ``{"op": "error",
-  "errno": ..., "error": ...}`` (like ``Popen``: a missing ``cwd``, an output file that
-  cannot be opened). With ``"hold": true`` the child waits at a start gate until
-  ``{"op": "go"}`` arrives on the same connection (so a driver can route the worker's
-  failpoint hits by pid before the first one: a forked child reaches its first labelled
-  point ~15 ms after the fork, a fresh interpreter only after its imports); without it the
-  gate opens at once. Later ``{"op": "exit", "pid": ..., "returncode": ...}`` with
-  ``os.waitstatus_to_exitcode`` of the status the server reaped (-9 for SIGKILL). If that
-  connection closes before the exit, the child's process group is SIGKILLed.
+- Every worker gets a connection of its own: ``{"op": "start", "module": "shopops", "args":
+  [...], "env": {...}, "cwd": ..., "stdout": PATH, "stderr": PATH}`` → ``{"op": "started",
+  "pid": ...}`` once the spare child has its request (until the child's ``setsid`` there is no
+  group ``pid``: ``kill_worker`` then signals the pid) or ``{"op": "error", "errno": ...,
+  "error": ...}`` (like ``Popen``: a missing ``cwd``, an output file that cannot be opened).
+  With ``"hold": true`` the child waits at a start gate until ``{"op": "go"}`` arrives on the
+  same connection (so a driver can route the worker's failpoint hits by pid before the first
+  one: a forked child reaches its first labelled point ~15 ms after the fork, a fresh
+  interpreter only after its imports); without it the gate opens at once. Later ``{"op": "exit",
+  "pid": ..., "returncode": ...}`` with ``os.waitstatus_to_exitcode`` of the status the server
+  reaped (-9 for SIGKILL). If that connection closes before the exit, the child's process group
+  is SIGKILLed.
 
 The child (``_become_worker``): ``os.setsid()``; drops every descriptor and signal handler
-of the server; stdin from ``/dev/null``, stdout/stderr onto the given files; ``chdir``;
-replaces ``os.environ`` entirely with the given env (and ``sys.path`` starts with ``cwd`` and
-the env's ``PYTHONPATH``, as in a fresh ``python -m``); re-arms failpoints from that env
-(fresh counters, no channel connection), drops the default services; runs the module as
-``__main__`` (``runpy``, what ``python -m`` does) and leaves with ``os._exit`` after flushing
-stdio: ``SystemExit`` gives its code, an uncaught exception a traceback on stderr and 1.
+of the server; waits for its request; stdin from ``/dev/null``, stdout/stderr onto the given
+files; ``chdir``; replaces ``os.environ`` entirely with the given env (and ``sys.path``
+starts with ``cwd`` and the env's ``PYTHONPATH``, as in a fresh ``python -m``); re-arms
+failpoints from that env (fresh counters, no channel connection), drops the default
+services; runs the module as ``__main__`` (``runpy``, what ``python -m`` does) and leaves
+with ``os._exit`` after flushing stdio: ``SystemExit`` gives its code, an uncaught exception
+a traceback on stderr and 1.
 
 Not shared with a fresh interpreter, by construction: the hash seed (``PYTHONHASHSEED``) and
 other start-up-only settings of the env (``-X`` options, ``PYTHON*`` flags) are the server's.
@@ -101,6 +104,9 @@ class ForkServer:
         self.stopping = False
         self.controlled = False
         self.started = time.monotonic()
+        #: the child forked ahead of the next request: (pid, the server's end of its socket)
+        self.spare: tuple[int, socket.socket] | None = None
+        self.want_spare = False  # fork one when nothing else waits
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(self.wake_w, False)
@@ -124,8 +130,15 @@ class ForkServer:
                     timeout = self.started + HELLO_TIMEOUT_S - time.monotonic()
                     if timeout <= 0:
                         break
-                for key, _ in self.selector.select(timeout):
+                if self.want_spare and self.spare is None:
+                    timeout = 0  # a spare is wanted: forked as soon as nothing waits
+                events = self.selector.select(timeout)
+                for key, _ in events:
                     key.data(key.fileobj)
+                if not events and self.want_spare and not self.stopping:
+                    self.want_spare = False
+                    if self.spare is None:
+                        self._fork_spare()
         finally:
             self.shutdown()
         return 0
@@ -142,6 +155,9 @@ class ForkServer:
                 time.sleep(0.002)  # SIGKILLed: gone within a few ms (unless stuck in D state)
         for conn in list(self.conns.values()):
             self._close(conn)
+        if self.spare is not None:
+            self.spare[1].close()
+            self.spare = None
         self.selector.close()
         self.listener.close()
         if self.path:
@@ -204,9 +220,12 @@ class ForkServer:
         self._close(conn)
 
     def _release(self, conn: _Conn) -> None:
-        """Open the child's start gate (``b"g"``); closing it unopened makes the child exit."""
+        """Open the child's start gate (``b"g"``); closing it unopened makes the child exit.
+        The next spare is forked once nothing else waits: while this worker runs, not on its
+        way."""
         gate, conn.gate = conn.gate, None
         if gate is not None:
+            self.want_spare = True
             try:
                 os.write(gate, b"g")
             except OSError:
@@ -242,6 +261,9 @@ class ForkServer:
         if pid == 0:
             return False
         conn = self.children.pop(pid, None)
+        if self.spare is not None and self.spare[0] == pid:  # died unassigned
+            self.spare[1].close()
+            self.spare = None
         if conn is not None:
             if conn.gate is not None:
                 os.close(conn.gate)
@@ -255,7 +277,8 @@ class ForkServer:
         try:
             args, env, cwd = req["args"], req["env"], req["cwd"]
             module = req.get("module", "shopops")
-            seal = sealed_fork.SealedStart.from_request(req["sealed"]) if self.sealed else None
+            if self.sealed:  # validated here, so that a bad one is this request's error
+                sealed_fork.SealedStart.from_request(req["sealed"])
             if not (isinstance(args, list) and all(isinstance(a, str) for a in args)
                     and isinstance(env, dict) and isinstance(module, str)
                     and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
@@ -277,7 +300,53 @@ class ForkServer:
         except (KeyError, TypeError, ValueError) as exc:
             conn.send({"op": "error", "errno": errno.EINVAL, "error": f"bad request: {exc}"})
             return
-        gate_r, gate_w = os.pipe()
+        assignment = {"module": module, "args": args, "env": env, "cwd": cwd,
+                      "sealed": req["sealed"] if self.sealed else None}
+        try:
+            pid, gate = self._assign(assignment, out, err)
+        except OSError as exc:
+            conn.send({"op": "error", "errno": exc.errno, "error": f"no child: {exc}"})
+            return
+        finally:
+            os.close(out)
+            os.close(err)
+        self.children[pid] = conn
+        conn.child, conn.gate = pid, gate
+        if not req.get("hold"):
+            self._release(conn)
+        conn.send({"op": "started", "pid": pid})
+
+    # -- the spare child ----------------------------------------------------------------
+    def _assign(self, assignment: dict[str, Any], out: int, err: int) -> tuple[int, int]:
+        """Hand the spare child (forked now if there is none) its worker's request and
+        output files; its pid and the server's end of its socket, the start gate.
+
+        Raises:
+            OSError: no child could be forked, or two spares in a row died unassigned.
+        """
+        payload = json.dumps(assignment).encode() + b"\n"
+        for attempt in (1, 2):
+            if self.spare is None:
+                self._fork_spare()
+            assert self.spare is not None
+            pid, sock = self.spare
+            self.spare = None
+            try:
+                socket.send_fds(sock, [b"A"], [out, err])
+                sock.sendall(payload)
+            except OSError:
+                sock.close()  # it died unassigned (its exit is reaped and not reported)
+                if attempt == 2:
+                    raise
+                continue
+            return pid, sock.detach()
+        raise AssertionError("unreachable")
+
+    def _fork_spare(self) -> None:
+        """Fork the next worker ahead of its request (``docs/design.md``, "The fork
+        server's spare child"): it leaves the server's descriptors and signals and waits
+        on a socket of its own for its assignment."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
         # SIGTERM/SIGINT raise SystemExit: not between the fork and the bookkeeping that
@@ -287,54 +356,64 @@ class ForkServer:
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
                 try:
-                    os.close(gate_w)
-                    self._become_worker(module, args, env, cwd, out, err, gate_r, seal)
+                    ours.close()
+                    self._become_worker(theirs)
                 except BaseException:
                     import traceback
 
                     traceback.print_exc()
                 finally:
                     os._exit(127)
-            self.children[pid] = conn
-            conn.child, conn.gate = pid, gate_w
+            self.children[pid] = None
+            self.spare = (pid, ours)
+        except BaseException:
+            ours.close()
+            raise
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
-        os.close(gate_r)
-        os.close(out)
-        os.close(err)
-        if not req.get("hold"):
-            self._release(conn)
-        conn.send({"op": "started", "pid": pid})
+            theirs.close()
 
-    def _become_worker(self, module: str, args: list[str], env: dict[str, str], cwd: str,
-                       out: int, err: int, gate: int, seal: Any = None) -> None:
-        """In the child: a session of its own, none of the server's descriptors, then wait
-        at the gate and run."""
+    def _become_worker(self, sock: socket.socket) -> None:
+        """In the child: a session of its own, none of the server's descriptors; then wait
+        for the assignment and the start gate on ``sock``, and run."""
         os.setsid()
         signal.set_wakeup_fd(-1)
         for sig, handler in self.defaults.items():
             signal.signal(sig, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
         self.selector.close()  # no epoll_ctl: the server's registrations are untouched
-        for sock in [c.sock for c in self.conns.values()] + [self.listener]:
-            if sock.fileno() >= 0:
-                os.close(sock.detach())
-        for other in self.conns.values():
-            if other.gate is not None:
-                os.close(other.gate)
+        for other in [c.sock for c in self.conns.values()] + [self.listener]:
+            if other.fileno() >= 0:
+                os.close(other.detach())
+        for conn in self.conns.values():
+            if conn.gate is not None:
+                os.close(conn.gate)
         os.close(self.wake_r)
         os.close(self.wake_w)
+        first, fds, _flags, _addr = socket.recv_fds(sock, 1, 2)
+        if first != b"A" or len(fds) != 2:
+            os._exit(1)  # the server went away before it had a worker for this child
+        buf = b""
+        while b"\n" not in buf:
+            chunk = sock.recv(65536)
+            if not chunk:
+                os._exit(1)
+            buf += chunk
+        line, _, rest = buf.partition(b"\n")
+        job = json.loads(line)
         null = os.open(os.devnull, os.O_RDONLY)
-        for fd, target in ((null, 0), (out, 1), (err, 2)):
+        for fd, target in ((null, 0), (fds[0], 1), (fds[1], 2)):
             os.dup2(fd, target)
             os.close(fd)
-        released = os.read(gate, 1) == b"g"
-        os.close(gate)
+        released = (rest[:1] or sock.recv(1)) == b"g"
+        sock.close()
         if not released:
             os.write(2, b"fork server: worker never released (the harness went away)\n")
             os._exit(1)
+        module, args, env, cwd = job["module"], job["args"], job["env"], job["cwd"]
         name_process(env)  # "shopops-worker ROLE EXECUTION" in ps, not the server's argv
-        if seal is not None:
+        if job["sealed"] is not None:
+            seal = sealed_fork.SealedStart.from_request(job["sealed"])
             os._exit(sealed_fork.run(seal, module, args, env, cwd))
         os._exit(run_module(module, args, env, cwd))
 

@@ -1,0 +1,120 @@
+"""The fork server's spare child: the next worker is forked ahead of its request, while the
+last one runs, so a start costs a message instead of a ``fork()`` of the preloaded server
+(``docs/design.md``, "The fork server's spare child"). A spare holds nothing of the server
+and dies with it; a spare that died unassigned is replaced, not handed out.
+
+Conditions are polled with one generous deadline (a spare is forked when the server is idle,
+and nothing tells the test when that is)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from harness.launch.fork import ForkLauncher
+from harness.launch.processes import Worker
+
+ROOT = Path(__file__).resolve().parent.parent
+DEADLINE_S = 60.0
+PROBE = "import sys\nsys.exit(int(sys.argv[1]))\n"
+
+
+def until(what: str, check: Callable[[], object]) -> object:
+    """``check()``'s first truthy value within the deadline, else fail naming ``what``."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never happened within {DEADLINE_S} s: {what}")
+        time.sleep(0.005)
+    return value
+
+
+def exiting(launcher: ForkLauncher, cwd: Path, status: int, name: str) -> Worker:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+    env["PYTHONPATH"] = str(cwd)
+    return launcher.start([sys.executable, "-m", "spareprobe", str(status)], env=env,
+                          cwd=str(cwd), stdout=str(cwd / f"{name}.out"),
+                          stderr=str(cwd / f"{name}.err"), index=0)
+
+
+def dead(proc: psutil.Process) -> bool:
+    """Exited: a zombie, or reaped."""
+    try:
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def spares(launcher: ForkLauncher) -> list[int]:
+    """The server's live children, when no worker of ours runs: its spare."""
+    assert launcher.server_pid is not None
+    return [c.pid for c in psutil.Process(launcher.server_pid).children() if not dead(c)]
+
+
+@pytest.fixture
+def cwd(tmp_path: Path) -> Path:
+    (tmp_path / "spareprobe.py").write_text(PROBE)
+    return tmp_path
+
+
+def test_the_next_worker_is_the_child_forked_while_the_last_one_ran(cwd: Path) -> None:
+    with ForkLauncher(modules=("spareprobe",), hold=True) as launcher:
+        first = exiting(launcher, cwd, 3, "first")
+        assert first.wait(DEADLINE_S).returncode == 3
+        spare = until("a spare forked after the first worker was let go",
+                      lambda: spares(launcher))
+        assert isinstance(spare, list) and len(spare) == 1
+        second = exiting(launcher, cwd, 4, "second")
+        assert second.pid == spare[0]  # handed the spare: no fork on the way
+        assert second.wait(DEADLINE_S).returncode == 4
+        assert (cwd / "second.err").read_text() == ""
+
+
+def test_a_spare_holds_only_its_own_socket_and_the_servers_output(cwd: Path) -> None:
+    with ForkLauncher(modules=("spareprobe",), hold=True) as launcher:
+        assert exiting(launcher, cwd, 0, "w").wait(DEADLINE_S).returncode == 0
+        pid = until("a spare", lambda: spares(launcher))[0]  # type: ignore[index]
+
+        def extra() -> list[str]:
+            try:
+                return sorted(os.readlink(f"/proc/{pid}/fd/{fd}")
+                              for fd in os.listdir(f"/proc/{pid}/fd") if int(fd) > 2)
+            except FileNotFoundError:
+                return []
+
+        # the listener, the control connection and the other workers' gates are closed
+        held = until("the spare closed the server's descriptors",
+                     lambda: (lambda fds: fds if len(fds) == 1 else None)(extra()))
+        assert isinstance(held, list) and held[0].startswith("socket:")
+        assert psutil.Process(pid).terminal() is None and os.getsid(pid) == pid
+
+
+def test_a_spare_killed_before_its_request_is_replaced_not_handed_out(cwd: Path) -> None:
+    with ForkLauncher(modules=("spareprobe",), hold=True) as launcher:
+        assert exiting(launcher, cwd, 0, "w").wait(DEADLINE_S).returncode == 0
+        killed = until("a spare", lambda: spares(launcher))[0]  # type: ignore[index]
+        spare = psutil.Process(killed)
+        os.kill(killed, signal.SIGKILL)  # ours: a child of the server this test started
+        # dead, not only signalled (a start that reaches it while it dies gets a worker
+        # killed from outside, -9, as a freshly forked child killed then would be)
+        until("the spare dead", lambda: dead(spare))
+        worker = exiting(launcher, cwd, 6, "after")
+        assert worker.pid != killed
+        assert worker.wait(DEADLINE_S).returncode == 6
+
+
+def test_closing_the_launcher_kills_the_spare(cwd: Path) -> None:
+    launcher = ForkLauncher(modules=("spareprobe",), hold=True)
+    try:
+        assert exiting(launcher, cwd, 0, "w").wait(DEADLINE_S).returncode == 0
+        spare = psutil.Process(until("a spare", lambda: spares(launcher))[0])  # type: ignore[index]
+    finally:
+        launcher.close()
+    until("the spare gone with its server", lambda: dead(spare))
