@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.launch.fork import ForkLauncher
+from harness.launch.launcher import Launcher, make_launcher
 from harness.plan.scenario import Scenario, load_scenario
 from harness.run.runner import run
 
@@ -40,15 +42,30 @@ def interpreter_start_ms(samples: int = 2) -> float:
     return sum(times) / len(times)
 
 
-def measure(scenario: Scenario, *, launcher: str, jobs: int | None) -> dict[str, Any]:
+def measure(scenario: Scenario, *, launcher: str, jobs: int | None,
+            warm: bool = False) -> dict[str, Any]:
     """Run the scenario's kill matrix once; the figures of the JSON line (without
     ``interpreter_start_ms``) plus ``verdicts`` and ``worker_lifetime_ms`` (mean start-to-reap
-    time of one worker)."""
-    with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
-        t = time.perf_counter()
-        result = run([scenario], Path(tmp) / "run", jobs=jobs, launcher=launcher,
-                     keep_databases=False)  # as `shopops-chaos run` without --keep-all
-        wall = time.perf_counter() - t
+    time of one worker). ``warm``: the fork server is started before the run is timed (its
+    start, once per run, is not an execution's: ``server_start_ms`` gives it; 0 for
+    ``spawn``); otherwise the first execution pays it, as in ``shopops-chaos run``."""
+    chosen: Launcher | str = launcher
+    server_start_ms = 0.0
+    if warm:
+        chosen = make_launcher(launcher)
+        if isinstance(chosen, ForkLauncher):
+            t = time.perf_counter()
+            chosen.ready()
+            server_start_ms = (time.perf_counter() - t) * 1000
+    try:
+        with tempfile.TemporaryDirectory(prefix="shopops-bench-") as tmp:
+            t = time.perf_counter()
+            result = run([scenario], Path(tmp) / "run", jobs=jobs, launcher=chosen,
+                         keep_databases=False)  # as `shopops-chaos run` without --keep-all
+            wall = time.perf_counter() - t
+    finally:
+        if not isinstance(chosen, str):
+            chosen.close()
     n = len(result.results)
     runs = [w for r in result.results for w in r.evidence.workers]
     serial = sum(r.elapsed_s for r in result.results)
@@ -63,6 +80,7 @@ def measure(scenario: Scenario, *, launcher: str, jobs: int | None) -> dict[str,
         "verdicts": {v: sum(r.verdict == v for r in result.results)
                      for v in ("pass", "fail", "unknown")},
         "worker_lifetime_ms": round(sum(w.elapsed_s for w in runs) / len(runs) * 1000, 1),
+        "server_start_ms": round(server_start_ms, 1),
     }
 
 

@@ -262,6 +262,17 @@ class ForkLauncher:
         return (f"{argv[2]} would be imported from {shadow}, not {self.root}"
                 if shadow else None)
 
+    def ready(self) -> int:
+        """Start the fork server now if none runs (otherwise the first worker starts it),
+        and return its pid: a benchmark times executions without the one-time start-up.
+
+        Raises:
+            ForkServerError: the server could not start (its imports failed, or it imported
+                another ``shopops`` than ``root``).
+            RuntimeError: the launcher is closed.
+        """
+        return self._ensure_server().pid
+
     @property
     def server_pid(self) -> int | None:
         """The fork server's pid, or ``None`` before the first start and after ``close``."""
