@@ -118,3 +118,16 @@ def test_closing_the_launcher_kills_the_spare(cwd: Path) -> None:
     finally:
         launcher.close()
     until("the spare gone with its server", lambda: dead(spare))
+
+
+def test_ready_starts_the_server_before_any_worker_and_refuses_once_closed() -> None:
+    launcher = ForkLauncher(modules=("spareprobe",))
+    try:
+        assert launcher.server_pid is None  # started by the first worker, or by ready()
+        pid = launcher.ready()
+        assert pid == launcher.server_pid and psutil.pid_exists(pid)
+        assert launcher.ready() == pid  # already running: the same server
+    finally:
+        launcher.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        launcher.ready()
