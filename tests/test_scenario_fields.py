@@ -25,6 +25,7 @@ from harness.plan.scenario import (
     Scenario,
     ScenarioError,
     load_scenario,
+    load_scenarios,
 )
 from harness.services.gateway import FaultSpec
 
@@ -588,3 +589,30 @@ def test_a_scenario_that_runs_nothing_is_refused(tmp_path: Path) -> None:
     for crash in ('points = []\n', 'points = []\nbaseline = false\nschedules = ["t4.parked"]\n',
                   'points = ["t4.parked"]\nbaseline = false\n'):
         load_scenario(write(tmp_path, "[crash]\n" + crash, name="ok.toml"))
+
+
+@pytest.mark.parametrize(("written", "read"), [("1e400", "inf"), ("-1e999", "-inf")])
+def test_a_number_too_large_for_a_float_is_shown_as_written(tmp_path: Path, written: str,
+                                                             read: str) -> None:
+    """Found by a new user: ``delay_hours = 1e400`` (``inf`` to ``tomllib``) was refused as
+    ``inf``, a value the file never shows."""
+    path = write(tmp_path, f"\n[human]\ndelay_hours = {written}  # a year, roughly\n")
+    err = refused(path)
+    assert_names(err, path, "human.delay_hours", 4)
+    assert f"'human.delay_hours': {written} (too large for a float: read as {read}): must be" \
+        in str(err)
+    # a file that writes inf itself is answered with its own word
+    err = refused(write(tmp_path, "\n[human]\ndelay_hours = inf\n", name="inf.toml"))
+    assert "'human.delay_hours': inf: must be a finite number" in str(err)
+
+
+def test_a_path_that_is_no_toml_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
+    """Found by a new user: ``run README.md`` was parsed as TOML and refused as a syntax
+    error; ``docs/bad-input.md`` says scenario paths are ``*.toml`` files or folders."""
+    notes = tmp_path / "README.md"
+    notes.write_text("# notes\n\nname = 'x'\n")
+    with pytest.raises(ScenarioError) as info:
+        load_scenarios([notes])
+    assert str(info.value) == f"{notes}: not a scenario file; allowed: a *.toml file or a " \
+                              "folder of them"
+    assert (info.value.path, info.value.field, info.value.line) == (str(notes), None, None)

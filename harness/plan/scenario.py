@@ -172,6 +172,10 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[Scenario]:
         if p.is_dir():
             files.extend(sorted(p.glob("*.toml")))
         elif p.exists():
+            if p.suffix != ".toml":  # README.md parsed as TOML said "syntax error" only
+                raise ScenarioError(f"{p}: not a scenario file; allowed: a *.toml file or a "
+                                    "folder of them", path=str(p), field=None, line=None,
+                                    reason="not a scenario file")
             files.append(p)
         else:
             try:
@@ -195,6 +199,7 @@ def load_scenarios(paths: Iterable[str | Path]) -> list[Scenario]:
 def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
     def fail(fld: str, reason: str) -> ScenarioError:
         line = _line_of(text, fld)
+        reason = _as_written(reason, text, line, fld)
         where = f"{path}:{line}" if line else str(path)
         return ScenarioError(f"{where}: field '{fld}': {reason}", path=str(path), field=fld,
                              line=line, reason=reason)
@@ -422,6 +427,20 @@ def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"{value!r} must be a string")
     return value
+
+
+def _as_written(reason: str, text: str, line: int | None, dotted: str) -> str:
+    """``reason`` with the value as the file writes it when TOML read it as ``inf``: a
+    number too large for a float (``1e400``) is ``inf`` to ``tomllib``, and a message
+    about ``inf`` would show the user a value they never wrote."""
+    read = re.match(r"(-?inf): ", reason)
+    if read is None or line is None:
+        return reason
+    key = re.escape(dotted.rpartition(".")[2])
+    written = re.search(rf"{key}\s*=\s*([^\s#,}}]+)", text.splitlines()[line - 1])
+    if written is None or written[1].lstrip("+-") == "inf":
+        return reason
+    return f"{written[1]} (too large for a float: read as {read[1]}): {reason[read.end():]}"
 
 
 def _line_of(text: str, dotted: str) -> int | None:
