@@ -24,6 +24,10 @@ from harness.launch.processes import Worker
 ROOT = Path(__file__).resolve().parent.parent
 DEADLINE_S = 60.0
 PROBE = "import sys\nsys.exit(int(sys.argv[1]))\n"
+#: prints the targets of its descriptors above 2 (but the one listing them), one a line
+FDS = ("import os\nfor fd in sorted(os.listdir('/proc/self/fd'), key=int)[3:]:\n"
+       "    try:\n        print(os.readlink(f'/proc/self/fd/{fd}'))\n"
+       "    except OSError:\n        pass\n")
 
 
 def until(what: str, check: Callable[[], object]) -> object:
@@ -61,6 +65,7 @@ def spares(launcher: ForkLauncher) -> list[int]:
 @pytest.fixture
 def cwd(tmp_path: Path) -> Path:
     (tmp_path / "spareprobe.py").write_text(PROBE)
+    (tmp_path / "fdprobe.py").write_text(FDS)
     return tmp_path
 
 
@@ -131,3 +136,31 @@ def test_ready_starts_the_server_before_any_worker_and_refuses_once_closed() -> 
         launcher.close()
     with pytest.raises(RuntimeError, match="closed"):
         launcher.ready()
+
+
+@pytest.mark.parametrize("how", ["forked on demand", "three held back to back",
+                                 "from the spare"])
+def test_a_worker_holds_only_its_stdio_however_its_child_was_forked(cwd: Path,
+                                                                     how: str) -> None:
+    """Found by an attack: a child forked on demand (the server's first worker, starts back
+    to back, a dead spare) inherited the server's descriptors of the request's output
+    files, and kept them beside its own stdout and stderr."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+    env["PYTHONPATH"] = str(cwd)
+    with ForkLauncher(modules=("fdprobe",), hold=True) as launcher:
+        def start(i: int) -> Worker:
+            return launcher.start([sys.executable, "-m", "fdprobe"], env=env, cwd=str(cwd),
+                                  stdout=str(cwd / f"w{i}.out"),
+                                  stderr=str(cwd / f"w{i}.err"), index=i)
+
+        workers = [start(i) for i in range(3 if how == "three held back to back" else 1)]
+        if how == "from the spare":
+            assert workers[0].wait(DEADLINE_S).returncode == 0
+            spare = until("a spare", lambda: spares(launcher))[0]  # type: ignore[index]
+            workers.append(start(1))
+            assert workers[1].pid == spare
+        for worker in workers:
+            assert worker.wait(DEADLINE_S).returncode == 0
+    for i in range(len(workers)):
+        held = (cwd / f"w{i}.out").read_text().splitlines()
+        assert [h for h in held if not h.startswith("/proc/")] == [], held

@@ -327,7 +327,7 @@ class ForkServer:
         payload = json.dumps(assignment).encode() + b"\n"
         for attempt in (1, 2):
             if self.spare is None:
-                self._fork_spare()
+                self._fork_spare(leave=(out, err))
             assert self.spare is not None
             pid, sock = self.spare
             self.spare = None
@@ -342,10 +342,12 @@ class ForkServer:
             return pid, sock.detach()
         raise AssertionError("unreachable")
 
-    def _fork_spare(self) -> None:
+    def _fork_spare(self, leave: tuple[int, ...] = ()) -> None:
         """Fork the next worker ahead of its request (``docs/design.md``, "The fork
         server's spare child"): it leaves the server's descriptors and signals and waits
-        on a socket of its own for its assignment."""
+        on a socket of its own for its assignment. ``leave``: descriptors the server holds
+        for the request being served (its output files, forked on demand), which the child
+        also closes: it gets its own copies with the assignment."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -357,6 +359,8 @@ class ForkServer:
             if pid == 0:  # pragma: no cover - runs in the child, which leaves by os._exit
                 try:
                     ours.close()
+                    for fd in leave:
+                        os.close(fd)
                     self._become_worker(theirs)
                 except BaseException:
                     import traceback
