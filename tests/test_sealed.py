@@ -26,6 +26,9 @@ import json, os, sys, time
 import fractions  # not preloaded: found through the pinned sys.path
 out = {"uid": os.getuid(), "euid": os.geteuid(), "groups": os.getgroups(),
        "cwd": os.getcwd(), "argv": sys.argv[1:], "env": sorted(os.environ),
+       # what the kernel shows: for a forked worker the server's start-up environment
+       "proc_env": sorted(v.split(b"=")[0].decode()
+                          for v in open("/proc/self/environ", "rb").read().split(b"\\0") if v),
        "others": [p for p in os.listdir("/proc") if p.isdigit()
                   and os.stat("/proc/" + p).st_uid != os.getuid()]}
 for root in ("/dev/shm", "/tmp", "/var/tmp", "/run/lock"):  # left behind: removed with it
@@ -63,7 +66,9 @@ def server(request: pytest.FixtureRequest) -> Iterator[ForkLauncher | None]:
 
 
 def test_a_sealed_worker_runs_as_its_uid_and_its_daemon_is_killed(
-        tmp_path: Path, server: ForkLauncher | None) -> None:
+        tmp_path: Path, server: ForkLauncher | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the grader's own secret, in the harness's environment when the sealed server starts
+    monkeypatch.setenv("GRADER_SECRET_TOKEN", "s3cret")
     code = tmp_path / "code"
     (code / "probe").mkdir(parents=True)
     (code / "probe" / "__init__.py").write_text("")
@@ -91,6 +96,10 @@ def test_a_sealed_worker_runs_as_its_uid_and_its_daemon_is_killed(
         assert "GRADER_SECRET_TOKEN" not in seen["env"]
         assert {"LC_ALL", "PATH", "SHOPOPS_FAILPOINT_CHANNEL"} <= set(seen["env"])
         assert set(seen["env"]) <= WORKER_ENV | {"LC_ALL", "LC_CTYPE"}, seen["env"]
+        # nor through /proc/self/environ: a forked worker's is the sealed server's, which
+        # held the grader's whole environment (found by an attack, stop 36)
+        assert "GRADER_SECRET_TOKEN" not in seen["proc_env"]
+        assert set(seen["proc_env"]) <= WORKER_ENV | {"LC_ALL", "LC_CTYPE"}, seen["proc_env"]
         if can_hide_processes():  # other users' processes are hidden from it
             assert seen["others"] == [], seen["others"]
         uid = box.uid

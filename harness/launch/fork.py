@@ -44,6 +44,7 @@ from harness.launch.fork_conn import Conn, ForkServerError
 from harness.launch.fork_packages import package_root as _package_root
 from harness.launch.fork_packages import shadowing_copy as _shadowing_copy
 from harness.launch.processes import REGISTRY, STOPPING, HarnessStopping, Worker
+from harness.launch.sealed_env import sealed_env
 from harness.launch.spawn import SpawnLauncher
 
 __all__ = ["DEFAULT_MODULES", "ForkLauncher", "ForkWorker"]
@@ -144,7 +145,10 @@ class _Server:
         try:
             listener.bind(self.path)
             listener.listen(128)
-            env = {k: v for k, v in os.environ.items() if not k.startswith("SHOPOPS_")}
+            # a sealed server holds nothing of the grader's environment a worker may not see:
+            # its children's /proc/self/environ is the server's (harness.launch.sealed_env)
+            env = {k: v for k, v in (sealed_env(os.environ) if sealed else os.environ).items()
+                   if not k.startswith("SHOPOPS_")}
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (code_path, _SRC, env.get("PYTHONPATH")) if p)
             env = _with_power_shim(env)

@@ -23,8 +23,6 @@ from collections.abc import Callable
 
 from harness.launch.fork import ForkLauncher, ForkWorker
 from harness.launch.fork_conn import ForkServerError
-from harness.launch.power import ENV_DIR as POWER_DIR
-from harness.launch.power import ENV_SHADOW as POWER_SHADOW
 from harness.launch.processes import (
     REGISTRY,
     STOPPING,
@@ -33,36 +31,15 @@ from harness.launch.processes import (
     PopenWorker,
     Worker,
 )
+from harness.launch.sealed_env import WORKER_ENV, sealed_env
 from harness.model.plan import BOOT, SRC
 from harness.sandbox.users import Sandbox
 
 __all__ = ["TARGET_WORKER", "WORKER_ENV", "SealedForkWorker", "SealedLauncher", "SealedWorker",
            "Tamper", "sealed_argv", "sealed_env", "sealed_target_argv", "worker_env"]
 
-#: The only variables a sealed worker gets (``sealed_env``): what ``docs/contract.md``
-#: ("The environment") names, ``PATH``, the locale (``LANG``, ``LANGUAGE``, ``LC_*``, ``TZ``)
-#: and what the harness itself reads in the worker (its title, a target's frameworks,
-#: ``PYTHONPATH``, ``HOME``, ``TMPDIR``). Nothing else of the grader's environment — a
-#: token, a key, a path of its machine — reaches the implementation.
-WORKER_ENV = frozenset({
-    "PATH", "LANG", "LANGUAGE", "TZ", "PYTHONPATH", "HOME", "TMPDIR", "NO_PROXY", "no_proxy",
-    "SHOPOPS_FIXTURES", "SHOPOPS_APPROVALS_SOCKET", "SHOPOPS_FAILPOINT_CHANNEL",
-    "SHOPOPS_CLOCK_OFFSET_S", "HARNESS_WORKER_TITLE", "HARNESS_TARGET_FRAMEWORKS",
-    # an app's own email client pointed at the execution's gateway (MockGateway.worker_env)
-    "RESEND_API_URL", "RESEND_API_KEY", "SMTP_HOST", "SMTP_PORT",
-    # a power-cut execution's shim (harness.launch.power.env_for); LD_PRELOAD only with it
-    POWER_DIR, POWER_SHADOW, "LD_PRELOAD"})
 #: The module a target's worker runs (``harness.model.target.PythonTarget.argv``).
 TARGET_WORKER = "harness.targets.worker"
-
-
-def sealed_env(env: dict[str, str]) -> dict[str, str]:
-    """``env`` cut down to ``WORKER_ENV`` and the ``LC_*`` locale variables; ``LD_PRELOAD``
-    only in a power-cut execution (the shim's state folder named), never the grader's own."""
-    out = {k: v for k, v in env.items() if k in WORKER_ENV or k.startswith("LC_")}
-    if POWER_DIR not in out:
-        out.pop("LD_PRELOAD", None)
-    return out
 
 
 def worker_env(env: dict[str, str], sandbox: Sandbox, fixtures: str) -> dict[str, str]:
