@@ -394,6 +394,12 @@ class ForkServer:
                 os.close(conn.gate)
         os.close(self.wake_r)
         os.close(self.wake_w)
+        # nor the server's output: a spare that outlives a killed server (stopped, say) must
+        # not hold the pipe the launcher reads the server's stderr from to its end
+        null = os.open(os.devnull, os.O_RDWR)
+        for target in (0, 1, 2):
+            os.dup2(null, target)
+        os.close(null)
         first, fds, _flags, _addr = socket.recv_fds(sock, 1, 2)
         if first != b"A" or len(fds) != 2:
             os._exit(1)  # the server went away before it had a worker for this child
@@ -405,8 +411,7 @@ class ForkServer:
             buf += chunk
         line, _, rest = buf.partition(b"\n")
         job = json.loads(line)
-        null = os.open(os.devnull, os.O_RDONLY)
-        for fd, target in ((null, 0), (fds[0], 1), (fds[1], 2)):
+        for fd, target in ((fds[0], 1), (fds[1], 2)):
             os.dup2(fd, target)
             os.close(fd)
         released = (rest[:1] or sock.recv(1)) == b"g"
