@@ -4,6 +4,7 @@ write the harness's folders, and a re-sessioned daemon they leave is found and k
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -127,3 +128,27 @@ def test_a_planted_symlink_is_removed_before_the_harness_writes(tmp_path: Path) 
         assert not (box.path / "approvals.db").exists()
         assert (box.path / "checkpoints.db").stat().st_uid == box.uid  # handed to the worker
     assert target.read_text() == "x"
+
+
+def test_an_output_path_that_is_a_symlink_is_refused_both_ways(
+        tmp_path: Path, server: ForkLauncher | None) -> None:
+    """Root opens a sealed worker's output files: never through a symlink, whether the
+    worker is spawned (``O_NOFOLLOW`` there already) or forked by the sealed server (found
+    by an attack, stop 36: that open followed one)."""
+    code = tmp_path / "code"
+    (code / "probe").mkdir(parents=True)
+    (code / "probe" / "__init__.py").write_text("")
+    (code / "probe" / "__main__.py").write_text("print('ran')\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the grader's\n")
+    (tmp_path / "out").symlink_to(victim)
+    with sandbox.Sandbox() as box:
+        launcher = SealedLauncher(box, str(sandbox.install_code(code, "probe")),
+                                  lambda line: None, SRC, server)
+        with pytest.raises(OSError) as info:
+            launcher.start(Sut(path=code, module="probe").argv("x"),
+                           env={"PATH": os.environ.get("PATH", "")}, cwd=str(tmp_path),
+                           stdout=str(tmp_path / "out"), stderr=str(tmp_path / "err"),
+                           index=0)
+    assert info.value.errno == errno.ELOOP
+    assert victim.read_text() == "the grader's\n"

@@ -288,6 +288,8 @@ class ForkServer:
             if not os.path.isdir(cwd):
                 raise FileNotFoundError(errno.ENOENT, "no such directory", cwd)
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            if self.sealed:  # root opens them: never through a symlink, as a spawn does
+                flags |= os.O_NOFOLLOW
             out = os.open(req["stdout"], flags, 0o666)
             try:
                 err = os.open(req["stderr"], flags, 0o666)
