@@ -167,3 +167,25 @@ def test_a_worker_holds_only_its_stdio_however_its_child_was_forked(cwd: Path,
     for i in range(len(workers)):
         held = (cwd / f"w{i}.out").read_text().splitlines()
         assert [h for h in held if not h.startswith("/proc/")] == [], held
+
+
+def test_a_server_that_no_longer_listens_is_replaced_not_used_again(cwd: Path) -> None:
+    """Found by a new user: right after the fork server was SIGKILLed, its socket was closed
+    but the process not yet reapable, so ``alive()`` said yes and the next executions' starts
+    failed at once with ``ConnectionRefusedError`` (8 in a row under load). Here nothing
+    listens at the server's socket while it lives: the start replaces it."""
+    import socket as sockets
+
+    with ForkLauncher(modules=("spareprobe",), hold=True) as launcher:
+        assert exiting(launcher, cwd, 0, "w").wait(DEADLINE_S).returncode == 0
+        old = psutil.Process(launcher.ready())
+        path = launcher.socket_path
+        assert path is not None
+        deaf = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+        deaf.bind(path + ".deaf")  # a socket file nobody listens at
+        deaf.close()
+        os.replace(path + ".deaf", path)
+        worker = exiting(launcher, cwd, 5, "after")
+        assert worker.wait(DEADLINE_S).returncode == 5
+        assert launcher.server_pid != old.pid
+        until("the old server gone", lambda: dead(old))

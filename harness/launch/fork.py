@@ -347,7 +347,14 @@ class ForkLauncher:
     def _request(self, what: dict[str, Any], *, env: dict[str, str], cwd: str, stdout: str,
                  stderr: str, index: int, worker: type[ForkWorker] | None = None
                  ) -> ForkWorker:
-        conn = Conn(self._ensure_server().path)
+        server = self._ensure_server()
+        try:
+            conn = Conn(server.path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            # nothing listens: the server is dying (a SIGKILLed process closes its socket
+            # before it can be reaped, so alive() still said yes) — replace it, once
+            self._replace(server)
+            conn = Conn(self._ensure_server().path)
         try:
             conn.send({"op": "start", **what,
                        "env": dict(env), "cwd": os.path.abspath(cwd), "hold": self.hold,
@@ -381,6 +388,15 @@ class ForkLauncher:
                                           f"{server.root}, not {self.root}")
                 self._server = server
             return self._server
+
+    def _replace(self, server: _Server) -> None:
+        """Stop ``server`` (if it is still this launcher's) so that the next
+        ``_ensure_server`` starts another: it waits for the dying server's exit (at most
+        ``_Server._stop``'s 10 s, then SIGKILL)."""
+        with self._lock:
+            if self._server is server:
+                self._server = None
+                server.close()
 
     def close(self) -> None:
         """Stop the fork server (it SIGKILLs and reaps any worker still running). Idempotent."""
