@@ -78,6 +78,22 @@ def test_unreached_kill_point_is_unknown() -> None:
     assert reasons == ("kill point t6.request_leaving#2 was never reached", EVERY)
 
 
+def test_the_cause_comes_before_what_it_caused() -> None:
+    """Found by a new user: a harness error during the story (the fork server went away)
+    was listed after the kill point it left unreached, and the console showed only the
+    first reason. Causes first: the story, then the workers, then the kill points."""
+    workers = list(clean_workers())
+    workers[1] = run(1, "resume", -9, killed=False)
+    story = "harness error during the story: ForkServerError: the fork server went away"
+    ev = evidence(unreached=(KillPoint("t6.reply_received", 1),), workers=tuple(workers),
+                  errors=(story,))
+    verdict, reasons = judge(ev, checks(), plan())
+    assert verdict == UNKNOWN
+    assert reasons[:3] == (story, "worker 1 (resume) was SIGKILLed but not by the harness; "
+                           "stderr: (empty)", "kill point t6.reply_received was never reached")
+    assert {c.undecided for c in decide(ev, checks(), plan())} == {story}
+
+
 def test_worker_exiting_non_zero_on_its_own_is_unknown() -> None:
     workers = list(clean_workers())
     workers[2] = run(2, "resume", 1, stderr="Traceback ...\nsqlite3.OperationalError: locked")

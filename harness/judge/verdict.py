@@ -44,10 +44,11 @@ EXIT_STATUS = {v: v.exit_status for v in Verdict}
 
 
 def gaps(ev: Evidence, plan: ExecutionPlan) -> tuple[Gap, ...]:
-    """Every piece of missing evidence, in a stable order: kill points never reached,
-    undeclared worker exits, the story cut short, files the harness could not read."""
-    out = [Gap(EvidenceSource.SCHEDULE, f"kill point {k} was never reached")
-           for k in ev.unreached]
+    """Every piece of missing evidence, causes before what they cause: the story cut
+    short (a harness error, a deadline), undeclared worker exits, kill points never
+    reached, files the harness could not read. (A user saw "kill point ... was never
+    reached" first, and the harness error that explained it second: stop 36.)"""
+    out = [Gap(EvidenceSource.STORY, e) for e in ev.errors]
     wanted = plan.scenario.expect_worker_error
     for w in ev.workers:
         if w.expected_exit or (wanted and stopped_with(w, wanted)):
@@ -58,7 +59,8 @@ def gaps(ev: Evidence, plan: ExecutionPlan) -> tuple[Gap, ...]:
             how = "passed its deadline"
         out.append(Gap(EvidenceSource.WORKERS, f"worker {w.index} ({w.role}) {how}; stderr: "
                        f"{w.stderr_tail.splitlines()[-1] if w.stderr_tail else '(empty)'}"))
-    out += [Gap(EvidenceSource.STORY, e) for e in ev.errors]
+    out += [Gap(EvidenceSource.SCHEDULE, f"kill point {k} was never reached")
+            for k in ev.unreached]
     out += list(ev.gaps)
     return tuple(out)
 
