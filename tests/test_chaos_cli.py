@@ -173,3 +173,40 @@ def test_bad_schedule_option_exits_2_before_running(tmp_path: Path, schedule: st
     refused = call("shopops-chaos", ["run", str(SCENARIOS / "o1001.toml"), "--schedule",
                                      schedule, "--report-dir", "r"], tmp_path)
     assert_refused(refused, 2, "kill point")
+
+
+@pytest.mark.parametrize("launcher", ["fork", "spawn"])
+def test_run_starts_its_fork_server_before_it_loads_the_scenarios(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, launcher: str) -> None:
+    """The fork server's imports run beside the command's loading and planning
+    (``make_launcher(begin=True)``), not after them; a spawning run starts none."""
+    import psutil
+
+    import harness.plan.scenario as scenario_module
+
+    real = scenario_module.load_scenarios
+    servers: list[list[int]] = []
+
+    def fork_servers() -> set[int]:
+        found = set()
+        for p in psutil.Process().children():
+            try:
+                if "harness.forkserver.server" in " ".join(p.cmdline()):
+                    found.add(p.pid)
+            except psutil.NoSuchProcess:
+                continue
+        return found
+
+    before = fork_servers()  # e.g. another test's, in this xdist worker
+
+    def loading(paths: object) -> object:
+        servers.append(sorted(fork_servers() - before))
+        return real(paths)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scenario_module, "load_scenarios", loading)
+    ran = call("shopops-chaos", ["run", str(SCENARIOS / "o1001.toml"), "--schedule",
+                                 "no-kill", "--launcher", launcher, "--report-dir", "r"],
+               tmp_path)
+    assert ran.code == 0, ran.err
+    assert [len(found) for found in servers] == [1 if launcher == "fork" else 0]
+    assert not ran.new_processes  # closed with the command

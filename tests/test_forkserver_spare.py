@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -189,3 +190,58 @@ def test_a_server_that_no_longer_listens_is_replaced_not_used_again(cwd: Path) -
         assert worker.wait(DEADLINE_S).returncode == 5
         assert launcher.server_pid != old.pid
         until("the old server gone", lambda: dead(old))
+
+
+def test_begin_starts_the_server_without_waiting_and_the_first_worker_waits(cwd: Path) -> None:
+    launcher = ForkLauncher(modules=("spareprobe",))
+    try:
+        launcher.begin()
+        server = launcher.server_pid
+        assert server is not None and psutil.pid_exists(server)  # started, not awaited
+        launcher.begin()  # starting already: the same server
+        assert launcher.server_pid == server
+        assert exiting(launcher, cwd, 9, "w").wait(DEADLINE_S).returncode == 9
+        assert launcher.ready() == server
+        folder = Path(launcher.socket_path or "").parent
+    finally:
+        launcher.close()
+    assert not folder.exists()
+    with pytest.raises(RuntimeError, match="closed"):
+        launcher.begin()
+
+
+def test_a_server_begun_and_never_used_is_killed_at_close(cwd: Path) -> None:
+    """A command that fails after it began the server (a bad scenario file) leaves no
+    process and no socket folder, and does not wait for the server's imports."""
+    launcher = ForkLauncher(modules=("spareprobe",))
+    launcher.begin()
+    assert launcher.server_pid is not None and launcher.socket_path is not None
+    server = psutil.Process(launcher.server_pid)
+    folder = Path(launcher.socket_path).parent
+    launcher.close()
+    assert dead(server) and not folder.exists()
+
+
+def test_a_signal_while_the_server_is_greeted_leaves_no_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``begin`` runs on the command's main thread, where SIGINT raises: one that lands
+    between the server's start and its greeting kills the server and removes its folder
+    (before, only an ``OSError`` there did)."""
+    import harness.launch.fork as fork_module
+
+    def interrupted(path: str) -> None:
+        raise KeyboardInterrupt
+
+    before = {p.pid for p in psutil.Process().children()}
+    folders = set(Path(tempfile.gettempdir()).glob("shopops-fs-*"))
+    monkeypatch.setattr(fork_module, "Conn", interrupted)
+    launcher = ForkLauncher(modules=("spareprobe",))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launcher.begin()
+        assert launcher.server_pid is None
+    finally:
+        launcher.close()
+    left = [p for p in psutil.Process().children() if p.pid not in before and not dead(p)]
+    assert left == []
+    assert set(Path(tempfile.gettempdir()).glob("shopops-fs-*")) <= folders

@@ -87,10 +87,12 @@ SIGNALS = pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM],
 def test_a_run_interrupted_while_starting_its_workers_reports_interrupted(
         tmp_path: Path, signum: int) -> None:
     """The signal lands in ``run`` before its own handling starts (the launcher starting:
-    where a SIGINT ended in a ``KeyboardInterrupt`` traceback and no reports)."""
+    where a SIGINT ended in a ``KeyboardInterrupt`` traceback and no reports). With
+    ``--launcher spawn``: a forking run is given its launcher by the command, which began
+    its server already (stop 36), so ``run`` makes none."""
     (tmp_path / "ok.toml").write_text(SCENARIO)
     proc = _start(tmp_path, ("harness.run.runner", "make_launcher", False),
-                  "run", "ok.toml", "--report-dir", "reports")
+                  "run", "ok.toml", "--report-dir", "reports", "--launcher", "spawn")
     try:
         _, err = _signal_when_ready(proc, signum)
         _assert_interrupted(proc, err, signum)
@@ -215,8 +217,8 @@ def test_further_signals_once_a_run_is_stopping_are_ignored(tmp_path: Path) -> N
     143 and a folder without ``summary.json``): the first stops the run, the others are
     ignored; exit 2, the reports written saying interrupted."""
     (tmp_path / "ok.toml").write_text(SCENARIO)
-    proc = _start(tmp_path, ("harness.run.runner", "make_launcher", False),
-                  "run", "ok.toml", "--report-dir", "reports")
+    proc = _start(tmp_path, ("harness.run.runner", "make_launcher", False),  # as above
+                  "run", "ok.toml", "--report-dir", "reports", "--launcher", "spawn")
     try:
         assert proc.stdout is not None
         for line in proc.stdout:

@@ -138,7 +138,14 @@ class _Server:
     """The fork server process, its socket folder and the control connection."""
 
     def __init__(self, timeout_s: float, code_path: str | None = None,
-                 sealed: bool = False, preload: Sequence[str] = ()) -> None:
+                 sealed: bool = False, preload: Sequence[str] = (), *,
+                 wait: bool = True) -> None:
+        """Start the server; with ``wait``, also wait for it (``handshake``).
+
+        Raises:
+            OSError: the process or its socket could not be made.
+            ForkServerError: it did not start (with ``wait``), or could not be greeted.
+        """
         self.dir = tempfile.mkdtemp(prefix="shopops-fs-")
         self.path = os.path.join(self.dir, "fs.sock")
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -165,17 +172,40 @@ class _Server:
             raise
         finally:
             listener.close()
+        self.pid = self.proc.pid
+        self.root: str | None = None
+        self.ready = False  # answered its hello: preloaded, serving
         try:
+            # the listener was bound before the server started: the hello waits in its
+            # backlog until the server, done with its imports, accepts it
             self.control = Conn(self.path)
             self.control.send({"op": "hello"})
+        except BaseException as exc:  # a signal too (begin() runs on the main thread)
+            why = self._stop()
+            if isinstance(exc, OSError):
+                raise ForkServerError(f"the fork server did not start: {exc}\n{why}") from None
+            raise
+        if wait:
+            self.handshake(timeout_s)
+
+    def handshake(self, timeout_s: float) -> None:
+        """Wait (at most ``timeout_s``) for the answer to the hello; idempotent.
+
+        Raises:
+            ForkServerError: it did not answer ``ready`` (its stderr is in the message);
+                the server is stopped.
+        """
+        if self.ready:
+            return
+        try:
             reply = self.control.read(timeout_s)
-            if reply is None or reply.get("op") != "ready":
+            if reply is None or reply.get("op") != "ready" or reply.get("pid") != self.pid:
                 raise ForkServerError(f"fork server answered {reply!r} to hello")
         except (OSError, ValueError) as exc:
             why = self._stop()
             raise ForkServerError(f"the fork server did not start: {exc}\n{why}") from None
-        self.pid = int(reply["pid"])
         self.root = str(reply.get("root"))
+        self.ready = True
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -185,6 +215,11 @@ class _Server:
         control = getattr(self, "control", None)
         if control is not None:
             control.close()  # end of file: the server kills its children and exits
+        if not getattr(self, "ready", False):  # still importing: it has no children yet,
+            try:  # and would read the end of file only once done
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -380,14 +415,40 @@ class ForkLauncher:
                 self._server.close()  # died (killed from outside): start a fresh one
                 self._server = None
             if self._server is None:
-                server = _Server(self.start_timeout_s, self.code_path, self.sealed,
-                                 self.preload)
+                self._server = _Server(self.start_timeout_s, self.code_path, self.sealed,
+                                       self.preload, wait=False)
+            server = self._server
+            if not server.ready:
+                try:
+                    server.handshake(self.start_timeout_s)
+                except ForkServerError:
+                    self._server = None
+                    raise
                 if self.root is not None and server.root != self.root:
+                    self._server = None
                     server.close()  # it would fork another loop than forks() vetted
                     raise ForkServerError(f"the fork server imported shopops from "
                                           f"{server.root}, not {self.root}")
-                self._server = server
-            return self._server
+            return server
+
+    def begin(self) -> None:
+        """Start the fork server now without waiting for it: its imports run beside the
+        caller's own work (``shopops-chaos run`` loads and plans meanwhile); the first
+        worker, or ``ready()``, waits for it. Nothing happens if one runs or is starting,
+        and a server that cannot start says why at the first worker, not here.
+
+        Raises:
+            RuntimeError: the launcher is closed.
+        """
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("ForkLauncher is closed")
+            if self._server is None:
+                try:
+                    self._server = _Server(self.start_timeout_s, self.code_path,
+                                           self.sealed, self.preload, wait=False)
+                except (OSError, ForkServerError):
+                    self._server = None  # the first worker tries again, and says why
 
     def _replace(self, server: _Server) -> None:
         """Stop ``server`` (if it is still this launcher's) so that the next

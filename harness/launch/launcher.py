@@ -38,8 +38,10 @@ class Launcher(Protocol):
         ...
 
 
-def make_launcher(name: str) -> Launcher:
-    """A new launcher by name: ``"fork"`` or ``"spawn"`` (``LAUNCHERS``).
+def make_launcher(name: str, *, begin: bool = False) -> Launcher:
+    """A new launcher by name: ``"fork"`` or ``"spawn"`` (``LAUNCHERS``). ``begin``: the
+    fork launcher's server starts now, without waiting for it (``ForkLauncher.begin``), so
+    that its imports run beside the caller's own work; otherwise at the first worker.
 
     Raises:
         ValueError: an unknown name.
@@ -52,5 +54,8 @@ def make_launcher(name: str) -> Launcher:
 
         # target workers (python -m harness.targets.worker) fork from servers that preload
         # the frameworks their code uses, started at their first worker; the rest spawns
-        return ForkLauncher(fallback=TargetServers())  # type: ignore[arg-type]
+        launcher = ForkLauncher(fallback=TargetServers())  # type: ignore[arg-type]
+        if begin:
+            launcher.begin()
+        return launcher
     raise ValueError(f"unknown launcher {name!r}; allowed: {', '.join(LAUNCHERS)}")
