@@ -245,3 +245,53 @@ def test_a_signal_while_the_server_is_greeted_leaves_no_server(
     left = [p for p in psutil.Process().children() if p.pid not in before and not dead(p)]
     assert left == []
     assert set(Path(tempfile.gettempdir()).glob("shopops-fs-*")) <= folders
+
+
+#: A harness that starts a fork server as ``_Server`` does, prints its pid and folder, and
+#: dies before it greets it (SIGKILL between the start and the hello: found by a user)
+_DIES_UNGREETING = """
+import os, signal, socket, subprocess, sys, tempfile
+folder = tempfile.mkdtemp(prefix="shopops-fs-")
+path = os.path.join(folder, "fs.sock")
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+listener.bind(path)
+listener.listen(8)
+server = subprocess.Popen(
+    [sys.executable, "-m", "harness.forkserver.server", "--fd", str(listener.fileno()), path,
+     "--parent", str(os.getpid())], pass_fds=(listener.fileno(),),
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+print(server.pid, folder, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_server_whose_harness_died_before_greeting_it_leaves(tmp_path: Path) -> None:
+    """Within seconds, not at the hello timeout (60 s): its parent is gone, it removes its
+    socket folder and exits."""
+    import subprocess
+
+    from harness.forkserver.server import HELLO_TIMEOUT_S
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", _DIES_UNGREETING], env=env, cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    pid_text, folder_text = proc.stdout.split()
+    server, folder = int(pid_text), Path(folder_text)
+    started = time.monotonic()
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(server).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    try:
+        until("the server gone", gone)
+        until("its folder removed", lambda: not folder.exists())
+        assert time.monotonic() - started < HELLO_TIMEOUT_S / 2
+    finally:
+        try:  # ours: started by the harness this test ran
+            os.killpg(server, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

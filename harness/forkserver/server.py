@@ -66,6 +66,8 @@ __all__ = ["HELLO_TIMEOUT_S", "ForkServer", "kill_worker", "main"]
 
 #: Seconds the server waits for its control connection before it gives up and exits.
 HELLO_TIMEOUT_S = 60.0
+#: Seconds between two looks, until the hello arrives, at whether the harness still lives.
+_PARENT_POLL_S = 0.1
 _KILL_WAIT_S = 10.0
 
 
@@ -93,8 +95,11 @@ class ForkServer:
     """The server loop over the listening socket ``listener`` (single thread)."""
 
     def __init__(self, listener: socket.socket, path: str | None = None,
-                 sealed: bool = False) -> None:
+                 sealed: bool = False, parent: int | None = None) -> None:
         self.sealed = sealed  # harness.forkserver.sealed: untrusted workers, shopops not loaded
+        #: the harness that started it: until its hello arrives, the server leaves once it is
+        #: no longer its parent (a harness killed between the start and the hello)
+        self.parent = parent
         self.listener = listener
         self.path = path
         self.listener.setblocking(False)
@@ -128,8 +133,10 @@ class ForkServer:
                 timeout = None
                 if not self.controlled:
                     timeout = self.started + HELLO_TIMEOUT_S - time.monotonic()
-                    if timeout <= 0:
-                        break
+                    if timeout <= 0 or (self.parent is not None
+                                        and os.getppid() != self.parent):
+                        break  # nobody will greet it: its harness is gone (found by a user)
+                    timeout = min(timeout, _PARENT_POLL_S)
                 if self.want_spare and self.spare is None:
                     timeout = 0  # a spare is wanted: forked as soon as nothing waits
                 events = self.selector.select(timeout)
@@ -457,6 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fd", type=int, required=True,
                         help="descriptor of the listening Unix socket (inherited)")
     parser.add_argument("path", help="where that socket is bound (unlinked at exit)")
+    parser.add_argument("--parent", type=int, default=None, metavar="PID",
+                        help="the harness that starts it: leave, ungreeted, once it is gone")
     parser.add_argument("--sealed", action="store_true",
                         help="fork untrusted workers (harness.forkserver.sealed)")
     parser.add_argument("--preload", default="", metavar="MODULE,...",
@@ -470,7 +479,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         preload(extra)
     if threading.active_count() != 1:  # forking a threaded process copies held locks
         raise RuntimeError(f"fork server has {threading.active_count()} threads after preload")
-    return ForkServer(listener, args.path, sealed=args.sealed).serve()
+    return ForkServer(listener, args.path, sealed=args.sealed, parent=args.parent).serve()
 
 
 if __name__ == "__main__":

@@ -161,7 +161,7 @@ class _Server:
             env = _with_power_shim(env)
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "harness.forkserver.server", "--fd", str(listener.fileno()),
-                 self.path, *(["--sealed"] if sealed else []),
+                 self.path, "--parent", str(os.getpid()), *(["--sealed"] if sealed else []),
                  *(["--preload", ",".join(preload)] if preload else [])],
                 pass_fds=(listener.fileno(),), env=env, cwd=code_path or _SRC,
                 stdin=subprocess.DEVNULL,
