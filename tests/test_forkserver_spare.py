@@ -49,9 +49,10 @@ def exiting(launcher: ForkLauncher, cwd: Path, status: int, name: str) -> Worker
                           stderr=str(cwd / f"{name}.err"), index=0)
 
 
-def dead(proc: psutil.Process) -> bool:
-    """Exited: a zombie, or reaped."""
+def dead(proc: psutil.Process | int) -> bool:
+    """Exited (a process, or a pid): a zombie, or reaped."""
     try:
+        proc = psutil.Process(proc) if isinstance(proc, int) else proc
         return proc.status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
@@ -279,15 +280,8 @@ def test_a_server_whose_harness_died_before_greeting_it_leaves(tmp_path: Path) -
     pid_text, folder_text = proc.stdout.split()
     server, folder = int(pid_text), Path(folder_text)
     started = time.monotonic()
-
-    def gone() -> bool:
-        try:
-            return psutil.Process(server).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return True
-
     try:
-        until("the server gone", gone)
+        until("the server gone", lambda: dead(server))
         until("its folder removed", lambda: not folder.exists())
         assert time.monotonic() - started < HELLO_TIMEOUT_S / 2
     finally:

@@ -137,14 +137,13 @@ def _with_power_shim(env: dict[str, str]) -> dict[str, str]:
 class _Server:
     """The fork server process, its socket folder and the control connection."""
 
-    def __init__(self, timeout_s: float, code_path: str | None = None,
-                 sealed: bool = False, preload: Sequence[str] = (), *,
-                 wait: bool = True) -> None:
-        """Start the server; with ``wait``, also wait for it (``handshake``).
+    def __init__(self, code_path: str | None = None, sealed: bool = False,
+                 preload: Sequence[str] = ()) -> None:
+        """Start the server and greet it, without waiting for its answer (``handshake``).
 
         Raises:
             OSError: the process or its socket could not be made.
-            ForkServerError: it did not start (with ``wait``), or could not be greeted.
+            ForkServerError: it could not be greeted.
         """
         self.dir = tempfile.mkdtemp(prefix="shopops-fs-")
         self.path = os.path.join(self.dir, "fs.sock")
@@ -185,8 +184,6 @@ class _Server:
             if isinstance(exc, OSError):
                 raise ForkServerError(f"the fork server did not start: {exc}\n{why}") from None
             raise
-        if wait:
-            self.handshake(timeout_s)
 
     def handshake(self, timeout_s: float) -> None:
         """Wait (at most ``timeout_s``) for the answer to the hello; idempotent.
@@ -215,7 +212,7 @@ class _Server:
         control = getattr(self, "control", None)
         if control is not None:
             control.close()  # end of file: the server kills its children and exits
-        if not getattr(self, "ready", False):  # still importing: it has no children yet,
+        if not self.ready:  # still importing: it has no children yet,
             try:  # and would read the end of file only once done
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -415,8 +412,7 @@ class ForkLauncher:
                 self._server.close()  # died (killed from outside): start a fresh one
                 self._server = None
             if self._server is None:
-                self._server = _Server(self.start_timeout_s, self.code_path, self.sealed,
-                                       self.preload, wait=False)
+                self._server = self._new_server()
             server = self._server
             if not server.ready:
                 try:
@@ -445,10 +441,13 @@ class ForkLauncher:
                 raise RuntimeError("ForkLauncher is closed")
             if self._server is None:
                 try:
-                    self._server = _Server(self.start_timeout_s, self.code_path,
-                                           self.sealed, self.preload, wait=False)
+                    self._server = self._new_server()
                 except (OSError, ForkServerError):
-                    self._server = None  # the first worker tries again, and says why
+                    pass  # the first worker tries again, and says why
+
+    def _new_server(self) -> _Server:
+        """This launcher's server, started and greeted, not yet waited for."""
+        return _Server(self.code_path, self.sealed, self.preload)
 
     def _replace(self, server: _Server) -> None:
         """Stop ``server`` (if it is still this launcher's) so that the next
