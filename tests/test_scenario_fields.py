@@ -616,3 +616,25 @@ def test_a_path_that_is_no_toml_file_is_refused_before_it_is_parsed(tmp_path: Pa
     assert str(info.value) == f"{notes}: not a scenario file; allowed: a *.toml file or a " \
                               "folder of them"
     assert (info.value.path, info.value.field, info.value.line) == (str(notes), None, None)
+
+
+@pytest.mark.parametrize("crash", [
+    'mode = "power"\npower_points = []\n',
+    'mode = "power"\npower_points = ["t4.parked"]\npoints = ["t3.checkpoint_saved"]\n',
+    'mode = "power"\npower_points = ["t7.completed_saved"]\npoints = []\n'
+    'schedules = ["t3.checkpoint_saved>t4.parked"]\n',
+])
+def test_a_power_mode_that_cuts_the_power_nowhere_is_refused(tmp_path: Path,
+                                                              crash: str) -> None:
+    """Found by a new user: such a scenario ran, passed with exit 0, and no execution was a
+    power cut (as ``points = []`` with nothing to run is refused)."""
+    path = write(tmp_path, "\n[crash]\n" + crash)
+    err = refused(path)
+    assert_names(err, path, "crash.power_points", 5)
+    assert "power cut" in str(err) and "allowed: " in str(err)
+    # one kill among the power points is enough; "all" points and double matrices learn theirs
+    for ok in ('mode = "power"\npower_points = ["t4.parked"]\npoints = ["t4.parked"]\n',
+               'mode = "power"\npower_points = ["t6.reply_received"]\n',
+               'mode = "power"\npower_points = ["t6.reply_received"]\npoints = ["t4.parked"]\n'
+               'double = true\n'):
+        load_scenario(write(tmp_path, "\n[crash]\n" + ok, name="ok.toml"))

@@ -122,6 +122,9 @@ def _crash_mode(crash: dict[str, Any], fail: Callable[[str, str], Exception]
         return mode, None
     if mode is not CrashMode.POWER:
         raise fail("crash.power_points", 'only with crash.mode = "power"')
+    if crash["power_points"] == []:
+        raise fail("crash.power_points", "[] makes no crash a power cut; allowed: labels of "
+                   "`shopops-chaos points`, or no power_points (every kill)")
     known = set(labels.KILLABLE)
     for label in crash["power_points"]:
         if not isinstance(label, str) or label not in known:
@@ -268,6 +271,14 @@ def _build(data: dict[str, Any], path: Path, text: str) -> Scenario:
         raise fail("crash.points", "[] with no crash.schedules and crash.baseline = false "
                    "runs nothing; allowed: \"all\", a list of labels, or crash.baseline = true")
     crash_mode, power_points = _crash_mode(crash, fail)
+    if power_points is not None and points is not None and not crash.get("double", False):
+        # found by a new user: a power mode whose points no kill reaches ran, passed, and
+        # cut the power nowhere (a double-crash matrix learns its second kills: not known)
+        kills = {p.label for p in points} | {k.label for s in schedules for k in s.kills}
+        if not power_points & kills:
+            raise fail("crash.power_points", f"{sorted(power_points)} is no kill of this "
+                       f"scenario, so no crash is a power cut; allowed: labels among "
+                       f"crash.points or crash.schedules ({', '.join(sorted(kills))})")
     failing = expect.get("failing_checks", [])
     for check in failing:
         if check not in set(CheckId):
