@@ -79,3 +79,28 @@ def test_the_lease_record_is_read_from_the_leases_table_only_as_the_contract_say
     assert store.lease_of(db, "c", 31.0).live is False  # type: ignore[union-attr]
     assert store.lease_of(db, "d", 5.0) is None  # a fence that is not an integer
     assert store.lease_of(db, "e", 5.0) is None  # no row for the case
+
+
+@pytest.mark.parametrize("folder", ["a b#c?d%e", "é-ü", "plain"])
+def test_a_history_is_read_from_a_folder_of_any_name_and_through_a_symlinked_folder(
+        tmp_path: Path, folder: str) -> None:
+    """``store.open_readonly`` builds its SQLite URI from the path's bytes, quoted as
+    ``Path.as_uri`` quotes them (a ``#``, ``?`` or ``%`` in a folder's name is not the
+    URI's), and reads a WAL database's committed rows through a symlinked folder."""
+    home = tmp_path / folder
+    home.mkdir()
+    db = history(home, 2)
+    assert len(store.read_rows(db, "case-1")) == 3
+    with closing(sqlite3.connect(db)) as conn:  # an open writer in WAL mode: rows in -wal
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute("INSERT INTO checkpoints(case_id, run_id, schema_version, state_json, "
+                     "created_at) SELECT case_id, run_id, schema_version, state_json, "
+                     "created_at FROM checkpoints WHERE seq = 1")
+        conn.commit()
+        assert Path(f"{db}-wal").exists()
+        link = tmp_path / "link"
+        link.symlink_to(home, target_is_directory=True)
+        assert len(store.read_rows(link / db.name, "case-1")) == 4
+        row = store.latest_row(link / db.name, "case-1")
+        assert row is not None and row.seq == 4

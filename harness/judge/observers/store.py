@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_from_bytes
 
 from harness.model.observations import (
     Draft,
@@ -82,9 +83,12 @@ def open_readonly(path: str | os.PathLike[str], timeout_s: float = 30.0) -> sqli
     Raises:
         sqlite3.Error: SQLite cannot open it.
     """
-    db = Path(path).resolve()
-    query = "mode=ro" if Path(f"{db}-wal").exists() else "immutable=1"
-    conn = sqlite3.connect(f"{db.as_uri()}?{query}", uri=True, timeout=timeout_s)
+    db = os.path.abspath(path)  # strings, not Path.resolve: ~0.3 ms a read (issue 27)
+    if os.path.islink(db):  # SQLite follows it: its -wal is beside the file it names
+        db = os.path.realpath(db)
+    query = "mode=ro" if os.path.exists(f"{db}-wal") else "immutable=1"
+    uri = f"file://{quote_from_bytes(os.fsencode(db))}?{query}"  # as Path.as_uri quotes
+    conn = sqlite3.connect(uri, uri=True, timeout=timeout_s)
     conn.execute("PRAGMA trusted_schema = OFF")
     return conn
 
