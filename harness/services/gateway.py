@@ -68,7 +68,7 @@ from werkzeug.wrappers import Request, Response
 from harness.model.evidence import Delivery, GatewayLog, NoteDelivery, RequestRecord
 from harness.model.kinds import FaultKind
 from harness.model.plan import FAULT_KINDS, MAX_FAULT_MS, FaultSpec
-from harness.services import dialects
+from harness.services import dialects, http_servers
 from harness.services import ledger as ledgers
 from harness.services.dialects import MOCK_RESEND_KEY, RESEND_PATH, Outcome
 from harness.services.ledger import EMAIL, MAX_HELD_CHARS, Ledger, read_log
@@ -184,8 +184,10 @@ class MockGateway:
         if self._server is not None:
             raise RuntimeError("MockGateway already started")
         self._stopping.clear()
-        self._server = make_server(self.host, self.port, self._wsgi, threaded=True,
-                                   request_handler=_QuietHandler)
+        self._server = (http_servers.take(self.host, self._wsgi, _QuietHandler)
+                        if self.port == 0 else  # a fixed port: its own, never kept
+                        make_server(self.host, self.port, self._wsgi, threaded=True,
+                                    request_handler=_QuietHandler))
         self._serving = Serving(self._server, f"mock-gateway:{self._server.server_port}")
         if self._control:
             self._control_dir = tempfile.mkdtemp(prefix="shopops-gw-control-")
@@ -247,7 +249,9 @@ class MockGateway:
         serving, self._server, self._serving = self._serving, None, None
         self._stopping.set()
         if serving is not None:
-            serving.stop()
+            serving.stop()  # its socket closed, its request threads joined
+            if self.port == 0:
+                http_servers.give_back(serving.server, self.host, _QuietHandler)  # type: ignore[arg-type]
         smtp, self._smtp = self._smtp, None
         if smtp is not None:
             smtp.stop()
