@@ -116,6 +116,13 @@ def test_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
     assert "line 3" in str(err)
 
 
+def test_a_key_given_twice_is_refused_naming_its_line_and_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, 'name = "x"\n[crash]\nmode = "kill"\nmode = "power"\n')
+    err = refused(path)
+    assert err.reason == "syntax" and err.line == 4
+    assert str(err).endswith("""; line 4 reads 'mode = "power"'"""), str(err)
+
+
 def test_toml_syntax_error_carries_its_line(tmp_path: Path) -> None:
     assert refused(write(tmp_path, 'name = "x"\n[crash]\npoints = = 3\n')).line == 3
 

@@ -157,7 +157,11 @@ def load_scenario(path: str | Path) -> Scenario:
         line = int(found[1]) if found else None
         bom = (" (the file starts with a UTF-8 byte-order mark, which TOML does not allow: "
                "save it as UTF-8 without one)" if text.startswith("\ufeff") else "")
-        raise ScenarioError(f"{path}: TOML syntax error: {exc}{bom}", path=str(path),
+        lines = text.splitlines()
+        said = (f"; line {line} reads {lines[line - 1].strip()[:80]!r}"  # names the key
+                if line is not None and 0 < line <= len(lines) and lines[line - 1].strip()
+                else "")
+        raise ScenarioError(f"{path}: TOML syntax error: {exc}{said}{bom}", path=str(path),
                             field=None, line=line, reason="syntax") from exc
     return _build(data, path, text)
 
