@@ -89,3 +89,22 @@ def test_an_idle_server_is_bound_to_a_new_socket_each_time(tmp_path: Path) -> No
         url = second.url
     with pytest.raises(requests.ConnectionError):  # stopped: nothing listens there
         requests.post(f"{url}/v1/messages", json=MESSAGE, timeout=30)
+
+
+def test_a_kept_server_listens_on_a_new_port_and_the_old_url_reaches_nobody(
+        tmp_path: Path) -> None:
+    """Found by an attack: a kept server was bound again to its last port, so a request
+    sent to one execution's gateway after it stopped was logged by the next one's."""
+    first = MockGateway(tmp_path / "one.db", memory=True)
+    with first:
+        url1 = first.url
+    ports = set()
+    for i in range(4):
+        gateway = MockGateway(tmp_path / f"g{i}.db", memory=True)
+        with gateway:
+            ports.add(gateway.url)
+            if gateway.url != url1:  # the kernel may hand out a port again, rarely
+                with pytest.raises(requests.ConnectionError):
+                    requests.post(f"{url1}/v1/messages", json=MESSAGE, timeout=30)
+        assert gateway.log().requests == ()
+    assert ports - {url1}, "every kept server was bound to the first one's port again"

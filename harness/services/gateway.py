@@ -249,7 +249,7 @@ class MockGateway:
         serving, self._server, self._serving = self._serving, None, None
         self._stopping.set()
         if serving is not None:
-            serving.stop()  # its socket closed, its request threads joined
+            serving.stop()  # its socket closed; give_back waits for its request threads
             if self.port == 0:
                 http_servers.give_back(serving.server, self.host, _QuietHandler)  # type: ignore[arg-type]
         smtp, self._smtp = self._smtp, None

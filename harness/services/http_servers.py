@@ -81,6 +81,7 @@ def take(host: str, app: Callable[..., Any], handler: type[WSGIRequestHandler]
     if server is None:
         return _KeptServer(host, 0, app, handler)
     server.socket = socket.socket(server.address_family, server.socket_type)
+    server.server_address = (host, 0)  # a new ephemeral port, not the last one it had
     try:
         server.server_bind()  # socketserver.TCPServer: bind, then server_address
         server.server_activate()  # listen
